@@ -1,0 +1,140 @@
+// Package approval holds approvald's domain vocabulary: approvals, decisions, executions, the
+// audit trail, tokens, the idempotency records that make creates safe to retry, and the one
+// error type every layer speaks. It imports neither database/sql nor net/http; the stores
+// (sqlite, postgres), the HTTP layer (httpapi) and the workers build on it, and cmd/approvald
+// wires them together.
+package approval
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+)
+
+// Status is the lifecycle state of an approval. Pending is the only non-terminal state.
+type Status string
+
+// The approval statuses. An approval leaves StatusPending exactly once.
+const (
+	StatusPending   Status = "pending"
+	StatusApproved  Status = "approved"
+	StatusRejected  Status = "rejected"
+	StatusExpired   Status = "expired"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether s is a final status.
+func (s Status) Terminal() bool { return s != StatusPending }
+
+// Valid reports whether s is one of the known statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusApproved, StatusRejected, StatusExpired, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Verdict is one approver's vote.
+type Verdict string
+
+// The two verdicts. Any single rejection is final.
+const (
+	VerdictApprove Verdict = "approve"
+	VerdictReject  Verdict = "reject"
+)
+
+// Valid reports whether v is a known verdict.
+func (v Verdict) Valid() bool { return v == VerdictApprove || v == VerdictReject }
+
+// Approval is a request for a human decision in front of one business operation.
+type Approval struct {
+	ID                string          `json:"id"`
+	OperationKey      string          `json:"operation_key"`
+	Action            string          `json:"action"`
+	Title             string          `json:"title"`
+	Context           json.RawMessage `json:"context"`
+	Requester         string          `json:"requester"`
+	Approvers         []string        `json:"approvers"`
+	RequiredApprovals int             `json:"required_approvals"`
+	Status            Status          `json:"status"`
+	Decisions         []Decision      `json:"decisions"`
+	DecidedAt         *time.Time      `json:"decided_at"`
+	ExpiresAt         time.Time       `json:"expires_at"`
+	CreatedAt         time.Time       `json:"created_at"`
+	Version           int64           `json:"version"`
+	Execution         *Execution      `json:"execution"`
+
+	// Fingerprint identifies the create request that made the approval (see Fingerprint).
+	// It is kept for ever so that a retry after the response record has been purged can
+	// still be told apart from a different request under the same key.
+	Fingerprint string `json:"-"`
+}
+
+// IsApprover reports whether subject is listed as an approver.
+func (a *Approval) IsApprover(subject string) bool { return slices.Contains(a.Approvers, subject) }
+
+// VisibleTo reports whether a requester- or approver-role subject may read a.
+func (a *Approval) VisibleTo(subject string) bool {
+	return a.Requester == subject || a.IsApprover(subject)
+}
+
+// DecisionBy returns the decision subject made, if any.
+func (a *Approval) DecisionBy(subject string) (Decision, bool) {
+	for _, d := range a.Decisions {
+		if d.Approver == subject {
+			return d, true
+		}
+	}
+	return Decision{}, false
+}
+
+// Approvals counts the distinct approvers who voted approve.
+func (a *Approval) Approvals() int {
+	n := 0
+	for _, d := range a.Decisions {
+		if d.Verdict == VerdictApprove {
+			n++
+		}
+	}
+	return n
+}
+
+// Decision is one approver's recorded vote. An approver votes at most once per approval.
+type Decision struct {
+	Approver string    `json:"approver"`
+	Verdict  Verdict   `json:"verdict"`
+	Comment  string    `json:"comment"`
+	At       time.Time `json:"at"`
+}
+
+// ExecutionStatus is the state of carrying out an approved action.
+type ExecutionStatus string
+
+// The execution statuses. NotConfigured is shown for actions that have no target.
+const (
+	ExecutionQueued        ExecutionStatus = "queued"
+	ExecutionRunning       ExecutionStatus = "running"
+	ExecutionSucceeded     ExecutionStatus = "succeeded"
+	ExecutionFailed        ExecutionStatus = "failed"
+	ExecutionNeedsReview   ExecutionStatus = "needs_review"
+	ExecutionCancelled     ExecutionStatus = "cancelled"
+	ExecutionNotConfigured ExecutionStatus = "not_configured"
+)
+
+// Execution is the record of carrying out an approved action, separate from the approval.
+type Execution struct {
+	ID        string          `json:"id,omitempty"`
+	Status    ExecutionStatus `json:"status"`
+	Attempts  int             `json:"attempts"`
+	LastError string          `json:"last_error"`
+	Result    json.RawMessage `json:"result"`
+	UpdatedAt *time.Time      `json:"updated_at"`
+}
+
+// Timestamps are kept to the microsecond: both stores hold that precision, so a value
+// read back equals the value written.
+const Precision = time.Microsecond
+
+// Now returns the current time at store precision, in UTC.
+func Now() time.Time { return time.Now().UTC().Truncate(Precision) }

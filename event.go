@@ -1,0 +1,56 @@
+package approval
+
+import "time"
+
+// Event is one entry of an approval's audit trail. Every change of an approval (and later of
+// its execution) appends one, in the same transaction as the change, naming its cause.
+type Event struct {
+	Seq        int64     `json:"seq"` // 1, 2, 3 ... per approval
+	ApprovalID string    `json:"-"`
+	Type       string    `json:"type"`
+	At         time.Time `json:"at"`
+	Actor      string    `json:"actor"`
+	Cause      Cause     `json:"cause"`
+	// Detail carries what the transition changed, e.g. the verdict and comment of a vote.
+	Detail map[string]any `json:"detail,omitempty"`
+}
+
+// The event types of the approval lifecycle.
+const (
+	EventCreated   = "approval.created"
+	EventVoted     = "approval.voted"
+	EventApproved  = "approval.approved"
+	EventRejected  = "approval.rejected"
+	EventExpired   = "approval.expired"
+	EventCancelled = "approval.cancelled"
+)
+
+// CauseKind names what made a transition happen.
+type CauseKind string
+
+// The cause kinds of DESIGN.md.
+const (
+	CauseHTTP     CauseKind = "http"
+	CauseInbox    CauseKind = "inbox"
+	CauseWorker   CauseKind = "worker"
+	CauseOperator CauseKind = "operator"
+	CauseSweeper  CauseKind = "sweeper"
+)
+
+// Cause explains a transition: the HTTP request id, the inbox event, the operator, the
+// worker attempt. Fields that do not apply are empty.
+type Cause struct {
+	Kind      CauseKind `json:"kind"`
+	RequestID string    `json:"request_id,omitempty"`
+	Source    string    `json:"source,omitempty"`   // inbox source name
+	EventID   string    `json:"event_id,omitempty"` // provider's event id
+	Operator  string    `json:"operator,omitempty"`
+	Attempt   int       `json:"attempt,omitempty"`
+	Note      string    `json:"note,omitempty"`
+}
+
+// HTTPCause is the cause of a change made by an API request.
+func HTTPCause(requestID string) Cause { return Cause{Kind: CauseHTTP, RequestID: requestID} }
+
+// SweeperCause is the cause of a change made by the sweeper.
+func SweeperCause() Cause { return Cause{Kind: CauseSweeper} }

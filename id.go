@@ -1,0 +1,26 @@
+package approval
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"strings"
+	"time"
+)
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// NewID returns a new opaque id with the given prefix ("apr", "exe", ...): 48 bits of
+// millisecond time, so ids sort roughly by creation, then 80 random bits.
+func NewID(prefix string) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	if _, err := rand.Read(b[6:]); err != nil {
+		panic(err)
+	}
+	var sb strings.Builder
+	sb.WriteString(prefix)
+	sb.WriteByte('_')
+	sb.WriteString(idEncoding.EncodeToString(b[:]))
+	return sb.String()
+}

@@ -1,0 +1,92 @@
+package approval
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// IdempotencyClaim asks the store to start (or take over) the operation named by an
+// Idempotency-Key. Keys are scoped per requester.
+type IdempotencyClaim struct {
+	Requester   string
+	Key         string
+	Fingerprint string
+	// Lease is how long the claim stays in flight before a retry may take it over.
+	Lease time.Duration
+}
+
+// ClaimOutcome says what BeginIdempotent found.
+type ClaimOutcome int
+
+// The outcomes of BeginIdempotent that are not errors. A different request under the same key
+// is an EMISMATCH error; a claim still in flight is an ECONFLICT error with RetryAfter set.
+const (
+	// Claimed: the caller owns the operation and must finish it with CreateApproval (or give
+	// it back with ReleaseIdempotent). Token fences the claim.
+	Claimed ClaimOutcome = iota + 1
+	// Replayed: the operation completed; Response is the stored response to repeat exactly.
+	Replayed
+	// Existing: the response record was purged after its retention period, but the approval
+	// made under this key and fingerprint still exists; Approval is its current state.
+	Existing
+)
+
+// ClaimResult is the non-error answer of BeginIdempotent.
+type ClaimResult struct {
+	Outcome  ClaimOutcome
+	Token    string          // Claimed
+	Response *StoredResponse // Replayed
+	Approval *Approval       // Existing
+}
+
+// StoredResponse is a response kept so that a retry can be answered byte for byte.
+type StoredResponse struct {
+	StatusCode int
+	Location   string
+	Body       []byte
+}
+
+// Fingerprint identifies a create request: the requester, method, path and the body parsed as
+// JSON, so that key order and white space do not matter. It returns an EINVALID error if the
+// body is not JSON.
+func Fingerprint(requester, method, path string, body []byte) (string, error) {
+	canon, err := CanonicalJSON(body)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(requester), []byte(method), []byte(path), canon} {
+		// Length-prefix each part so that no two different tuples hash alike.
+		var n [8]byte
+		for i, l := 0, uint64(len(part)); i < 8; i++ {
+			n[i] = byte(l >> (56 - 8*i))
+		}
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// CanonicalJSON re-encodes a JSON document with object keys sorted and insignificant white
+// space removed. Numbers keep their literal text.
+func CanonicalJSON(body []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, Errorf(EINVALID, "body is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, Errorf(EINVALID, "body has data after the JSON value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // encoding/json sorts map keys
+		return nil, Errorf(EINVALID, "body cannot be re-encoded: %v", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}

@@ -1,0 +1,156 @@
+// Package testdb opens real stores for tests: a SQLite file in a temporary directory, and a
+// PostgreSQL schema of its own on the server named by APPROVALD_TEST_POSTGRES. Every test that
+// is not about one store runs on both through Each.
+//
+// When APPROVALD_TEST_POSTGRES is unset the PostgreSQL cases are skipped, unless
+// APPROVALD_REQUIRE_POSTGRES=1 (set by the project's test command), in which case they fail:
+// the PostgreSQL suite must never be skipped silently in CI.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/postgres"
+	"github.com/approvald/approval/sqlite"
+)
+
+// Kinds of store.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+// Each runs fn as a subtest once per store kind ("sqlite", "postgres").
+func Each(t *testing.T, fn func(t *testing.T, kind string)) {
+	t.Helper()
+	for _, kind := range []string{SQLite, Postgres} {
+		t.Run(kind, func(t *testing.T) {
+			if kind == Postgres {
+				PostgresURL(t) // skip or fail early, before fn does any set-up
+			}
+			fn(t, kind)
+		})
+	}
+}
+
+// Open returns a new, migrated, empty store of the given kind whose clock is now (time.Now
+// when nil). It is closed, and its PostgreSQL schema dropped, when the test ends.
+func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
+	tb.Helper()
+	dsn := DSN(tb, kind)
+	ctx := context.Background()
+	switch kind {
+	case SQLite:
+		s, err := sqlite.Open(ctx, dsn)
+		if err != nil {
+			tb.Fatalf("open sqlite: %v", err)
+		}
+		if now != nil {
+			s.Now = now
+		}
+		if err := s.Migrate(ctx); err != nil {
+			tb.Fatalf("migrate sqlite: %v", err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		return s
+	case Postgres:
+		s, err := postgres.Open(ctx, dsn)
+		if err != nil {
+			tb.Fatalf("open postgres: %v", err)
+		}
+		if now != nil {
+			s.Now = now
+		}
+		if err := s.Migrate(ctx); err != nil {
+			tb.Fatalf("migrate postgres: %v", err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		return s
+	}
+	tb.Fatalf("unknown store kind %q", kind)
+	return nil
+}
+
+// DSN returns a database URL for a new, empty database of the given kind: a file in a
+// temporary directory for SQLite, a fresh schema (dropped when the test ends) for PostgreSQL.
+// Use it for tests that open the database themselves, such as the real binary.
+func DSN(tb testing.TB, kind string) string {
+	tb.Helper()
+	switch kind {
+	case SQLite:
+		return "file:" + filepath.Join(tb.TempDir(), "approvald.db")
+	case Postgres:
+		return freshSchema(tb, PostgresURL(tb))
+	}
+	tb.Fatalf("unknown store kind %q", kind)
+	return ""
+}
+
+// PostgresURL returns APPROVALD_TEST_POSTGRES, skipping the test when it is unset, or failing
+// it when APPROVALD_REQUIRE_POSTGRES=1.
+func PostgresURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("APPROVALD_TEST_POSTGRES")
+	if u == "" {
+		if os.Getenv("APPROVALD_REQUIRE_POSTGRES") == "1" {
+			tb.Fatal("APPROVALD_TEST_POSTGRES is unset but APPROVALD_REQUIRE_POSTGRES=1: the PostgreSQL suite must run")
+		}
+		tb.Skip("APPROVALD_TEST_POSTGRES is unset; skipping PostgreSQL (make test sets it)")
+	}
+	return u
+}
+
+// freshSchema creates a schema with a random name and returns base with search_path set to it.
+func freshSchema(tb testing.TB, base string) string {
+	tb.Helper()
+	ctx := context.Background()
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "t_" + hex.EncodeToString(b[:])
+	conn, err := pgx.Connect(ctx, base)
+	if err != nil {
+		tb.Fatalf("connect to postgres %s: %v", redact(base), err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		tb.Fatalf("create schema: %v", err)
+	}
+	tb.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			tb.Errorf("connect to drop schema: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("parse postgres url: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return p.Redacted()
+}
+

@@ -1,0 +1,129 @@
+package approval
+
+import (
+	"context"
+	"time"
+)
+
+// Store is approvald's durable state. Two implementations exist, sqlite.Store and
+// postgres.Store, and both pass the conformance suite in storetest. Every method is one
+// transaction. No correctness rests on process memory: any number of processes may share one
+// PostgreSQL database.
+//
+// Time: each store has a clock (its Now field, time.Now by default) and every method reads it
+// once at the start of its transaction; all comparisons with expires_at and lease times use
+// that value, never the database's own clock, so tests can move time.
+type Store interface {
+	// BeginIdempotent starts or resumes the create named by (c.Requester, c.Key):
+	//   - no record and no approval under the key: insert an in-flight record with a new fencing
+	//     token and lease expiry now+c.Lease; Claimed.
+	//   - a record with another fingerprint, or (record purged) an approval under the key with
+	//     another fingerprint: EMISMATCH.
+	//   - a completed record: Replayed with its stored response.
+	//   - an in-flight record whose lease has not expired: ECONFLICT with RetryAfter = time
+	//     left on the lease (at least one second).
+	//   - an in-flight record whose lease has expired: take it over with a new token and
+	//     lease (a conditional update, so only one of several racing retries wins; the losers
+	//     get ECONFLICT); Claimed.
+	//   - no record, but an approval under the key with this fingerprint (the record was
+	//     purged): Existing with the approval's current state.
+	BeginIdempotent(ctx context.Context, c IdempotencyClaim) (ClaimResult, error)
+
+	// CreateApproval inserts a (ID, Version 1, Status pending, CreatedAt, ExpiresAt,
+	// OperationKey = key and Fingerprint filled in by the caller), its approvers, an
+	// EventCreated event (seq 1, actor = requester, cause) and completes the idempotency record
+	// with resp and a retention expiry of now+retain, all in one transaction, but only while
+	// the claim's token is still the record's token and the record is in flight (ECONFLICT
+	// otherwise: the lease was lost to a retry). The approval's (requester, operation_key) is
+	// unique for ever.
+	CreateApproval(ctx context.Context, a *Approval, claim ClaimResult, resp StoredResponse, retain time.Duration, cause Cause) error
+
+	// ReleaseIdempotent deletes an in-flight record still holding claim's token, so that a
+	// create that failed without committing can be retried at once. It is a no-op otherwise.
+	ReleaseIdempotent(ctx context.Context, requester, key string, claim ClaimResult) error
+
+	// Approval returns one approval with its decisions (oldest first) and execution, or
+	// ENOTFOUND.
+	Approval(ctx context.Context, id string) (*Approval, error)
+
+	// Approvals lists approvals newest first (created_at, then id, descending) matching f, and
+	// the cursor of the next page ("" on the last page).
+	Approvals(ctx context.Context, f ApprovalFilter) ([]*Approval, string, error)
+
+	// Decide records one approver's vote through one conditional write. In order:
+	//   - ENOTFOUND if the approval does not exist;
+	//   - EFORBIDDEN if d.Approver is not an approver, or is the requester voting approve;
+	//   - if d.Approver already voted: the same verdict returns the current approval with no
+	//     change (a repeat); the other verdict is ECONFLICT carrying the current approval;
+	//   - ECONFLICT carrying the current approval if it is no longer pending;
+	//   - if expires_at <= now: the approval is moved to expired (with its event) in this
+	//     transaction and ECONFLICT carrying it is returned;
+	//   - otherwise the vote is stored, version+1, an EventVoted event appended; a reject
+	//     makes the approval rejected, and the approvals reaching required_approvals make it
+	//     approved (decided_at = now, with EventRejected/EventApproved). The status change is
+	//     `UPDATE ... WHERE status = 'pending' AND expires_at > now`.
+	Decide(ctx context.Context, d DecideRequest) (*Approval, error)
+
+	// Cancel moves a pending approval to cancelled (version+1, decided_at = now,
+	// EventCancelled with actor and cause). ENOTFOUND if missing; ECONFLICT carrying the
+	// current approval if it is already terminal (including past expires_at, which is
+	// expired as in Decide). Permission checks belong to the caller.
+	Cancel(ctx context.Context, id, actor string, cause Cause) (*Approval, error)
+
+	// ExpireDue moves up to limit pending approvals with expires_at <= now to expired, each
+	// with an EventExpired (actor "system", cause sweeper), and returns how many it moved.
+	// Safe to run concurrently from every replica.
+	ExpireDue(ctx context.Context, limit int) (int, error)
+
+	// PurgeResponses deletes up to limit completed idempotency records whose retention has
+	// ended, and in-flight records whose lease ended more than grace ago, returning the count.
+	// The approvals keep their operation key and fingerprint.
+	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
+
+	// ApprovalCounts returns how many approvals are in each status (for /metrics).
+	ApprovalCounts(ctx context.Context) (map[Status]int, error)
+
+	// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
+	Events(ctx context.Context, approvalID string) ([]Event, error)
+
+	// CreateToken stores a token record.
+	CreateToken(ctx context.Context, t Token) error
+	// TokenByHash finds the token with the given hash, or ENOTFOUND.
+	TokenByHash(ctx context.Context, hash []byte) (*Token, error)
+	// Bootstrap stores t only if no token was ever bootstrapped on this database, and reports
+	// whether it did. Of several processes starting at once on a new database exactly one
+	// gets true.
+	Bootstrap(ctx context.Context, t Token) (bool, error)
+
+	// Ping checks that the database answers. A database that cannot be reached is reported,
+	// by this and every other method, as an EUNAVAILABLE error (503), never as success.
+	Ping(ctx context.Context) error
+	// Close releases the store's connections.
+	Close() error
+}
+
+// ApprovalFilter selects approvals for Approvals.
+type ApprovalFilter struct {
+	Status   Status // "" for any
+	Approver string // "" for any: approvals listing this approver
+	// VisibleTo, when set, keeps only approvals whose requester is VisibleTo or which list
+	// VisibleTo as an approver.
+	VisibleTo string
+	Limit     int    // 1..MaxPageSize; 0 means DefaultPageSize
+	Cursor    string // from a previous page; a malformed cursor is EINVALID
+}
+
+// Page sizes of Approvals.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 200
+)
+
+// DecideRequest is one approver's vote.
+type DecideRequest struct {
+	ApprovalID string
+	Approver   string
+	Verdict    Verdict
+	Comment    string
+	Cause      Cause
+}
