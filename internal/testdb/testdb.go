@@ -153,4 +153,3 @@ func redact(u string) string {
 	}
 	return p.Redacted()
 }
-
