@@ -1,0 +1,166 @@
+package approval
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// CreateRequest is the body of a create (POST /v1/approvals). Optional fields are pointers or
+// raw JSON so that an absent field can be told apart from a zero value.
+type CreateRequest struct {
+	Action            string          `json:"action"`
+	Title             string          `json:"title"`
+	Context           json.RawMessage `json:"context,omitempty"`
+	Approvers         []string        `json:"approvers"`
+	RequiredApprovals *int            `json:"required_approvals,omitempty"`
+	ExpiresIn         *string         `json:"expires_in,omitempty"`
+}
+
+// Limits of a create request.
+const (
+	MaxActionLength  = 100 // characters
+	MaxTitleLength   = 200 // characters
+	MaxApprovers     = 50
+	MaxContextDepth  = 32 // nesting levels, the context object itself being the first
+	DefaultExpiresIn = 24 * time.Hour
+	MaxExpiresIn     = 90 * 24 * time.Hour
+	DefaultRequired  = 1
+)
+
+// NewApproval validates req and returns the pending approval it asks for, made by requester
+// under the operation key with the request's fingerprint, created at now. Every violation is an
+// EINVALID error whose message names the field and the rule. A JSON null in an optional field
+// counts as absent.
+func NewApproval(req CreateRequest, requester, key, fingerprint string, now time.Time) (*Approval, error) {
+	if err := validateText("action", req.Action, MaxActionLength); err != nil {
+		return nil, err
+	}
+	if err := validateText("title", req.Title, MaxTitleLength); err != nil {
+		return nil, err
+	}
+
+	if len(req.Approvers) == 0 {
+		return nil, Errorf(EINVALID, "approvers is required: list 1 to %d approver names", MaxApprovers)
+	} else if len(req.Approvers) > MaxApprovers {
+		return nil, Errorf(EINVALID, "approvers has %d names; at most %d are allowed", len(req.Approvers), MaxApprovers)
+	}
+	seen := make(map[string]bool, len(req.Approvers))
+	for i, name := range req.Approvers {
+		if strings.TrimSpace(name) == "" {
+			return nil, Errorf(EINVALID, "approvers[%d] is empty; each approver must be a name", i)
+		} else if seen[name] {
+			return nil, Errorf(EINVALID, "approvers[%d] %q is listed twice; approvers must be distinct", i, name)
+		}
+		seen[name] = true
+	}
+
+	required := DefaultRequired
+	if req.RequiredApprovals != nil {
+		required = *req.RequiredApprovals
+	}
+	if required < 1 || required > len(req.Approvers) {
+		return nil, Errorf(EINVALID, "required_approvals is %d; it must be between 1 and the number of approvers (%d)", required, len(req.Approvers))
+	}
+
+	expiresIn := DefaultExpiresIn
+	if req.ExpiresIn != nil {
+		d, err := time.ParseDuration(*req.ExpiresIn)
+		if err != nil {
+			return nil, Errorf(EINVALID, "expires_in %q is not a duration such as \"24h\" or \"90m\"", *req.ExpiresIn)
+		}
+		if d <= 0 || d > MaxExpiresIn {
+			return nil, Errorf(EINVALID, "expires_in %s is out of range; it must be more than 0 and at most %s (90 days)", d, MaxExpiresIn)
+		}
+		expiresIn = d
+	}
+
+	ctx, err := normalizeContext(req.Context)
+	if err != nil {
+		return nil, err
+	}
+
+	now = now.UTC().Truncate(Precision)
+	return &Approval{
+		ID:                NewID("apr"),
+		OperationKey:      key,
+		Action:            req.Action,
+		Title:             req.Title,
+		Context:           ctx,
+		Requester:         requester,
+		Approvers:         append([]string(nil), req.Approvers...),
+		RequiredApprovals: required,
+		Status:            StatusPending,
+		Decisions:         []Decision{},
+		ExpiresAt:         now.Add(expiresIn).Truncate(Precision),
+		CreatedAt:         now,
+		Version:           1,
+		Fingerprint:       fingerprint,
+	}, nil
+}
+
+// validateText checks a required single-line string field, counting characters (runes), not
+// bytes, so that titles in any script get the same allowance.
+func validateText(field, s string, max int) error {
+	if s == "" {
+		return Errorf(EINVALID, "%s is required", field)
+	} else if !utf8.ValidString(s) {
+		return Errorf(EINVALID, "%s is not valid UTF-8", field)
+	} else if strings.TrimSpace(s) == "" {
+		return Errorf(EINVALID, "%s is blank", field)
+	} else if n := utf8.RuneCountInString(s); n > max {
+		return Errorf(EINVALID, "%s has %d characters; at most %d are allowed", field, n, max)
+	}
+	return nil
+}
+
+// normalizeContext returns the context as compact JSON: {} when absent or null, otherwise it
+// must be a JSON object nested at most MaxContextDepth levels deep. The depth limit keeps
+// hostile documents from costing stack and time in every later reader (stores, clients).
+func normalizeContext(raw json.RawMessage) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return json.RawMessage("{}"), nil
+	}
+	if raw[0] != '{' {
+		return nil, Errorf(EINVALID, "context must be a JSON object")
+	}
+	if !json.Valid(raw) {
+		return nil, Errorf(EINVALID, "context is not valid JSON")
+	}
+	if depth := jsonDepth(raw); depth > MaxContextDepth {
+		return nil, Errorf(EINVALID, "context is nested %d levels deep; at most %d are allowed", depth, MaxContextDepth)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, Errorf(EINVALID, "context is not valid JSON: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// jsonDepth returns the deepest nesting of objects and arrays in a valid JSON document.
+func jsonDepth(doc []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range doc {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			deepest = max(deepest, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
+}
