@@ -1,0 +1,105 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Defaults used when the corresponding Sweeper field is zero.
+const (
+	DefaultSweepInterval = time.Second
+	DefaultSweepBatch    = 100
+)
+
+// Sweeper moves overdue approvals to expired and purges idempotency records whose retention
+// or lease has ended. Every replica runs one: the store's conditional writes make concurrent
+// sweeps safe, so an approval is expired exactly once however many sweepers race for it.
+type Sweeper struct {
+	Store  approval.Store
+	Logger *slog.Logger // slog.Default() when nil
+
+	// Interval is the time between passes (DefaultSweepInterval when zero).
+	Interval time.Duration
+	// Batch bounds the rows one store call touches, so that no transaction holds locks for
+	// long on a large backlog (DefaultSweepBatch when zero).
+	Batch int
+	// Grace is how long an abandoned in-flight idempotency record is kept after its lease
+	// ended; until then a retry takes the record over instead of starting afresh.
+	Grace time.Duration
+}
+
+// Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
+// pass is logged and the next one tried: a database that is down for a while must not stop
+// the sweeper for good. Run returns an error only when the Sweeper is misconfigured.
+func (s *Sweeper) Run(ctx context.Context) error {
+	if s.Store == nil {
+		return errors.New("sweeper: no store")
+	} else if s.Interval < 0 || s.Batch < 0 || s.Grace < 0 {
+		return fmt.Errorf("sweeper: negative interval %s, batch %d or grace %s", s.Interval, s.Batch, s.Grace)
+	}
+	interval := s.Interval
+	if interval == 0 {
+		interval = DefaultSweepInterval
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.logger().ErrorContext(ctx, "sweep failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Sweep makes one pass: it expires due approvals, then purges idempotency records, each in
+// batches until a batch comes back short. A failure of one does not skip the other.
+func (s *Sweeper) Sweep(ctx context.Context) error {
+	batch := s.Batch
+	if batch == 0 {
+		batch = DefaultSweepBatch
+	}
+	expired, expireErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
+		return s.Store.ExpireDue(ctx, batch)
+	})
+	if expireErr != nil {
+		expireErr = fmt.Errorf("expire due approvals: %w", expireErr)
+	}
+	purged, purgeErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
+		return s.Store.PurgeResponses(ctx, s.Grace, batch)
+	})
+	if purgeErr != nil {
+		purgeErr = fmt.Errorf("purge idempotency records: %w", purgeErr)
+	}
+	if expired > 0 || purged > 0 {
+		s.logger().InfoContext(ctx, "swept", "expired", expired, "purged", purged)
+	}
+	return errors.Join(expireErr, purgeErr)
+}
+
+func (s *Sweeper) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
+}
+
+// drain calls step until it moves fewer than batch rows, and returns the total moved.
+func drain(ctx context.Context, batch int, step func(context.Context) (int, error)) (int, error) {
+	total := 0
+	for {
+		n, err := step(ctx)
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
