@@ -1,0 +1,586 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/approvald/approval"
+)
+
+// CreateApproval inserts a new approval, its approvers and its EventCreated event, and
+// completes the caller's idempotency record with resp, all in one transaction and only while
+// claim still holds the record.
+func (s *Store) CreateApproval(ctx context.Context, a *approval.Approval, claim approval.ClaimResult, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	// Lock the record so that a takeover cannot slip in between this check and the commit.
+	var token, state string
+	err = tx.QueryRow(ctx, `
+		SELECT token, state FROM idempotency_records
+		WHERE requester = $1 AND key = $2
+		FOR UPDATE`, a.Requester, a.OperationKey).Scan(&token, &state)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (token != claim.Token || state != stateInFlight)) {
+		return approval.Errorf(approval.ECONFLICT, "the idempotency lease on %q was lost to a retry", a.OperationKey)
+	} else if err != nil {
+		return translate("lock idempotency record", err)
+	}
+
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
+			required_approvals, status, decided_at, expires_at, created_at, version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		a.ID, a.Requester, a.OperationKey, a.Fingerprint, a.Action, a.Title, []byte(a.Context),
+		a.RequiredApprovals, string(a.Status), a.DecidedAt, a.ExpiresAt, a.CreatedAt, a.Version,
+	); uniqueViolation(err, "approvals_operation_key_unique") {
+		return approval.Errorf(approval.ECONFLICT, "an approval already exists for operation key %q", a.OperationKey)
+	} else if err != nil {
+		return translate("insert approval", err)
+	}
+
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO approval_approvers (approval_id, position, approver)
+		SELECT $1, x.position, x.approver
+		FROM unnest($2::text[]) WITH ORDINALITY AS x(approver, position)`,
+		a.ID, a.Approvers,
+	); uniqueViolation(err, "approval_approvers_unique") {
+		return approval.Errorf(approval.EINVALID, "an approver is listed twice")
+	} else if err != nil {
+		return translate("insert approvers", err)
+	}
+
+	if _, err := tx.appendEvent(ctx, a.ID, approval.EventCreated, a.Requester, cause, nil); err != nil {
+		return err
+	}
+
+	if _, err := tx.Exec(ctx, `
+		UPDATE idempotency_records
+		SET state = 'completed', response_status = $4, response_location = $5, response_body = $6,
+			retain_until = $7
+		WHERE requester = $1 AND key = $2 AND token = $3`,
+		a.Requester, a.OperationKey, claim.Token, resp.StatusCode, resp.Location, resp.Body, tx.now.Add(retain),
+	); err != nil {
+		return translate("complete idempotency record", err)
+	}
+	return tx.commit(ctx, "commit approval")
+}
+
+// Approval returns one approval with its approvers and decisions, or ENOTFOUND.
+func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	a, err := tx.approval(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	return a, tx.commit(ctx, "commit read approval")
+}
+
+// Approvals lists approvals newest first. The page's approvers and decisions are loaded with
+// one query each, whatever the page size.
+func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
+	limit := f.Limit
+	switch {
+	case limit == 0:
+		limit = approval.DefaultPageSize
+	case limit < 0 || limit > approval.MaxPageSize:
+		return nil, "", approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, "", approval.Errorf(approval.EINVALID, "unknown status %q", f.Status)
+	}
+
+	// The filter is built from fixed fragments; only values travel as parameters.
+	var where []string
+	var args []any
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.Status != "" {
+		where = append(where, "a.status = "+param(string(f.Status)))
+	}
+	if f.Approver != "" {
+		where = append(where, "EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = "+param(f.Approver)+")")
+	}
+	if f.VisibleTo != "" {
+		v := param(f.VisibleTo)
+		where = append(where, "(a.requester = "+v+" OR EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = "+v+"))")
+	}
+	if f.Cursor != "" {
+		at, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, "(a.created_at, a.id) < ("+param(at)+", "+param(id)+")")
+	}
+	sql := `SELECT ` + approvalColumns + ` FROM approvals a`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	// One row more than the page tells whether there is a next page.
+	sql += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ` + param(limit+1)
+
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer tx.Rollback(ctx)
+
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", translate("list approvals", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
+		return scanApproval(row)
+	})
+	if err != nil {
+		return nil, "", translate("list approvals", err)
+	}
+	var next string
+	if len(list) > limit {
+		list = list[:limit]
+		last := list[limit-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
+	}
+	if err := tx.loadDetails(ctx, list); err != nil {
+		return nil, "", err
+	}
+	if err := tx.commit(ctx, "commit list approvals"); err != nil {
+		return nil, "", err
+	}
+	return list, next, nil
+}
+
+// Decide records one approver's vote. The approval's row lock orders it against every other
+// vote, cancel and expiry of the same approval, and the status change itself is the
+// conditional write of invariant 1.
+func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval.Approval, error) {
+	if !d.Verdict.Valid() {
+		return nil, approval.Errorf(approval.EINVALID, "unknown verdict %q", d.Verdict)
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	a, err := tx.approval(ctx, d.ApprovalID, true)
+	if err != nil {
+		return nil, err
+	}
+	if !a.IsApprover(d.Approver) {
+		return nil, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver)
+	}
+	if d.Approver == a.Requester && d.Verdict == approval.VerdictApprove {
+		return nil, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request")
+	}
+	if prev, ok := a.DecisionBy(d.Approver); ok {
+		if prev.Verdict == d.Verdict {
+			return a, nil // a repeat of the same vote changes nothing
+		}
+		return nil, conflict(a, "%s already voted %s", d.Approver, prev.Verdict)
+	}
+	if a.Status.Terminal() {
+		return nil, conflict(a, "the approval is already %s", a.Status)
+	}
+	if !a.ExpiresAt.After(tx.now) {
+		return nil, tx.expireAndCommit(ctx, a, d.Cause)
+	}
+
+	seq, err := tx.appendEvent(ctx, a.ID, approval.EventVoted, d.Approver, d.Cause,
+		map[string]any{"verdict": d.Verdict, "comment": d.Comment})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
+		VALUES ($1, $2, $3, $4, $5, $6)`,
+		a.ID, d.Approver, string(d.Verdict), d.Comment, tx.now, seq,
+	); err != nil {
+		return nil, translate("insert decision", err)
+	}
+	a.Decisions = append(a.Decisions, approval.Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: tx.now})
+
+	status, event := approval.StatusPending, ""
+	switch {
+	case d.Verdict == approval.VerdictReject:
+		status, event = approval.StatusRejected, approval.EventRejected
+	case a.Approvals() >= a.RequiredApprovals:
+		status, event = approval.StatusApproved, approval.EventApproved
+	}
+	var decidedAt *time.Time
+	if status.Terminal() {
+		now := tx.now
+		decidedAt = &now
+	}
+	if err := tx.transition(ctx, a, status, decidedAt); err != nil {
+		return nil, err
+	}
+	if event != "" {
+		if _, err := tx.appendEvent(ctx, a.ID, event, d.Approver, d.Cause, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.commit(ctx, "commit decision"); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Cancel moves a pending approval to cancelled.
+func (s *Store) Cancel(ctx context.Context, id, actor string, cause approval.Cause) (*approval.Approval, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	a, err := tx.approval(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	if a.Status.Terminal() {
+		return nil, conflict(a, "the approval is already %s", a.Status)
+	}
+	if !a.ExpiresAt.After(tx.now) {
+		return nil, tx.expireAndCommit(ctx, a, cause)
+	}
+	now := tx.now
+	if err := tx.transition(ctx, a, approval.StatusCancelled, &now); err != nil {
+		return nil, err
+	}
+	if _, err := tx.appendEvent(ctx, a.ID, approval.EventCancelled, actor, cause, nil); err != nil {
+		return nil, err
+	}
+	if err := tx.commit(ctx, "commit cancel"); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// ExpireDue expires up to limit due pending approvals in one statement. SKIP LOCKED lets
+// several replicas sweep at once without waiting on each other or on a vote in progress
+// (which expires the approval itself if it is due), and the events are inserted from the
+// UPDATE's RETURNING, so each approval expired gets exactly one EventExpired.
+func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be positive")
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+
+	cause, err := json.Marshal(approval.SweeperCause())
+	if err != nil {
+		return 0, fmt.Errorf("encode sweeper cause: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `
+		WITH due AS (
+			SELECT id FROM approvals
+			WHERE status = 'pending' AND expires_at <= $1
+			ORDER BY expires_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		), expired AS (
+			UPDATE approvals a
+			SET status = 'expired', version = a.version + 1, decided_at = $1
+			FROM due
+			WHERE a.id = due.id AND a.status = 'pending' AND a.expires_at <= $1
+			RETURNING a.id
+		)
+		INSERT INTO events (approval_id, seq, type, at, actor, cause)
+		SELECT expired.id,
+			COALESCE((SELECT max(e.seq) FROM events e WHERE e.approval_id = expired.id), 0) + 1,
+			$3::text, $1::timestamptz, $4::text, $5::jsonb
+		FROM expired`,
+		tx.now, limit, approval.EventExpired, systemActor, cause)
+	if err != nil {
+		return 0, translate("expire due approvals", err)
+	}
+	if err := tx.commit(ctx, "commit expiry"); err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ApprovalCounts returns how many approvals are in each status, with every known status
+// present (zero when none) so that a metrics gauge falls back to zero.
+func (s *Store) ApprovalCounts(ctx context.Context) (map[approval.Status]int, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	rows, err := tx.Query(ctx, `SELECT status, count(*) FROM approvals GROUP BY status`)
+	if err != nil {
+		return nil, translate("count approvals", err)
+	}
+	counts := map[approval.Status]int{
+		approval.StatusPending: 0, approval.StatusApproved: 0, approval.StatusRejected: 0,
+		approval.StatusExpired: 0, approval.StatusCancelled: 0,
+	}
+	var status string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		counts[approval.Status(status)] = n
+		return nil
+	}); err != nil {
+		return nil, translate("count approvals", err)
+	}
+	return counts, tx.commit(ctx, "commit count approvals")
+}
+
+// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
+func (s *Store) Events(ctx context.Context, approvalID string) ([]approval.Event, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approvals WHERE id = $1)`, approvalID).Scan(&exists); err != nil {
+		return nil, translate("find approval", err)
+	}
+	if !exists {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", approvalID)
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT seq, type, at, actor, cause, detail FROM events
+		WHERE approval_id = $1 ORDER BY seq`, approvalID)
+	if err != nil {
+		return nil, translate("list events", err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (approval.Event, error) {
+		e := approval.Event{ApprovalID: approvalID}
+		var cause, detail []byte
+		if err := row.Scan(&e.Seq, &e.Type, &e.At, &e.Actor, &cause, &detail); err != nil {
+			return e, err
+		}
+		e.At = e.At.UTC()
+		if err := json.Unmarshal(cause, &e.Cause); err != nil {
+			return e, fmt.Errorf("decode cause of event %d: %w", e.Seq, err)
+		}
+		if detail != nil {
+			if err := json.Unmarshal(detail, &e.Detail); err != nil {
+				return e, fmt.Errorf("decode detail of event %d: %w", e.Seq, err)
+			}
+		}
+		return e, nil
+	})
+	if err != nil {
+		return nil, translate("list events", err)
+	}
+	return events, tx.commit(ctx, "commit list events")
+}
+
+// systemActor is the actor of transitions nobody asked for: expiry.
+const systemActor = "system"
+
+// approvalColumns are the approvals columns scanApproval reads, in order, from alias a.
+const approvalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.requester,
+	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
+	a.fingerprint`
+
+func scanApproval(row pgx.Row) (*approval.Approval, error) {
+	var a approval.Approval
+	var rawContext []byte
+	var status string
+	if err := row.Scan(&a.ID, &a.OperationKey, &a.Action, &a.Title, &rawContext, &a.Requester,
+		&a.RequiredApprovals, &status, &a.DecidedAt, &a.ExpiresAt, &a.CreatedAt, &a.Version,
+		&a.Fingerprint); err != nil {
+		return nil, err
+	}
+	if rawContext != nil {
+		a.Context = rawContext
+	}
+	a.Status = approval.Status(status)
+	if a.DecidedAt != nil {
+		t := a.DecidedAt.UTC()
+		a.DecidedAt = &t
+	}
+	a.ExpiresAt = a.ExpiresAt.UTC()
+	a.CreatedAt = a.CreatedAt.UTC()
+	return &a, nil
+}
+
+// approval reads one approval with its approvers and decisions, locking its row FOR UPDATE
+// when lock is set so that the caller may change it and append events (whose seq is
+// max(seq)+1 and so relies on that lock).
+func (tx *tx) approval(ctx context.Context, id string, lock bool) (*approval.Approval, error) {
+	sql := `SELECT ` + approvalColumns + ` FROM approvals a WHERE a.id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	a, err := scanApproval(tx.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	} else if err != nil {
+		return nil, translate("read approval", err)
+	}
+	if err := tx.loadDetails(ctx, []*approval.Approval{a}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// loadDetails fills in the approvers (listed order) and decisions (oldest first) of list with
+// one query each. Decisions is never nil, so an approval without votes encodes as [].
+func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error {
+	if len(list) == 0 {
+		return nil
+	}
+	ids := make([]string, len(list))
+	byID := make(map[string]*approval.Approval, len(list))
+	for i, a := range list {
+		ids[i] = a.ID
+		byID[a.ID] = a
+		a.Approvers = []string{}
+		a.Decisions = []approval.Decision{}
+	}
+
+	rows, err := tx.Query(ctx, `
+		SELECT approval_id, approver FROM approval_approvers
+		WHERE approval_id = ANY($1) ORDER BY approval_id, position`, ids)
+	if err != nil {
+		return translate("read approvers", err)
+	}
+	var id, approver string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &approver}, func() error {
+		byID[id].Approvers = append(byID[id].Approvers, approver)
+		return nil
+	}); err != nil {
+		return translate("read approvers", err)
+	}
+
+	rows, err = tx.Query(ctx, `
+		SELECT approval_id, approver, verdict, comment, decided_at FROM decisions
+		WHERE approval_id = ANY($1) ORDER BY approval_id, event_seq`, ids)
+	if err != nil {
+		return translate("read decisions", err)
+	}
+	var d approval.Decision
+	var verdict string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &d.Approver, &verdict, &d.Comment, &d.At}, func() error {
+		d.Verdict = approval.Verdict(verdict)
+		d.At = d.At.UTC()
+		byID[id].Decisions = append(byID[id].Decisions, d)
+		return nil
+	}); err != nil {
+		return translate("read decisions", err)
+	}
+	return nil
+}
+
+// transition is the one conditional status write of invariant 1: it changes a locked,
+// pending, unexpired approval and bumps its version. Under the row lock the condition holds;
+// if it ever does not, the caller gets the current state as a conflict rather than a
+// silent overwrite.
+func (tx *tx) transition(ctx context.Context, a *approval.Approval, status approval.Status, decidedAt *time.Time) error {
+	err := tx.QueryRow(ctx, `
+		UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
+		WHERE id = $1 AND status = 'pending' AND expires_at > $4
+		RETURNING version`,
+		a.ID, string(status), decidedAt, tx.now).Scan(&a.Version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		current, err := tx.approval(ctx, a.ID, false)
+		if err != nil {
+			return err
+		}
+		return conflict(current, "the approval is already %s", current.Status)
+	} else if err != nil {
+		return translate("update approval status", err)
+	}
+	a.Status, a.DecidedAt = status, decidedAt
+	return nil
+}
+
+// expireAndCommit moves a locked, pending approval found past its expiry to expired, with its
+// event, commits that, and returns the ECONFLICT the caller answers with: the request came
+// too late, but the truth it discovered is kept.
+func (tx *tx) expireAndCommit(ctx context.Context, a *approval.Approval, cause approval.Cause) error {
+	err := tx.QueryRow(ctx, `
+		UPDATE approvals SET status = 'expired', decided_at = $2, version = version + 1
+		WHERE id = $1 AND status = 'pending' AND expires_at <= $2
+		RETURNING version`,
+		a.ID, tx.now).Scan(&a.Version)
+	if err != nil {
+		return translate("expire approval", err)
+	}
+	now := tx.now
+	a.Status, a.DecidedAt = approval.StatusExpired, &now
+	if _, err := tx.appendEvent(ctx, a.ID, approval.EventExpired, systemActor, cause, nil); err != nil {
+		return err
+	}
+	if err := tx.commit(ctx, "commit expiry"); err != nil {
+		return err
+	}
+	return conflict(a, "the approval has expired")
+}
+
+// appendEvent adds the next event of an approval and returns its seq. The caller holds the
+// approval's row lock (or has just inserted the row), which makes max(seq)+1 safe.
+func (tx *tx) appendEvent(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) (int64, error) {
+	causeJSON, err := json.Marshal(cause)
+	if err != nil {
+		return 0, fmt.Errorf("encode event cause: %w", err)
+	}
+	var detailJSON []byte
+	if detail != nil {
+		if detailJSON, err = json.Marshal(detail); err != nil {
+			return 0, fmt.Errorf("encode event detail: %w", err)
+		}
+	}
+	var seq int64
+	if err := tx.QueryRow(ctx, `
+		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+		SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
+		FROM events WHERE approval_id = $1
+		RETURNING seq`,
+		approvalID, typ, tx.now, actor, causeJSON, detailJSON).Scan(&seq); err != nil {
+		return 0, translate("append event", err)
+	}
+	return seq, nil
+}
+
+// A cursor is the base64url of "<created_at in Unix microseconds>:<id>" of the last approval
+// of a page; callers treat it as opaque.
+func encodeCursor(createdAt time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(createdAt.UnixMicro(), 10) + ":" + id))
+}
+
+func decodeCursor(cursor string) (time.Time, string, error) {
+	bad := approval.Errorf(approval.EINVALID, "malformed cursor")
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	micros, id, ok := strings.Cut(string(raw), ":")
+	if !ok || id == "" {
+		return time.Time{}, "", bad
+	}
+	n, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return time.Time{}, "", bad
+	}
+	return time.UnixMicro(n).UTC(), id, nil
+}

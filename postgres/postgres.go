@@ -1,0 +1,207 @@
+// Package postgres implements approval.Store on PostgreSQL with pgx. It is the store for
+// replicated deployments: every coordination between replicas (one terminal decision, one
+// approval per operation key, one expiry event, one bootstrap token) is decided by a
+// conditional write, a unique constraint or a row lock inside the database, never by process
+// memory.
+//
+// All SQL uses unqualified table names, so a search_path parameter in the URL places the
+// whole store in one schema (the tests give each test a fresh schema that way).
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/approvald/approval"
+)
+
+var _ approval.Store = (*Store)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migrationLock is the pg_advisory_xact_lock key that serializes Migrate across every
+// process sharing the database ("apvd" in ASCII), so replicas starting at once are safe.
+const migrationLock int64 = 0x61707664
+
+// Store is the PostgreSQL approval.Store.
+type Store struct {
+	// Now is the store's clock, time.Now by default. Every method reads it once, at
+	// approval.Precision in UTC, and compares expiry and lease times with that value instead
+	// of the database's now(), so tests can move time.
+	Now func() time.Time
+
+	pool *pgxpool.Pool
+}
+
+// Open returns a store on the database named by a postgres:// URL. It does not connect or
+// migrate: the first method call connects (an unreachable server is an EUNAVAILABLE error),
+// and Migrate creates the schema.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgconn redacts the password in its parse errors.
+		return nil, fmt.Errorf("parse postgres url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create postgres pool: %w", err)
+	}
+	return &Store{Now: time.Now, pool: pool}, nil
+}
+
+// Close releases the store's connections.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return translate("ping postgres", s.pool.Ping(ctx))
+}
+
+// Migrate applies the embedded migrations not yet recorded in schema_migrations, in name
+// order, in one transaction that holds an advisory lock: of several processes migrating at
+// once, one applies them and the others wait and then find nothing left to do.
+func (s *Store) Migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+		return translate("take migration lock", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		CREATE TABLE IF NOT EXISTS schema_migrations (
+			name       text PRIMARY KEY,
+			applied_at timestamptz NOT NULL
+		)`); err != nil {
+		return translate("create schema_migrations", err)
+	}
+	for _, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		var applied bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE name = $1)`, base).Scan(&applied); err != nil {
+			return translate("read schema_migrations", err)
+		}
+		if applied {
+			continue
+		}
+		sql, err := migrations.ReadFile(name)
+		if err != nil {
+			return fmt.Errorf("read migration %s: %w", base, err)
+		}
+		// Without arguments pgx uses the simple protocol, which runs a file of statements.
+		if _, err := tx.Exec(ctx, string(sql)); err != nil {
+			return translate("apply migration "+base, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES ($1, $2)`, base, tx.now); err != nil {
+			return translate("record migration "+base, err)
+		}
+	}
+	return tx.commit(ctx, "commit migrations")
+}
+
+// tx is one store method's transaction, carrying the clock reading the method uses for every
+// comparison.
+type tx struct {
+	pgx.Tx
+	now time.Time
+}
+
+// begin starts a read-committed transaction and reads the clock. Races between replicas are
+// decided by row locks, conditional updates and unique constraints, which behave correctly
+// at that level without serialization-failure retries.
+func (s *Store) begin(ctx context.Context) (*tx, error) {
+	t, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, translate("begin transaction", err)
+	}
+	return &tx{Tx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
+}
+
+func (tx *tx) commit(ctx context.Context, op string) error {
+	return translate(op, tx.Commit(ctx))
+}
+
+// translate turns a driver error into the application's vocabulary: a server that cannot be
+// reached is EUNAVAILABLE, a lost race on a unique constraint, a serialization failure or a
+// deadlock is ECONFLICT, and anything else is wrapped with op for the log (EINTERNAL). The
+// original error stays in the chain for logging; *approval.Error values pass through.
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if approval.AsError(err) != nil {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23505":
+			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record"), err)
+		case pgErr.Code == "40001", pgErr.Code == "40P01":
+			return fmt.Errorf("%s: %w: %w", op, &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}, err)
+		case unavailableCode(pgErr.Code):
+			return fmt.Errorf("%s: %w: %w", op, unavailable(), err)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w: %w", op, unavailable(), err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// unavailable is a fresh error each time, since callers may annotate what they receive.
+func unavailable() *approval.Error {
+	return approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable")
+}
+
+// unavailableCode reports whether a SQLSTATE says the server cannot serve us now: connection
+// exceptions (class 08), shutdown or start-up in progress, too many connections.
+func unavailableCode(code string) bool {
+	switch code {
+	case "57P01", "57P02", "57P03", "53300":
+		return true
+	}
+	return strings.HasPrefix(code, "08")
+}
+
+// uniqueViolation reports whether err is a unique violation of the named constraint.
+func uniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
+}
+
+// conflict is an ECONFLICT error carrying the approval the caller lost against.
+func conflict(a *approval.Approval, format string, args ...any) error {
+	e := approval.Errorf(approval.ECONFLICT, format, args...)
+	e.Approval = a
+	return e
+}
