@@ -1,0 +1,405 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// The path a create is fingerprinted under: the route, not the request's raw path, so that
+// equivalent spellings of the URL are one operation.
+const createPath = "/v1/approvals"
+
+// releaseTimeout bounds giving back a claim after a failed create.
+const releaseTimeout = 5 * time.Second
+
+// maxWait caps ?wait= of a long-poll, so that a request never outlives proxies' idle timeouts.
+const maxWait = 60 * time.Second
+
+// handleCreateApproval is POST /v1/approvals: one approval per Idempotency-Key and requester,
+// however often and however concurrently the request is sent (DESIGN.md invariant 2).
+func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
+	// Everything that can refuse the request runs before the first idempotency write, so a
+	// 400, 401, 403 or 413 stores nothing and the caller may correct it and reuse the key.
+	p, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !p.mayCreate() {
+		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "role %s may not create approvals; use a requester or admin token", p.Role))
+		return
+	}
+	key, err := idempotencyKey(r.Header)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req approval.CreateRequest
+	if err := decodeObject(body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	fingerprint, err := approval.Fingerprint(p.Subject, http.MethodPost, createPath, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	a, err := approval.NewApproval(req, p.Subject, key, fingerprint, s.now())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+
+	// From the claim on, the work runs to its end even if the client goes away: a committed
+	// create is what its retry will replay, and a failed one is released at once instead of
+	// blocking the key for a lease. The lease also bounds the work, since past it the claim
+	// may be taken over anyway.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.lease)
+	defer cancel()
+	claim, err := s.store.BeginIdempotent(ctx, approval.IdempotencyClaim{
+		Requester:   p.Subject,
+		Key:         key,
+		Fingerprint: fingerprint,
+		Lease:       s.lease,
+	})
+	if err != nil {
+		s.writeCreateError(w, r, err)
+		return
+	}
+
+	switch claim.Outcome {
+	case approval.Replayed:
+		s.metrics.replays.Inc()
+		resp := claim.Response
+		w.Header().Set("Content-Type", "application/json")
+		if resp.Location != "" {
+			w.Header().Set("Location", resp.Location)
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(resp.StatusCode)
+		w.Write(resp.Body)
+
+	case approval.Existing:
+		s.metrics.replays.Inc()
+		w.Header().Set("Idempotent-Replayed", "true")
+		s.writeJSON(w, r, http.StatusOK, present(claim.Approval))
+
+	case approval.Claimed:
+		resp, err := created(a)
+		if err == nil {
+			err = s.store.CreateApproval(ctx, a, claim, resp, s.retention, approval.HTTPCause(s.info(r).id))
+		}
+		if err != nil {
+			s.release(r, p.Subject, key, claim)
+			s.writeCreateError(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", resp.Location)
+		w.WriteHeader(resp.StatusCode)
+		w.Write(resp.Body)
+
+	default:
+		s.writeError(w, r, approval.Errorf(approval.EINTERNAL, "unexpected claim outcome %d", claim.Outcome))
+	}
+}
+
+// created renders the 201 answer to a create, the response stored for replays.
+func created(a *approval.Approval) (approval.StoredResponse, error) {
+	body, err := marshal(present(a))
+	if err != nil {
+		return approval.StoredResponse{}, err
+	}
+	return approval.StoredResponse{
+		StatusCode: http.StatusCreated,
+		Location:   createPath + "/" + url.PathEscape(a.ID),
+		Body:       body,
+	}, nil
+}
+
+// writeCreateError answers a failed create, counting idempotency conflicts. Every 409 of a
+// create carries Retry-After: the key is busy, and the caller should come back.
+func (s *Server) writeCreateError(w http.ResponseWriter, r *http.Request, err error) {
+	switch approval.ErrorCode(err) {
+	case approval.ECONFLICT:
+		s.metrics.conflicts.WithLabelValues(conflictInFlight).Inc()
+		if e := approval.AsError(err); e.RetryAfter <= 0 {
+			retry := *e
+			retry.RetryAfter = time.Second
+			err = &retry
+		}
+	case approval.EMISMATCH:
+		s.metrics.conflicts.WithLabelValues(conflictMismatch).Inc()
+	}
+	s.writeError(w, r, err)
+}
+
+// release gives back a claim whose create did not commit, so that a retry can claim the key at
+// once. It uses a context of its own: the request's may be cancelled or out of time by now.
+func (s *Server) release(r *http.Request, requester, key string, claim approval.ClaimResult) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
+	defer cancel()
+	if err := s.store.ReleaseIdempotent(ctx, requester, key, claim); err != nil {
+		s.info(r).log.Warn("release idempotency claim; the key stays in flight until its lease ends",
+			slog.String("requester", requester), slog.String("key", key), slog.Any("error", err))
+	}
+}
+
+// handleGetApproval is GET /v1/approvals/{id}. With ?wait=D&version=N it is a long-poll: it
+// answers as soon as the approval's version exceeds N, or after D (at most maxWait) with the
+// approval as it is, 200 either way.
+func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	wait, version, err := parseWait(r.URL.Query())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if wait == 0 {
+		a, err := s.readableApproval(r.Context(), p, id)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeJSON(w, r, http.StatusOK, present(a))
+		return
+	}
+
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	poll := time.NewTicker(s.pollInterval)
+	defer poll.Stop()
+	for {
+		changed, release := s.changes.watch(id)
+		a, err := s.readableApproval(r.Context(), p, id)
+		if err != nil {
+			release()
+			s.writeError(w, r, err)
+			return
+		}
+		if a.Version > version {
+			release()
+			s.writeJSON(w, r, http.StatusOK, present(a))
+			return
+		}
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-timeout.C:
+			release()
+			s.writeJSON(w, r, http.StatusOK, present(a))
+			return
+		case <-r.Context().Done():
+			release() // the client went away; there is no one to answer
+			return
+		}
+		release()
+	}
+}
+
+// parseWait reads the long-poll parameters: wait as a Go duration ("30s") or whole seconds,
+// capped at maxWait, and the version the caller already has, which wait requires.
+func parseWait(q url.Values) (time.Duration, int64, error) {
+	if !q.Has("wait") {
+		return 0, 0, nil
+	}
+	raw := q.Get("wait")
+	wait, err := time.ParseDuration(raw)
+	if err != nil {
+		secs, serr := strconv.Atoi(raw)
+		if serr != nil {
+			return 0, 0, approval.Errorf(approval.EINVALID, "wait %q is not a duration such as 30s", raw)
+		}
+		wait = time.Duration(secs) * time.Second
+	}
+	if wait < 0 {
+		return 0, 0, approval.Errorf(approval.EINVALID, "wait %q is negative", raw)
+	}
+	wait = min(wait, maxWait)
+
+	if !q.Has("version") {
+		return 0, 0, approval.Errorf(approval.EINVALID, "wait needs version=N, the version you already have; the answer comes when the version exceeds it")
+	}
+	version, err := strconv.ParseInt(q.Get("version"), 10, 64)
+	if err != nil || version < 0 {
+		return 0, 0, approval.Errorf(approval.EINVALID, "version %q is not a non-negative integer", q.Get("version"))
+	}
+	return wait, version, nil
+}
+
+// readableApproval returns the approval if p may see it, and ENOTFOUND otherwise, so that
+// approvals p may not see are indistinguishable from ones that do not exist.
+func (s *Server) readableApproval(ctx context.Context, p principal, id string) (*approval.Approval, error) {
+	a, err := s.store.Approval(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.mayRead(a) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	}
+	return a, nil
+}
+
+// approvalList is the answer of GET /v1/approvals.
+type approvalList struct {
+	Approvals  []*approval.Approval `json:"approvals"`
+	NextCursor string               `json:"next_cursor"`
+}
+
+// handleListApprovals is GET /v1/approvals?status=&approver=&limit=&cursor=, newest first.
+// Requesters and approvers see the approvals they requested or are listed on.
+func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	f := approval.ApprovalFilter{
+		Status:   approval.Status(q.Get("status")),
+		Approver: q.Get("approver"),
+		Cursor:   q.Get("cursor"),
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of pending, approved, rejected, expired, cancelled", f.Status))
+		return
+	}
+	if raw := q.Get("limit"); raw != "" {
+		if f.Limit, err = strconv.Atoi(raw); err != nil || f.Limit < 1 || f.Limit > approval.MaxPageSize {
+			s.writeError(w, r, approval.Errorf(approval.EINVALID, "limit %q must be an integer from 1 to %d", raw, approval.MaxPageSize))
+			return
+		}
+	}
+	if !p.Role.ReadsAll() {
+		f.VisibleTo = p.Subject
+	}
+
+	list, next, err := s.store.Approvals(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := approvalList{Approvals: make([]*approval.Approval, len(list)), NextCursor: next}
+	for i, a := range list {
+		out.Approvals[i] = present(a)
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// decideRequest is the optional body of approve and reject.
+type decideRequest struct {
+	Comment string `json:"comment"`
+}
+
+// handleDecide is POST /v1/approvals/{id}/approve and /reject: the token's subject votes. The
+// store applies the vote with one conditional write, so of racing votes exactly one outcome
+// wins and the others get 409 with it.
+func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if !p.mayDecide() {
+			s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "role %s may not decide approvals; use an approver token", p.Role))
+			return
+		}
+		body, err := readBody(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		var req decideRequest
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := decodeObject(body, &req); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+
+		id := r.PathValue("id")
+		a, err := s.store.Decide(r.Context(), approval.DecideRequest{
+			ApprovalID: id,
+			Approver:   p.Subject,
+			Verdict:    verdict,
+			Comment:    req.Comment,
+			Cause:      approval.HTTPCause(s.info(r).id),
+		})
+		// Wake long-polls even on a conflict: the store may just have expired the approval.
+		s.changes.notify(id)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeJSON(w, r, http.StatusOK, present(a))
+	}
+}
+
+// handleCancelApproval is POST /v1/approvals/{id}/cancel, by the requester or an admin.
+func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	a, err := s.readableApproval(r.Context(), p, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !p.mayCancel(a) {
+		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "only the requester (%s) or an admin may cancel approval %s", a.Requester, id))
+		return
+	}
+	a, err = s.store.Cancel(r.Context(), id, p.Subject, approval.HTTPCause(s.info(r).id))
+	s.changes.notify(id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, present(a))
+}
+
+// eventList is the answer of GET /v1/approvals/{id}/events.
+type eventList struct {
+	Events []approval.Event `json:"events"`
+}
+
+// handleApprovalEvents is GET /v1/approvals/{id}/events: the audit trail, oldest first.
+func (s *Server) handleApprovalEvents(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if _, err := s.readableApproval(r.Context(), p, id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	events, err := s.store.Events(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, eventList{Events: presentEvents(events)})
+}

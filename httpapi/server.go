@@ -1,0 +1,267 @@
+// Package httpapi serves approvald's JSON API (DESIGN.md "HTTP API v1"), /healthz, /readyz and
+// /metrics. Every request gets a request id, one access log line and its metrics; every error
+// is answered as RFC 9457 problem+json through one code-to-status table (problem.go).
+//
+// The package grows by resource: one file per resource holds its handlers, and the route table
+// in this file lists every route the server answers.
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/approvald/approval"
+)
+
+// Config configures a Server. Zero values pick the documented defaults.
+type Config struct {
+	Store             approval.Store
+	Logger            *slog.Logger         // JSON handler in production; nil = discard
+	Registry          *prometheus.Registry // nil = a new one; served at /metrics
+	Now               func() time.Time     // nil = approval.Now
+	IdempotencyLease  time.Duration        // in-flight lease of a create; 0 = 30s
+	ResponseRetention time.Duration        // how long stored responses replay; 0 = 24h
+	LongPollInterval  time.Duration        // how often ?wait= re-reads the store; 0 = 200ms
+}
+
+// Defaults of Config.
+const (
+	DefaultIdempotencyLease  = 30 * time.Second
+	DefaultResponseRetention = 24 * time.Hour
+	DefaultLongPollInterval  = 200 * time.Millisecond
+)
+
+// Server is the HTTP API. It keeps no state that correctness depends on: any number of
+// Servers may share one store.
+type Server struct {
+	store        approval.Store
+	log          *slog.Logger
+	now          func() time.Time
+	lease        time.Duration
+	retention    time.Duration
+	pollInterval time.Duration
+
+	mux     *http.ServeMux
+	metrics *metrics
+	changes changes
+}
+
+// New returns a Server for cfg. Its metrics are registered on cfg.Registry, so a registry
+// serves one Server.
+func New(cfg Config) *Server {
+	s := &Server{
+		store:        cfg.Store,
+		log:          cfg.Logger,
+		now:          cfg.Now,
+		lease:        cmp.Or(cfg.IdempotencyLease, DefaultIdempotencyLease),
+		retention:    cmp.Or(cfg.ResponseRetention, DefaultResponseRetention),
+		pollInterval: cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
+		mux:          http.NewServeMux(),
+		changes:      changes{waiting: make(map[string]*waiters)},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = approval.Now
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s.metrics = newMetrics(reg, s.store, s.log)
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	s.register(s.routes(metricsHandler))
+	return s
+}
+
+// route is one entry of the route table.
+type route struct {
+	method  string
+	path    string // a net/http ServeMux path pattern
+	handler http.Handler
+}
+
+// routes is the route table: every route the server answers.
+func (s *Server) routes(metricsHandler http.Handler) []route {
+	return []route{
+		{http.MethodPost, "/v1/approvals", http.HandlerFunc(s.handleCreateApproval)},
+		{http.MethodGet, "/v1/approvals", http.HandlerFunc(s.handleListApprovals)},
+		{http.MethodGet, "/v1/approvals/{id}", http.HandlerFunc(s.handleGetApproval)},
+		{http.MethodPost, "/v1/approvals/{id}/approve", s.handleDecide(approval.VerdictApprove)},
+		{http.MethodPost, "/v1/approvals/{id}/reject", s.handleDecide(approval.VerdictReject)},
+		{http.MethodPost, "/v1/approvals/{id}/cancel", http.HandlerFunc(s.handleCancelApproval)},
+		{http.MethodGet, "/v1/approvals/{id}/events", http.HandlerFunc(s.handleApprovalEvents)},
+
+		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},
+		{http.MethodGet, "/readyz", http.HandlerFunc(s.handleReadyz)},
+		{http.MethodGet, "/metrics", metricsHandler},
+	}
+}
+
+// register installs the route table on the mux. Each path also gets a method-less pattern that
+// answers 405 with Allow, and "/" answers 404, so that every answer, even to a request no route
+// matches, is problem+json and is counted under a pattern rather than a raw path.
+func (s *Server) register(routes []route) {
+	allowed := make(map[string][]string)
+	var paths []string
+	for _, rt := range routes {
+		s.mux.Handle(rt.method+" "+rt.path, rt.handler)
+		if _, ok := allowed[rt.path]; !ok {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+		if rt.method == http.MethodGet {
+			allowed[rt.path] = append(allowed[rt.path], http.MethodHead) // ServeMux's GET matches HEAD
+		}
+	}
+	for _, path := range paths {
+		allow := strings.Join(allowed[path], ", ")
+		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.writeError(w, r, approval.Errorf(errMethod, "%s is not allowed on %s; allowed: %s", r.Method, path, allow))
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, approval.Errorf(approval.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// ServeHTTP gives the request an id, runs the matching route and records the access log line
+// and the metrics.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now() // the wall clock, not s.now: durations are real even when tests move time
+	info := &requestInfo{id: requestID(r.Header.Get("X-Request-Id"))}
+	info.log = s.log.With(slog.String("request_id", info.id))
+	w.Header().Set("X-Request-Id", info.id)
+	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+	sw := &statusWriter{ResponseWriter: w}
+
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			info.log.Error("handler panicked", slog.Any("panic", v))
+			if sw.status == 0 {
+				s.writeError(sw, r, approval.Errorf(approval.EINTERNAL, "internal error"))
+			}
+		}
+		s.observe(r, info, sw.statusCode(), time.Since(start))
+	}()
+	s.mux.ServeHTTP(sw, r)
+}
+
+// observe writes the access log line and the request metrics. The route is the mux pattern
+// that matched (set on r by ServeMux), never the raw path, so label values stay bounded.
+func (s *Server) observe(r *http.Request, info *requestInfo, status int, d time.Duration) {
+	route := r.Pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	method := metricMethod(r.Method)
+	s.metrics.observeRequest(route, method, status, d)
+	info.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		slog.String("method", r.Method),
+		slog.String("route", route),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.Duration("duration", d),
+		slog.String("subject", info.subject),
+	)
+}
+
+// knownMethods are the methods counted under their own name; others count as "other" so that
+// a client cannot grow the metrics without bound.
+var knownMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodOptions,
+}
+
+func metricMethod(m string) string {
+	if slices.Contains(knownMethods, m) {
+		return m
+	}
+	return "other"
+}
+
+// requestInfo is what the server learns about a request as it is handled. It travels in the
+// request's context so that handlers log with the request id and the access line can name the
+// authenticated subject.
+type requestInfo struct {
+	id      string
+	subject string
+	log     *slog.Logger
+}
+
+type requestInfoKey struct{}
+
+// info returns the request's requestInfo; requests that did not come through ServeHTTP (which
+// does not happen in this package) get a fresh one so that handlers never see nil.
+func (s *Server) info(r *http.Request) *requestInfo {
+	if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
+		return info
+	}
+	return &requestInfo{id: approval.NewID("req"), log: s.log}
+}
+
+// maxRequestIDLength bounds a client-supplied X-Request-Id.
+const maxRequestIDLength = 128
+
+// requestID returns the client's X-Request-Id when it is sane (1-128 visible ASCII characters,
+// so it is safe in logs and headers), or a new one.
+func requestID(h string) string {
+	if h == "" || len(h) > maxRequestIDLength {
+		return approval.NewID("req")
+	}
+	for i := 0; i < len(h); i++ {
+		if h[i] < 0x21 || h[i] > 0x7e {
+			return approval.NewID("req")
+		}
+	}
+	return h
+}
+
+// statusWriter records the status code a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusCode is the status the client got: 200 when the handler wrote nothing.
+func (w *statusWriter) statusCode() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
