@@ -1,0 +1,222 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// raceRounds is how many times each two-sided race is run. A round is cheap (a handful of
+// goroutines on one approval), and interleavings differ from round to round, so many small
+// rounds find more than a few large ones.
+const raceRounds = 200
+
+// exerciseRace forces the transitions of invariant 1 to race: whatever the interleaving, an
+// approval reaches exactly one terminal state, with exactly one event saying so, and every
+// loser is told the outcome that exists.
+func exerciseRace(t *testing.T, s suite) {
+	// Two approvers approve and two reject at the same moment; one approval is needed, so the
+	// first to commit decides for everyone.
+	s.run(t, "ApproveVersusReject", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		votes := []struct {
+			approver string
+			verdict  approval.Verdict
+		}{
+			{"alice", approval.VerdictApprove},
+			{"bob", approval.VerdictReject},
+			{"carol", approval.VerdictApprove},
+			{"dave", approval.VerdictReject},
+		}
+		outcome := map[approval.Verdict]approval.Status{
+			approval.VerdictApprove: approval.StatusApproved,
+			approval.VerdictReject:  approval.StatusRejected,
+		}
+		for range raceRounds {
+			a := PendingApproval(t, f.clock.Now())
+			a.Approvers = []string{"alice", "bob", "carol", "dave"}
+			MustCreate(t, f.store, a)
+
+			got := make([]*approval.Approval, len(votes))
+			errs := make([]error, len(votes))
+			race(len(votes), func(i int) {
+				got[i], errs[i] = f.store.Decide(ctx, approval.DecideRequest{
+					ApprovalID: a.ID, Approver: votes[i].approver, Verdict: votes[i].verdict, Cause: voteCause(votes[i].approver),
+				})
+			})
+
+			winner := -1
+			for i, err := range errs {
+				if err == nil {
+					if winner >= 0 {
+						t.Fatalf("approval %s: both %s and %s won", a.ID, votes[winner].approver, votes[i].approver)
+					}
+					winner = i
+				}
+			}
+			if winner < 0 {
+				t.Fatalf("approval %s: no vote won; errors %v", a.ID, errs)
+			}
+			status := outcome[votes[winner].verdict]
+			wantState(t, got[winner], status, 2)
+			for i, err := range errs {
+				if i != winner {
+					wantConflict(t, err, status, 2)
+				}
+			}
+			final := mustApproval(t, f.store, a.ID)
+			wantState(t, final, status, 2)
+			if len(final.Decisions) != 1 || final.Decisions[0].Approver != votes[winner].approver {
+				t.Fatalf("decisions: got %+v, want %s's only", final.Decisions, votes[winner].approver)
+			}
+			terminal := approval.EventApproved
+			if status == approval.StatusRejected {
+				terminal = approval.EventRejected
+			}
+			wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, terminal)
+		}
+	})
+
+	// A vote and the sweeper at the deadline. The approval expires one microsecond after the
+	// round starts, and the sweeper's side moves the clock there as it is released: the vote
+	// may read the clock before (and can win) or after (and expires the approval itself), and
+	// either way the write that changes the status is conditional, so exactly one outcome lands.
+	s.run(t, "ApproveVersusExpiry", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		for range raceRounds {
+			a := PendingApproval(t, f.clock.Now())
+			a.ExpiresAt = a.CreatedAt.Add(time.Microsecond)
+			MustCreate(t, f.store, a)
+
+			var (
+				voted           *approval.Approval
+				voteErr, swpErr error
+				expired         int
+			)
+			race(2, func(i int) {
+				if i == 0 {
+					voted, voteErr = f.store.Decide(ctx, approval.DecideRequest{
+						ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
+					})
+					return
+				}
+				f.clock.Advance(time.Microsecond)
+				expired, swpErr = f.store.ExpireDue(ctx, 10)
+			})
+			if swpErr != nil {
+				t.Fatalf("expire due: %v", swpErr)
+			}
+
+			final := mustApproval(t, f.store, a.ID)
+			switch final.Status {
+			case approval.StatusApproved:
+				if voteErr != nil {
+					t.Fatalf("approval %s is approved, but the vote failed: %v", a.ID, voteErr)
+				}
+				wantState(t, voted, approval.StatusApproved, 2)
+				if expired != 0 {
+					t.Fatalf("approval %s is approved, but the sweeper expired %d", a.ID, expired)
+				}
+				wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
+			case approval.StatusExpired:
+				wantConflict(t, voteErr, approval.StatusExpired, 2)
+				if expired > 1 {
+					t.Fatalf("sweeper: got %d expired, want at most this round's one", expired)
+				}
+				if len(final.Decisions) != 0 {
+					t.Fatalf("decisions of an expired approval: got %+v, want none", final.Decisions)
+				}
+				wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventExpired)
+			default:
+				t.Fatalf("approval %s: got status %s, want approved or expired", a.ID, final.Status)
+			}
+			wantState(t, final, final.Status, 2)
+		}
+	})
+
+	s.run(t, "ApproveVersusCancel", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		for range raceRounds {
+			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			var (
+				results [2]*approval.Approval
+				errs    [2]error
+			)
+			race(2, func(i int) {
+				if i == 0 {
+					results[0], errs[0] = f.store.Decide(ctx, approval.DecideRequest{
+						ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
+					})
+					return
+				}
+				results[1], errs[1] = f.store.Cancel(ctx, a.ID, a.Requester, approval.HTTPCause("cancel"))
+			})
+
+			final := mustApproval(t, f.store, a.ID)
+			var winner int
+			switch final.Status {
+			case approval.StatusApproved:
+				winner = 0
+				wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
+			case approval.StatusCancelled:
+				winner = 1
+				wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventCancelled)
+			default:
+				t.Fatalf("approval %s: got status %s, want approved or cancelled", a.ID, final.Status)
+			}
+			if errs[winner] != nil {
+				t.Fatalf("approval %s is %s, but that side failed: %v", a.ID, final.Status, errs[winner])
+			}
+			wantState(t, results[winner], final.Status, 2)
+			wantConflict(t, errs[1-winner], final.Status, 2)
+			wantState(t, final, final.Status, 2)
+		}
+	})
+
+	// Every replica runs the sweeper: many at once must expire each due approval once, with
+	// one event, and together account for all of them.
+	s.run(t, "ConcurrentSweepers", func(t *testing.T, f *fixture) {
+		const rounds, perRound, sweepers, batch = 5, 20, 8, 3
+		for range rounds {
+			var due []*approval.Approval
+			for range perRound {
+				a := PendingApproval(t, f.clock.Now())
+				a.ExpiresAt = a.CreatedAt.Add(time.Hour)
+				due = append(due, MustCreate(t, f.store, a))
+			}
+			f.clock.Advance(time.Hour)
+
+			counts := make([]int, sweepers)
+			errs := make([]error, sweepers)
+			race(sweepers, func(i int) {
+				// Like the sweeper: batches until a pass finds nothing.
+				for {
+					n, err := f.store.ExpireDue(t.Context(), batch)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					counts[i] += n
+					if n == 0 {
+						return
+					}
+				}
+			})
+			total := 0
+			for i := range sweepers {
+				if errs[i] != nil {
+					t.Fatalf("sweeper %d: %v", i, errs[i])
+				}
+				total += counts[i]
+			}
+			if total != perRound {
+				t.Fatalf("sweepers together: got %d expired, want %d", total, perRound)
+			}
+			for _, a := range due {
+				wantState(t, mustApproval(t, f.store, a.ID), approval.StatusExpired, 2)
+				wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventExpired)
+			}
+		}
+	})
+}

@@ -1,0 +1,265 @@
+// Package storetest is the conformance suite every approval.Store implementation must pass.
+// It is the executable form of the doc comments on approval.Store and of the DESIGN.md
+// invariants that rest on the store: one terminal decision (1), one approval per operation (2),
+// durable state only (6) and every transition explaining itself (7).
+//
+// A store package wires it in one test:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Exercise(t, func(t *testing.T, now func() time.Time) approval.Store {
+//			return testdb.Open(t, testdb.SQLite, now)
+//		})
+//	}
+//
+// A change of store behaviour extends this suite, not one store's own tests.
+package storetest
+
+import (
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Exercise runs every case of the suite as a parallel subtest. Each case gets a fresh, empty
+// store from open, whose clock is the now it is given: a Clock the case moves by hand, so no
+// case waits for real time to pass.
+func Exercise(t *testing.T, open func(t *testing.T, now func() time.Time) approval.Store) {
+	t.Helper()
+	s := suite{open: open}
+	for _, group := range []struct {
+		name     string
+		exercise func(t *testing.T, s suite)
+	}{
+		{"Idempotency", exerciseIdempotency},
+		{"Decide", exerciseDecide},
+		{"Race", exerciseRace},
+		{"Approvals", exerciseList},
+		{"Audit", exerciseAudit},
+		{"Tokens", exerciseTokens},
+	} {
+		t.Run(group.name, func(t *testing.T) {
+			t.Parallel()
+			group.exercise(t, s)
+		})
+	}
+}
+
+// suite opens a fresh store for each case.
+type suite struct {
+	open func(t *testing.T, now func() time.Time) approval.Store
+}
+
+// fixture is what one case works with: its own store and the clock that store reads.
+type fixture struct {
+	store approval.Store
+	clock *Clock
+}
+
+// start is where every case's clock begins. It is microsecond-aligned, like the stores, so a
+// time the suite computes equals the time a store reads back; the case about precision moves
+// the clock off the microsecond on purpose.
+var start = time.Date(2030, time.January, 2, 3, 4, 5, 123456000, time.UTC)
+
+// run runs fn as a parallel subtest on a fresh store.
+func (s suite) run(t *testing.T, name string, fn func(t *testing.T, f *fixture)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		clock := NewClock(start)
+		fn(t, &fixture{store: s.open(t, clock.Now), clock: clock})
+	})
+}
+
+// Clock is a fake clock for a store's Now field: it stands still until Advance moves it. It
+// is safe for concurrent use, so a race can move time while store methods read it.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock that reads start until it is advanced.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's current time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// The idempotency parameters MustCreate uses, as httpapi would.
+const (
+	Lease     = 30 * time.Second // how long a claim stays in flight
+	Retention = 24 * time.Hour   // how long a completed response is kept
+)
+
+// PendingApproval returns a valid approval, ready for CreateApproval, made by requester
+// "ci-bot" at now under a fresh operation key: action "deploy", approvers alice and bob, one
+// approval required, expiring a day after now. Cases change fields before creating it.
+func PendingApproval(tb testing.TB, now time.Time) *approval.Approval {
+	tb.Helper()
+	key := approval.NewID("op")
+	a, err := approval.NewApproval(approval.CreateRequest{
+		Action:    "deploy",
+		Title:     "Deploy api v1.42 to prod",
+		Context:   json.RawMessage(`{"commit":"9f2c1e","env":"prod"}`),
+		Approvers: []string{"alice", "bob"},
+	}, "ci-bot", key, "fp-"+key, now)
+	if err != nil {
+		tb.Fatalf("new approval: %v", err)
+	}
+	return a
+}
+
+// MustCreate creates a through the idempotent path httpapi takes: it claims (a.Requester,
+// a.OperationKey) with a.Fingerprint, which must be Claimed, then creates the approval with
+// ResponseFor(a) kept for Retention and cause HTTPCause("create-"+a.OperationKey). It returns
+// the approval as the store reads it back.
+func MustCreate(tb testing.TB, s approval.Store, a *approval.Approval) *approval.Approval {
+	tb.Helper()
+	ctx := tb.Context()
+	claim, err := s.BeginIdempotent(ctx, ClaimFor(a))
+	if err != nil {
+		tb.Fatalf("begin idempotent %s: %v", a.OperationKey, err)
+	} else if claim.Outcome != approval.Claimed {
+		tb.Fatalf("begin idempotent %s: got outcome %v, want Claimed", a.OperationKey, claim.Outcome)
+	}
+	if err := s.CreateApproval(ctx, a, claim, ResponseFor(a), Retention, createCause(a)); err != nil {
+		tb.Fatalf("create approval %s: %v", a.OperationKey, err)
+	}
+	return mustApproval(tb, s, a.ID)
+}
+
+// ClaimFor returns the idempotency claim for creating a, with lease Lease.
+func ClaimFor(a *approval.Approval) approval.IdempotencyClaim {
+	return approval.IdempotencyClaim{Requester: a.Requester, Key: a.OperationKey, Fingerprint: a.Fingerprint, Lease: Lease}
+}
+
+// ResponseFor returns the response a create of a stores for replay. The body ends in a new
+// line and holds a non-ASCII character, so a replay that is not byte for byte shows.
+func ResponseFor(a *approval.Approval) approval.StoredResponse {
+	return approval.StoredResponse{
+		StatusCode: 201,
+		Location:   "/v1/approvals/" + a.ID,
+		Body:       []byte(`{"id": "` + a.ID + `", "title": "déploiement"}` + "\n"),
+	}
+}
+
+func createCause(a *approval.Approval) approval.Cause {
+	return approval.HTTPCause("create-" + a.OperationKey)
+}
+
+func mustApproval(tb testing.TB, s approval.Store, id string) *approval.Approval {
+	tb.Helper()
+	a, err := s.Approval(tb.Context(), id)
+	if err != nil {
+		tb.Fatalf("approval %s: %v", id, err)
+	}
+	return a
+}
+
+func mustDecide(tb testing.TB, s approval.Store, id, approver string, verdict approval.Verdict) *approval.Approval {
+	tb.Helper()
+	a, err := s.Decide(tb.Context(), approval.DecideRequest{
+		ApprovalID: id, Approver: approver, Verdict: verdict, Cause: voteCause(approver),
+	})
+	if err != nil {
+		tb.Fatalf("%s votes %s on %s: %v", approver, verdict, id, err)
+	}
+	return a
+}
+
+func voteCause(approver string) approval.Cause { return approval.HTTPCause("vote-" + approver) }
+
+func mustEvents(tb testing.TB, s approval.Store, id string) []approval.Event {
+	tb.Helper()
+	evs, err := s.Events(tb.Context(), id)
+	if err != nil {
+		tb.Fatalf("events of %s: %v", id, err)
+	}
+	return evs
+}
+
+// wantEventTypes checks the types of an approval's audit trail, oldest first, and that the
+// trail is numbered 1..n.
+func wantEventTypes(tb testing.TB, s approval.Store, id string, want ...string) []approval.Event {
+	tb.Helper()
+	evs := mustEvents(tb, s, id)
+	got := make([]string, len(evs))
+	for i, ev := range evs {
+		got[i] = ev.Type
+		if ev.Seq != int64(i+1) {
+			tb.Errorf("event %d (%s) of %s: got seq %d, want %d", i, ev.Type, id, ev.Seq, i+1)
+		}
+	}
+	if !slices.Equal(got, want) {
+		tb.Fatalf("events of %s: got %v, want %v", id, got, want)
+	}
+	return evs
+}
+
+// wantCode checks err's approval error code and returns the *approval.Error ("" means no
+// error).
+func wantCode(tb testing.TB, err error, code string) *approval.Error {
+	tb.Helper()
+	if got := approval.ErrorCode(err); got != code {
+		tb.Fatalf("error code: got %q (%v), want %q", got, err, code)
+	}
+	return approval.AsError(err)
+}
+
+// wantConflict checks that err is ECONFLICT carrying the approval in the given status and
+// version: the state the caller lost against.
+func wantConflict(tb testing.TB, err error, status approval.Status, version int64) *approval.Approval {
+	tb.Helper()
+	e := wantCode(tb, err, approval.ECONFLICT)
+	if e.Approval == nil {
+		tb.Fatalf("conflict %v: got no approval, want the current approval (%s, version %d)", err, status, version)
+	}
+	if e.Approval.Status != status || e.Approval.Version != version {
+		tb.Fatalf("conflict carries: got %s version %d, want %s version %d", e.Approval.Status, e.Approval.Version, status, version)
+	}
+	return e.Approval
+}
+
+// wantState checks an approval's status and version.
+func wantState(tb testing.TB, a *approval.Approval, status approval.Status, version int64) {
+	tb.Helper()
+	if a.Status != status || a.Version != version {
+		tb.Fatalf("approval %s: got %s version %d, want %s version %d", a.ID, a.Status, a.Version, status, version)
+	}
+}
+
+// wantTime checks a stored time against the time it was made from, at store precision.
+func wantTime(tb testing.TB, what string, got, want time.Time) {
+	tb.Helper()
+	if want = want.Truncate(approval.Precision); !got.Equal(want) {
+		tb.Fatalf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+// race runs fn(0) .. fn(n-1) in n goroutines released together by closing one channel, and
+// returns when all have returned. That is how every race in the suite is forced: no sleeps.
+func race(n int, fn func(i int)) {
+	startGun := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-startGun
+			fn(i)
+		})
+	}
+	close(startGun)
+	wg.Wait()
+}
