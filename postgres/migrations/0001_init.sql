@@ -4,7 +4,9 @@
 -- FOR UPDATE SKIP LOCKED, so each gets an index on (status, next-due time) like the sweeper's.
 
 CREATE TABLE approvals (
-	id                 text PRIMARY KEY,
+	-- Byte order ("C"), whatever the database's collation: listing pages by (created_at, id)
+	-- and the cursor comparison must agree with each other and with the SQLite store.
+	id                 text COLLATE "C" PRIMARY KEY,
 	requester          text NOT NULL,
 	-- The operation key and the fingerprint of the create request are kept for ever: a retry
 	-- after the idempotency record was purged must still find the approval (invariant 2).
@@ -30,7 +32,7 @@ CREATE INDEX approvals_status_created_idx ON approvals (status, created_at DESC,
 CREATE INDEX approvals_status_expires_idx ON approvals (status, expires_at);
 
 CREATE TABLE approval_approvers (
-	approval_id text NOT NULL REFERENCES approvals (id) ON DELETE CASCADE,
+	approval_id text COLLATE "C" NOT NULL REFERENCES approvals (id) ON DELETE CASCADE,
 	position    integer NOT NULL, -- keeps the order the approvers were listed in
 	approver    text NOT NULL,
 	PRIMARY KEY (approval_id, position),
@@ -41,7 +43,7 @@ CREATE TABLE approval_approvers (
 CREATE INDEX approval_approvers_approver_idx ON approval_approvers (approver, approval_id);
 
 CREATE TABLE decisions (
-	approval_id text NOT NULL REFERENCES approvals (id) ON DELETE CASCADE,
+	approval_id text COLLATE "C" NOT NULL REFERENCES approvals (id) ON DELETE CASCADE,
 	approver    text NOT NULL,
 	verdict     text NOT NULL CHECK (verdict IN ('approve', 'reject')),
 	comment     text NOT NULL,
@@ -54,7 +56,7 @@ CREATE TABLE decisions (
 );
 
 CREATE TABLE events (
-	approval_id text NOT NULL REFERENCES approvals (id) ON DELETE CASCADE,
+	approval_id text COLLATE "C" NOT NULL REFERENCES approvals (id) ON DELETE CASCADE,
 	-- 1, 2, 3 ... per approval, assigned as max(seq)+1 while holding the approval's row lock.
 	seq         bigint NOT NULL,
 	type        text NOT NULL,
