@@ -1,0 +1,380 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/sqlite"
+	"github.com/approvald/approval/worker"
+)
+
+var discard = slog.New(slog.DiscardHandler)
+
+const (
+	lease  = 30 * time.Second
+	retain = time.Hour
+)
+
+func TestSweeper_ExpiresDueApprovals(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := context.Background()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+
+		// Seven due approvals with a batch of two: one pass must loop until all are gone.
+		var due []*approval.Approval
+		for i := range 7 {
+			due = append(due, mustCreateApproval(t, s, clk, fmt.Sprintf("due-%d", i), time.Minute))
+		}
+		later := mustCreateApproval(t, s, clk, "later", time.Hour)
+
+		clk.Add(time.Minute) // expires_at <= now is due
+		sw := &worker.Sweeper{Store: s, Logger: discard, Batch: 2}
+		if err := sw.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+
+		for _, a := range due {
+			got := mustApproval(t, s, a.ID)
+			if got.Status != approval.StatusExpired {
+				t.Errorf("approval %s: got status %s, want %s", a.OperationKey, got.Status, approval.StatusExpired)
+			}
+			if n := countEvents(t, s, a.ID, approval.EventExpired); n != 1 {
+				t.Errorf("approval %s: got %d expired events, want 1", a.OperationKey, n)
+			}
+		}
+		if got := mustApproval(t, s, later.ID); got.Status != approval.StatusPending {
+			t.Errorf("approval not yet due: got status %s, want %s", got.Status, approval.StatusPending)
+		}
+		if n := countEvents(t, s, later.ID, approval.EventExpired); n != 0 {
+			t.Errorf("approval not yet due: got %d expired events, want 0", n)
+		}
+
+		// A second pass finds nothing more to do.
+		if err := sw.Sweep(ctx); err != nil {
+			t.Fatalf("second sweep: %v", err)
+		}
+		for _, a := range due {
+			if n := countEvents(t, s, a.ID, approval.EventExpired); n != 1 {
+				t.Errorf("approval %s after second sweep: got %d expired events, want 1", a.OperationKey, n)
+			}
+		}
+	})
+}
+
+func TestSweeper_PurgesResponses(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := context.Background()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		sw := &worker.Sweeper{Store: s, Logger: discard, Batch: 2, Grace: time.Minute}
+
+		// Three completed records (retention one hour) and two abandoned in-flight claims,
+		// one of which is still inside the grace period when the sweeper runs.
+		var done []*approval.Approval
+		for i := range 3 {
+			done = append(done, mustCreateApproval(t, s, clk, fmt.Sprintf("done-%d", i), 24*time.Hour))
+		}
+		oldClaim := mustClaim(t, s, "abandoned-early")
+		clk.Add(retain)
+		newClaim := mustClaim(t, s, "abandoned-late")
+		// Now the retention of the completed records is over, the early claim's lease ended
+		// an hour ago, and the late one's ended half a grace period ago.
+		clk.Add(lease + 30*time.Second)
+
+		if err := sw.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+
+		// A retry of a purged completed create no longer replays the stored response: it
+		// finds the approval through its permanent operation key instead.
+		for _, a := range done {
+			res, err := s.BeginIdempotent(ctx, claimFor(a.OperationKey))
+			if err != nil {
+				t.Fatalf("retry %s: %v", a.OperationKey, err)
+			}
+			if res.Outcome != approval.Existing {
+				t.Errorf("retry %s: got outcome %d, want Existing (%d)", a.OperationKey, res.Outcome, approval.Existing)
+			} else if res.Approval.ID != a.ID {
+				t.Errorf("retry %s: got approval %s, want %s", a.OperationKey, res.Approval.ID, a.ID)
+			}
+		}
+
+		// The claim abandoned for longer than lease+grace is gone, so its holder can no
+		// longer complete it; the one still inside the grace period can.
+		if err := s.CreateApproval(ctx, newApproval(clk, "abandoned-early", time.Hour), oldClaim, response(), retain, approval.HTTPCause("req-early")); approval.ErrorCode(err) != approval.ECONFLICT {
+			t.Errorf("complete purged claim: got error %v, want code %s", err, approval.ECONFLICT)
+		}
+		if err := s.CreateApproval(ctx, newApproval(clk, "abandoned-late", time.Hour), newClaim, response(), retain, approval.HTTPCause("req-late")); err != nil {
+			t.Errorf("complete claim inside grace: %v", err)
+		}
+	})
+}
+
+// Every replica runs a sweeper, so many of them race for the same approvals: each must still
+// be expired exactly once, with exactly one event.
+func TestSweeper_ConcurrentSweepsExpireOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := context.Background()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+
+		var due []*approval.Approval
+		for i := range 20 {
+			due = append(due, mustCreateApproval(t, s, clk, fmt.Sprintf("race-%d", i), time.Minute))
+		}
+		clk.Add(time.Hour)
+
+		const sweepers = 8
+		start := make(chan struct{})
+		errs := make(chan error, sweepers)
+		var wg sync.WaitGroup
+		for range sweepers {
+			wg.Go(func() {
+				<-start
+				sw := &worker.Sweeper{Store: s, Logger: discard, Batch: 3}
+				errs <- sw.Sweep(ctx)
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("sweep: %v", err)
+			}
+		}
+
+		for _, a := range due {
+			if got := mustApproval(t, s, a.ID); got.Status != approval.StatusExpired {
+				t.Errorf("approval %s: got status %s, want %s", a.OperationKey, got.Status, approval.StatusExpired)
+			}
+			if n := countEvents(t, s, a.ID, approval.EventExpired); n != 1 {
+				t.Errorf("approval %s: got %d expired events, want 1", a.OperationKey, n)
+			}
+		}
+	})
+}
+
+func TestSweeper_Run(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		a := mustCreateApproval(t, s, clk, "run", time.Minute)
+		clk.Add(time.Minute)
+
+		logs := newRecorder()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sw := &worker.Sweeper{Store: s, Logger: slog.New(logs), Interval: time.Hour}
+		done := make(chan error, 1)
+		go func() { done <- sw.Run(ctx) }()
+
+		// Run sweeps at once, without waiting for the first tick.
+		logs.wait(t, "swept")
+		if got := mustApproval(t, s, a.ID); got.Status != approval.StatusExpired {
+			t.Errorf("got status %s, want %s", got.Status, approval.StatusExpired)
+		}
+		cancel()
+		waitRun(t, done)
+	})
+}
+
+// A failing pass is logged and the sweeper keeps going: a database that is down for a while
+// must not stop expiry for good.
+func TestSweeper_RunSurvivesErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, testdb.DSN(t, testdb.SQLite))
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	logs := newRecorder()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sw := &worker.Sweeper{Store: s, Logger: slog.New(logs), Interval: time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- sw.Run(ctx) }()
+	logs.wait(t, "sweep failed")
+	logs.wait(t, "sweep failed")
+	cancel()
+	waitRun(t, done)
+}
+
+func TestSweeper_RunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	s := testdb.Open(t, testdb.SQLite, nil)
+	for _, sw := range []*worker.Sweeper{
+		{},
+		{Store: s, Interval: -time.Second},
+		{Store: s, Batch: -1},
+		{Store: s, Grace: -time.Second},
+	} {
+		if err := sw.Run(context.Background()); err == nil {
+			t.Errorf("run %+v: got nil error, want one", sw)
+		}
+	}
+}
+
+// waitRun waits for Run to return after its context was cancelled. The deadline only bounds
+// a failing test; a passing one returns as soon as Run does.
+func waitRun(tb testing.TB, done <-chan error) {
+	tb.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			tb.Fatalf("run: got %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		tb.Fatal("run did not return after its context was cancelled")
+	}
+}
+
+// recorder is a slog.Handler that hands each record's message to the test.
+type recorder struct{ msgs chan string }
+
+func newRecorder() *recorder { return &recorder{msgs: make(chan string, 64)} }
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *recorder) WithGroup(string) slog.Handler            { return r }
+
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	select {
+	case r.msgs <- rec.Message:
+	default: // the test has seen what it waits for; later records do not matter
+	}
+	return nil
+}
+
+// wait returns when a record with message msg has been logged.
+func (r *recorder) wait(tb testing.TB, msg string) {
+	tb.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-r.msgs:
+			if got == msg {
+				return
+			}
+		case <-deadline:
+			tb.Fatalf("no %q record logged", msg)
+		}
+	}
+}
+
+// clock is a controllable time source for the stores.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock {
+	return &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+const requester = "ci-bot"
+
+func claimFor(key string) approval.IdempotencyClaim {
+	return approval.IdempotencyClaim{Requester: requester, Key: key, Fingerprint: "fp-" + key, Lease: lease}
+}
+
+func mustClaim(tb testing.TB, s approval.Store, key string) approval.ClaimResult {
+	tb.Helper()
+	res, err := s.BeginIdempotent(context.Background(), claimFor(key))
+	if err != nil {
+		tb.Fatalf("claim %s: %v", key, err)
+	} else if res.Outcome != approval.Claimed {
+		tb.Fatalf("claim %s: got outcome %d, want Claimed", key, res.Outcome)
+	}
+	return res
+}
+
+func newApproval(clk *clock, key string, expiresIn time.Duration) *approval.Approval {
+	now := clk.Now()
+	return &approval.Approval{
+		ID:                approval.NewID("apr"),
+		OperationKey:      key,
+		Action:            "deploy",
+		Title:             "Deploy " + key,
+		Context:           json.RawMessage(`{}`),
+		Requester:         requester,
+		Approvers:         []string{"alice", "bob"},
+		RequiredApprovals: 1,
+		Status:            approval.StatusPending,
+		ExpiresAt:         now.Add(expiresIn),
+		CreatedAt:         now,
+		Version:           1,
+		Fingerprint:       "fp-" + key,
+	}
+}
+
+func response() approval.StoredResponse {
+	return approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}
+}
+
+// mustCreateApproval creates a pending approval the way the API does: claim the key, then
+// insert the approval and complete the record in one transaction.
+func mustCreateApproval(tb testing.TB, s approval.Store, clk *clock, key string, expiresIn time.Duration) *approval.Approval {
+	tb.Helper()
+	claim := mustClaim(tb, s, key)
+	a := newApproval(clk, key, expiresIn)
+	if err := s.CreateApproval(context.Background(), a, claim, response(), retain, approval.HTTPCause("req-"+key)); err != nil {
+		tb.Fatalf("create approval %s: %v", key, err)
+	}
+	return a
+}
+
+func mustApproval(tb testing.TB, s approval.Store, id string) *approval.Approval {
+	tb.Helper()
+	a, err := s.Approval(context.Background(), id)
+	if err != nil {
+		tb.Fatalf("approval %s: %v", id, err)
+	}
+	return a
+}
+
+func countEvents(tb testing.TB, s approval.Store, id, typ string) int {
+	tb.Helper()
+	events, err := s.Events(context.Background(), id)
+	if err != nil {
+		tb.Fatalf("events of %s: %v", id, err)
+	}
+	n := 0
+	for _, e := range events {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
