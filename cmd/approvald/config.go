@@ -1,0 +1,368 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults of a configuration with no file, no environment and no flags.
+const (
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultDatabaseURL       = "file:approvald.db"
+	DefaultResponseRetention = 24 * time.Hour
+	DefaultInboxIDRetention  = 30 * 24 * time.Hour
+	DefaultWorkerLease       = 30 * time.Second
+	DefaultWorkerPoll        = time.Second
+	DefaultIdempotencyLease  = 30 * time.Second
+	DefaultSourceTolerance   = 5 * time.Minute
+)
+
+// Errors returned by Validate, wrapped with the field they concern.
+var (
+	ErrRequired       = errors.New("required")
+	ErrInvalidName    = errors.New("must be letters, digits, '.', '_' and '-', starting with a letter or digit")
+	ErrDuplicateName  = errors.New("name already used")
+	ErrInvalidListen  = errors.New("must be host:port")
+	ErrInvalidURL     = errors.New("must be an http or https URL with a host")
+	ErrInvalidDBURL   = errors.New("must be file:PATH, a bare path, or postgres://...")
+	ErrNotPositive    = errors.New("must be greater than zero")
+	ErrNegative       = errors.New("must not be negative")
+	ErrInvalidScheme  = errors.New("must be one of standard-webhooks, stripe, github")
+	ErrNoSecrets      = errors.New("at least one secret is required")
+	ErrEmptySecret    = errors.New("secret is empty")
+	ErrUnknownHandler = errors.New("unknown handler")
+	ErrInvalidBackoff = errors.New("invalid backoff")
+)
+
+// Webhook schemes a source may use.
+var schemes = []string{"standard-webhooks", "stripe", "github"}
+
+// Built-in inbox handlers a source may list.
+var handlers = []string{"approval.decision", "execution.result"}
+
+// Config is approvald's configuration: the YAML file, then APPROVALD_* environment variables,
+// then command-line flags, each overriding the one before.
+type Config struct {
+	Listen      string            `yaml:"listen"`
+	DatabaseURL string            `yaml:"database_url"`
+	Retention   RetentionConfig   `yaml:"retention"`
+	Workers     WorkersConfig     `yaml:"workers"`
+	Idempotency IdempotencyConfig `yaml:"idempotency"`
+	Sources     []SourceConfig    `yaml:"sources"`
+	Actions     []ActionConfig    `yaml:"actions"`
+}
+
+// RetentionConfig says how long records that make retries safe are kept.
+type RetentionConfig struct {
+	// Responses is how long a create's stored response is replayed byte for byte.
+	Responses time.Duration `yaml:"responses"`
+	// InboxIDs is how long webhook event ids are remembered to acknowledge redeliveries.
+	InboxIDs time.Duration `yaml:"inbox_ids"`
+}
+
+// WorkersConfig tunes the background workers.
+type WorkersConfig struct {
+	Lease time.Duration `yaml:"lease"` // how long a claim on a piece of work lasts
+	Poll  time.Duration `yaml:"poll"`  // how often idle workers look for work
+}
+
+// IdempotencyConfig tunes creates under an Idempotency-Key.
+type IdempotencyConfig struct {
+	// Lease is how long an in-flight create holds its key before a retry may take it over.
+	Lease time.Duration `yaml:"lease"`
+}
+
+// SourceConfig is one webhook source, served at POST /v1/inbox/{name}.
+type SourceConfig struct {
+	Name      string        `yaml:"name"`
+	Scheme    string        `yaml:"scheme"`
+	Secrets   []string      `yaml:"secrets"` // several at once while rotating
+	Tolerance time.Duration `yaml:"tolerance"`
+	Handlers  []string      `yaml:"handlers"`
+}
+
+// ActionConfig is the execution target of approvals whose action is Name.
+type ActionConfig struct {
+	Name        string        `yaml:"name"`
+	URL         string        `yaml:"url"`
+	Secret      string        `yaml:"secret"`
+	Idempotent  bool          `yaml:"idempotent"`
+	LookupURL   string        `yaml:"lookup_url"`
+	Timeout     time.Duration `yaml:"timeout"`
+	MaxAttempts int           `yaml:"max_attempts"`
+	Backoff     BackoffConfig `yaml:"backoff"`
+	Async       bool          `yaml:"async"`
+}
+
+// BackoffConfig is an exponential backoff with jitter.
+type BackoffConfig struct {
+	Initial    time.Duration `yaml:"initial"`
+	Max        time.Duration `yaml:"max"`
+	Multiplier float64       `yaml:"multiplier"`
+	Jitter     float64       `yaml:"jitter"` // fraction of each delay, 0 to 1
+}
+
+// DefaultConfig returns the configuration used when nothing is set.
+func DefaultConfig() Config {
+	return Config{
+		Listen:      DefaultListen,
+		DatabaseURL: DefaultDatabaseURL,
+		Retention:   RetentionConfig{Responses: DefaultResponseRetention, InboxIDs: DefaultInboxIDRetention},
+		Workers:     WorkersConfig{Lease: DefaultWorkerLease, Poll: DefaultWorkerPoll},
+		Idempotency: IdempotencyConfig{Lease: DefaultIdempotencyLease},
+	}
+}
+
+// ParseConfig reads a YAML configuration over the defaults. ${NAME} (and $NAME) references
+// to environment variables are expanded in the text first, so that secrets stay out of the
+// file; a reference to an unset variable is an error naming it. Unknown fields are errors, so
+// a typo does not silently leave a default in place.
+func ParseConfig(r io.Reader) (Config, error) {
+	text, err := io.ReadAll(r)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	expanded, err := expandEnv(string(text))
+	if err != nil {
+		return Config{}, err
+	}
+
+	c := DefaultConfig()
+	dec := yaml.NewDecoder(strings.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty file
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("parse config: more than one YAML document")
+	}
+	for i := range c.Sources {
+		if c.Sources[i].Tolerance == 0 {
+			c.Sources[i].Tolerance = DefaultSourceTolerance
+		}
+	}
+	return c, nil
+}
+
+// ReadConfigFile parses the configuration file at path.
+func ReadConfigFile(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("open config: %w", err)
+	}
+	defer f.Close()
+	c, err := ParseConfig(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// envOverrides maps each APPROVALD_* variable to the setting it overrides.
+var envOverrides = []struct {
+	name     string
+	str      func(*Config) *string
+	duration func(*Config) *time.Duration
+}{
+	{name: "APPROVALD_LISTEN", str: func(c *Config) *string { return &c.Listen }},
+	{name: "APPROVALD_DATABASE_URL", str: func(c *Config) *string { return &c.DatabaseURL }},
+	{name: "APPROVALD_RETENTION_RESPONSES", duration: func(c *Config) *time.Duration { return &c.Retention.Responses }},
+	{name: "APPROVALD_RETENTION_INBOX_IDS", duration: func(c *Config) *time.Duration { return &c.Retention.InboxIDs }},
+	{name: "APPROVALD_WORKERS_LEASE", duration: func(c *Config) *time.Duration { return &c.Workers.Lease }},
+	{name: "APPROVALD_WORKERS_POLL", duration: func(c *Config) *time.Duration { return &c.Workers.Poll }},
+	{name: "APPROVALD_IDEMPOTENCY_LEASE", duration: func(c *Config) *time.Duration { return &c.Idempotency.Lease }},
+}
+
+// ApplyEnv overrides settings with the APPROVALD_* variables that lookup finds (os.LookupEnv
+// in the binary).
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	for _, o := range envOverrides {
+		v, ok := lookup(o.name)
+		if !ok {
+			continue
+		}
+		if o.str != nil {
+			*o.str(c) = v
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a duration such as 30s or 24h", o.name, v)
+		}
+		*o.duration(c) = d
+	}
+	return nil
+}
+
+// Validate checks the configuration, returning the first problem as a sentinel error
+// wrapped with the field, e.g. "actions[1].url: must be an http or https URL with a host".
+// Messages never include secret values.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %w", ErrInvalidListen)
+	}
+	if _, err := ParseDatabaseURL(c.DatabaseURL); err != nil {
+		return fmt.Errorf("database_url: %w", err)
+	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{
+		{"retention.responses", c.Retention.Responses},
+		{"retention.inbox_ids", c.Retention.InboxIDs},
+		{"workers.lease", c.Workers.Lease},
+		{"workers.poll", c.Workers.Poll},
+		{"idempotency.lease", c.Idempotency.Lease},
+	} {
+		if d.value <= 0 {
+			return fmt.Errorf("%s: %w", d.field, ErrNotPositive)
+		}
+	}
+
+	seen := make(map[string]bool)
+	for i, s := range c.Sources {
+		field := fmt.Sprintf("sources[%d]", i)
+		if err := validateName(seen, s.Name); err != nil {
+			return fmt.Errorf("%s.name: %w", field, err)
+		}
+		if !slices.Contains(schemes, s.Scheme) {
+			return fmt.Errorf("%s.scheme: %w", field, ErrInvalidScheme)
+		}
+		if len(s.Secrets) == 0 {
+			return fmt.Errorf("%s.secrets: %w", field, ErrNoSecrets)
+		}
+		for j, secret := range s.Secrets {
+			if secret == "" {
+				return fmt.Errorf("%s.secrets[%d]: %w", field, j, ErrEmptySecret)
+			}
+		}
+		if s.Tolerance <= 0 {
+			return fmt.Errorf("%s.tolerance: %w", field, ErrNotPositive)
+		}
+		for j, h := range s.Handlers {
+			if !slices.Contains(handlers, h) {
+				return fmt.Errorf("%s.handlers[%d]: %w %q (known: %s)", field, j, ErrUnknownHandler, h, strings.Join(handlers, ", "))
+			}
+		}
+	}
+
+	seen = make(map[string]bool)
+	for i, a := range c.Actions {
+		field := fmt.Sprintf("actions[%d]", i)
+		if err := validateName(seen, a.Name); err != nil {
+			return fmt.Errorf("%s.name: %w", field, err)
+		}
+		if !isHTTPURL(a.URL) {
+			return fmt.Errorf("%s.url: %w", field, ErrInvalidURL)
+		}
+		if a.LookupURL != "" && !isHTTPURL(a.LookupURL) {
+			return fmt.Errorf("%s.lookup_url: %w", field, ErrInvalidURL)
+		}
+		if a.Timeout < 0 {
+			return fmt.Errorf("%s.timeout: %w", field, ErrNegative)
+		}
+		if a.MaxAttempts < 0 {
+			return fmt.Errorf("%s.max_attempts: %w", field, ErrNegative)
+		}
+		if err := a.Backoff.validate(); err != nil {
+			return fmt.Errorf("%s.backoff.%w", field, err)
+		}
+	}
+	return nil
+}
+
+func (b BackoffConfig) validate() error {
+	switch {
+	case b.Initial < 0:
+		return fmt.Errorf("initial: %w: %w", ErrInvalidBackoff, ErrNegative)
+	case b.Max < 0:
+		return fmt.Errorf("max: %w: %w", ErrInvalidBackoff, ErrNegative)
+	case b.Max != 0 && b.Max < b.Initial:
+		return fmt.Errorf("max: %w: less than initial", ErrInvalidBackoff)
+	case b.Multiplier != 0 && b.Multiplier < 1:
+		return fmt.Errorf("multiplier: %w: must be at least 1", ErrInvalidBackoff)
+	case b.Jitter < 0 || b.Jitter > 1:
+		return fmt.Errorf("jitter: %w: must be between 0 and 1", ErrInvalidBackoff)
+	}
+	return nil
+}
+
+// Database kinds that ParseDatabaseURL recognises.
+const (
+	databaseSQLite   = "sqlite"
+	databasePostgres = "postgres"
+)
+
+// ParseDatabaseURL tells which store a database URL names: postgres:// and postgresql:// are
+// PostgreSQL; file:PATH and a bare path are SQLite. The returned kind is databaseSQLite or
+// databasePostgres.
+func ParseDatabaseURL(s string) (kind string, err error) {
+	switch {
+	case s == "":
+		return "", ErrRequired
+	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		return databasePostgres, nil
+	case strings.HasPrefix(s, "file:"):
+		return databaseSQLite, nil
+	case strings.Contains(s, "://"):
+		return "", ErrInvalidDBURL // another scheme: refuse rather than make a file named after it
+	}
+	return databaseSQLite, nil
+}
+
+// validName is what a source or action name may look like: it appears in URL paths.
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+func validateName(seen map[string]bool, name string) error {
+	if name == "" {
+		return ErrRequired
+	} else if !validName.MatchString(name) {
+		return fmt.Errorf("%q: %w", name, ErrInvalidName)
+	} else if seen[name] {
+		return fmt.Errorf("%q: %w", name, ErrDuplicateName)
+	}
+	seen[name] = true
+	return nil
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// envName is a reference os.Expand hands to the mapping that names a variable; anything else
+// ($$, $1, a lone $) is shell syntax that has no meaning here and is kept as written.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// expandEnv replaces ${NAME} and $NAME with the environment variable's value. Every unset
+// variable is reported, so that one run shows all that are missing.
+func expandEnv(text string) (string, error) {
+	var missing []string
+	out := os.Expand(text, func(name string) string {
+		if !envName.MatchString(name) {
+			return "$" + name
+		}
+		v, ok := os.LookupEnv(name)
+		if !ok && !slices.Contains(missing, name) {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return "", fmt.Errorf("config references unset environment variable %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// designYAML is the configuration file of DESIGN.md, plus the idempotency lease.
+const designYAML = `
+listen: 127.0.0.1:8080
+database_url: file:approvald.db        # or postgres://user@host:5432/db
+retention: {responses: 24h, inbox_ids: 720h}
+workers: {lease: 30s, poll: 1s}           # claim lease of inbox, execution and notifier work
+idempotency: {lease: 45s}
+sources:
+  - name: chat                         # POST /v1/inbox/chat
+    scheme: standard-webhooks          # standard-webhooks | stripe | github
+    secrets: ["${CHAT_SECRET_NEW}", "${CHAT_SECRET_OLD}"]
+    tolerance: 5m
+    handlers: [approval.decision]
+actions:
+  - name: deploy                       # approvals with "action": "deploy" run this target
+    url: http://127.0.0.1:9000/deploy
+    secret: ${DEPLOYER_SECRET}
+    idempotent: true
+    lookup_url: http://127.0.0.1:9000/deploy/status
+    timeout: 10s
+    max_attempts: 10
+    backoff: {initial: 1s, max: 10m, multiplier: 2, jitter: 0.2}
+    async: false
+`
+
+func TestParseConfig(t *testing.T) {
+	t.Setenv("CHAT_SECRET_NEW", "whsec_new")
+	t.Setenv("CHAT_SECRET_OLD", "whsec_old")
+	t.Setenv("DEPLOYER_SECRET", "s3cret")
+
+	got, err := ParseConfig(strings.NewReader(designYAML))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	want := Config{
+		Listen:      "127.0.0.1:8080",
+		DatabaseURL: "file:approvald.db",
+		Retention:   RetentionConfig{Responses: 24 * time.Hour, InboxIDs: 720 * time.Hour},
+		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second},
+		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
+		Sources: []SourceConfig{{
+			Name:      "chat",
+			Scheme:    "standard-webhooks",
+			Secrets:   []string{"whsec_new", "whsec_old"},
+			Tolerance: 5 * time.Minute,
+			Handlers:  []string{"approval.decision"},
+		}},
+		Actions: []ActionConfig{{
+			Name:        "deploy",
+			URL:         "http://127.0.0.1:9000/deploy",
+			Secret:      "s3cret",
+			Idempotent:  true,
+			LookupURL:   "http://127.0.0.1:9000/deploy/status",
+			Timeout:     10 * time.Second,
+			MaxAttempts: 10,
+			Backoff:     BackoffConfig{Initial: time.Second, Max: 10 * time.Minute, Multiplier: 2, Jitter: 0.2},
+		}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+}
+
+func TestParseConfig_Defaults(t *testing.T) {
+	for name, text := range map[string]string{
+		"empty file":    "",
+		"comment only":  "# nothing set\n",
+		"partial block": "retention: {responses: 1h}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseConfig(strings.NewReader(text))
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			want := DefaultConfig()
+			if name == "partial block" {
+				want.Retention.Responses = time.Hour // inbox_ids keeps its default
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got %+v, want %+v", got, want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseConfig_SourceToleranceDefault(t *testing.T) {
+	c, err := ParseConfig(strings.NewReader("sources: [{name: gh, scheme: github, secrets: [x]}]"))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if got := c.Sources[0].Tolerance; got != DefaultSourceTolerance {
+		t.Errorf("got tolerance %s, want %s", got, DefaultSourceTolerance)
+	}
+}
+
+func TestParseConfig_Errors(t *testing.T) {
+	for _, tt := range []struct {
+		name, text, want string
+	}{
+		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", "field listne not found"},
+		{"unknown nested field", "retention: {response: 1h}\n", "field response not found"},
+		{"duration without unit", "workers: {poll: 5}\n", "cannot unmarshal"},
+		{"bad duration", "workers: {poll: soon}\n", "cannot unmarshal"},
+		{"unset variable", "actions: [{name: a, url: 'http://x', secret: '${NO_SUCH_SECRET}'}]\n", "NO_SUCH_SECRET"},
+		{"all unset variables named", "listen: ${NO_SUCH_B}\ndatabase_url: $NO_SUCH_A\n", "NO_SUCH_A, NO_SUCH_B"},
+		{"two documents", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", "more than one YAML document"},
+		{"not a mapping", "- a\n- b\n", "cannot unmarshal"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig(strings.NewReader(tt.text))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseConfig_Expansion(t *testing.T) {
+	t.Setenv("APPROVALD_TEST_LISTEN_PORT", "9090")
+	t.Setenv("SET_BUT_EMPTY", "")
+	c, err := ParseConfig(strings.NewReader(
+		"# a price of $5 and a literal $$ in a comment are left alone\n" +
+			"listen: 127.0.0.1:${APPROVALD_TEST_LISTEN_PORT}\n" +
+			"database_url: file:x${SET_BUT_EMPTY}.db\n"))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if c.Listen != "127.0.0.1:9090" {
+		t.Errorf("got listen %q, want 127.0.0.1:9090", c.Listen)
+	}
+	if c.DatabaseURL != "file:x.db" {
+		t.Errorf("got database_url %q, want file:x.db", c.DatabaseURL)
+	}
+}
+
+func TestConfig_ApplyEnv(t *testing.T) {
+	env := map[string]string{
+		"APPROVALD_LISTEN":              "0.0.0.0:9000",
+		"APPROVALD_DATABASE_URL":        "postgres://db/approvald",
+		"APPROVALD_RETENTION_RESPONSES": "1h",
+		"APPROVALD_RETENTION_INBOX_IDS": "48h",
+		"APPROVALD_WORKERS_LEASE":       "1m",
+		"APPROVALD_WORKERS_POLL":        "250ms",
+		"APPROVALD_IDEMPOTENCY_LEASE":   "10s",
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	c := DefaultConfig()
+	if err := c.ApplyEnv(os.LookupEnv); err != nil {
+		t.Fatalf("apply env: %v", err)
+	}
+	want := Config{
+		Listen:      "0.0.0.0:9000",
+		DatabaseURL: "postgres://db/approvald",
+		Retention:   RetentionConfig{Responses: time.Hour, InboxIDs: 48 * time.Hour},
+		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond},
+		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+
+	t.Setenv("APPROVALD_WORKERS_POLL", "often")
+	if err := c.ApplyEnv(os.LookupEnv); err == nil || !strings.Contains(err.Error(), "APPROVALD_WORKERS_POLL") {
+		t.Errorf("bad duration: got error %v, want one naming APPROVALD_WORKERS_POLL", err)
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	const secret = "whsec_do-not-print-me"
+	source := func() SourceConfig {
+		return SourceConfig{Name: "chat", Scheme: "stripe", Secrets: []string{secret}, Tolerance: time.Minute}
+	}
+	action := func() ActionConfig { return ActionConfig{Name: "deploy", URL: "https://deployer.internal/run"} }
+
+	for _, tt := range []struct {
+		name   string
+		change func(*Config)
+		field  string
+		want   error
+	}{
+		{"listen without port", func(c *Config) { c.Listen = "localhost" }, "listen", ErrInvalidListen},
+		{"database url empty", func(c *Config) { c.DatabaseURL = "" }, "database_url", ErrRequired},
+		{"database url other scheme", func(c *Config) { c.DatabaseURL = "mysql://db" }, "database_url", ErrInvalidDBURL},
+		{"zero response retention", func(c *Config) { c.Retention.Responses = 0 }, "retention.responses", ErrNotPositive},
+		{"negative inbox retention", func(c *Config) { c.Retention.InboxIDs = -time.Hour }, "retention.inbox_ids", ErrNotPositive},
+		{"zero worker lease", func(c *Config) { c.Workers.Lease = 0 }, "workers.lease", ErrNotPositive},
+		{"zero poll", func(c *Config) { c.Workers.Poll = 0 }, "workers.poll", ErrNotPositive},
+		{"zero idempotency lease", func(c *Config) { c.Idempotency.Lease = 0 }, "idempotency.lease", ErrNotPositive},
+
+		{"source without name", func(c *Config) { c.Sources[0].Name = "" }, "sources[0].name", ErrRequired},
+		{"source name with slash", func(c *Config) { c.Sources[0].Name = "a/b" }, "sources[0].name", ErrInvalidName},
+		{"duplicate source", func(c *Config) { c.Sources = append(c.Sources, source()) }, "sources[1].name", ErrDuplicateName},
+		{"unknown scheme", func(c *Config) { c.Sources[0].Scheme = "slack" }, "sources[0].scheme", ErrInvalidScheme},
+		{"no secrets", func(c *Config) { c.Sources[0].Secrets = nil }, "sources[0].secrets", ErrNoSecrets},
+		{"empty secret", func(c *Config) { c.Sources[0].Secrets = append(c.Sources[0].Secrets, "") }, "sources[0].secrets[1]", ErrEmptySecret},
+		{"zero tolerance", func(c *Config) { c.Sources[0].Tolerance = 0 }, "sources[0].tolerance", ErrNotPositive},
+		{"unknown handler", func(c *Config) { c.Sources[0].Handlers = []string{"approval.decision", "x"} }, "sources[0].handlers[1]", ErrUnknownHandler},
+
+		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
+		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},
+		{"action url not http", func(c *Config) { c.Actions[0].URL = "ftp://x/y" }, "actions[0].url", ErrInvalidURL},
+		{"action url relative", func(c *Config) { c.Actions[0].URL = "/deploy" }, "actions[0].url", ErrInvalidURL},
+		{"action url missing", func(c *Config) { c.Actions[0].URL = "" }, "actions[0].url", ErrInvalidURL},
+		{"lookup url bad", func(c *Config) { c.Actions[0].LookupURL = "deployer/status" }, "actions[0].lookup_url", ErrInvalidURL},
+		{"negative timeout", func(c *Config) { c.Actions[0].Timeout = -time.Second }, "actions[0].timeout", ErrNegative},
+		{"negative attempts", func(c *Config) { c.Actions[0].MaxAttempts = -1 }, "actions[0].max_attempts", ErrNegative},
+		{"backoff max below initial", func(c *Config) { c.Actions[0].Backoff = BackoffConfig{Initial: time.Minute, Max: time.Second} }, "actions[0].backoff.max", ErrInvalidBackoff},
+		{"backoff multiplier below 1", func(c *Config) { c.Actions[0].Backoff.Multiplier = 0.5 }, "actions[0].backoff.multiplier", ErrInvalidBackoff},
+		{"backoff jitter above 1", func(c *Config) { c.Actions[0].Backoff.Jitter = 1.5 }, "actions[0].backoff.jitter", ErrInvalidBackoff},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Sources = []SourceConfig{source()}
+			c.Actions = []ActionConfig{action()}
+			if err := c.Validate(); err != nil {
+				t.Fatalf("valid config: %v", err)
+			}
+			tt.change(&c)
+			err := c.Validate()
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got error %v, want %v", err, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), tt.field+":") {
+				t.Errorf("got error %q, want it to start with %q", err, tt.field+":")
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error %q shows a secret", err)
+			}
+		})
+	}
+}
+
+func TestParseDatabaseURL(t *testing.T) {
+	for _, tt := range []struct {
+		url, kind string
+		err       error
+	}{
+		{"file:approvald.db", databaseSQLite, nil},
+		{"file:/var/lib/approvald/approvald.db?_pragma=foreign_keys(1)", databaseSQLite, nil},
+		{"approvald.db", databaseSQLite, nil},
+		{"/var/lib/approvald.db", databaseSQLite, nil},
+		{"postgres://user@host:5432/db", databasePostgres, nil},
+		{"postgresql://host/db?sslmode=disable", databasePostgres, nil},
+		{"mysql://host/db", "", ErrInvalidDBURL},
+		{"", "", ErrRequired},
+	} {
+		kind, err := ParseDatabaseURL(tt.url)
+		if kind != tt.kind || !errors.Is(err, tt.err) {
+			t.Errorf("ParseDatabaseURL(%q): got %q, %v; want %q, %v", tt.url, kind, err, tt.kind, tt.err)
+		}
+	}
+}

@@ -1,0 +1,231 @@
+// Command approvald runs the approval service and administers its database.
+//
+//	approvald serve          the HTTP API and the background workers
+//	approvald migrate        apply database migrations and exit
+//	approvald token create   make a bearer token and print it
+//	approvald version        print the version
+//
+// Problems with the command line or the configuration exit 2; failures while running exit 1
+// with a one-line message on stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/postgres"
+	"github.com/approvald/approval/sqlite"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// After the first signal, restore the default handling so that a second one kills a
+	// shutdown that hangs.
+	context.AfterFunc(ctx, stop)
+	code := NewMain(os.Stdout, os.Stderr).Run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Main dispatches to the subcommands.
+type Main struct {
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// NewMain returns a Main writing to the given streams.
+func NewMain(stdout, stderr io.Writer) *Main {
+	return &Main{Stdout: stdout, Stderr: stderr}
+}
+
+// command is one subcommand: flags are parsed (and the configuration loaded) before
+// anything runs, so that every usage problem is reported before any side effect.
+type command interface {
+	ParseFlags(ctx context.Context, args []string) error
+	Run(ctx context.Context) error
+	Close() error
+}
+
+// Run runs the subcommand named by args[0] and returns the process exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	name, args := "", args
+	if len(args) > 0 {
+		name, args = args[0], args[1:]
+	}
+
+	var cmd command
+	switch name {
+	case "serve":
+		cmd = NewServeCommand(m.Stdout, m.Stderr)
+	case "migrate":
+		cmd = NewMigrateCommand(m.Stderr)
+	case "token":
+		if len(args) == 0 || args[0] != "create" {
+			fmt.Fprint(m.Stderr, tokenUsage)
+			return exitUsage
+		}
+		name, args = "token create", args[1:]
+		cmd = NewTokenCreateCommand(m.Stdout, m.Stderr)
+	case "version":
+		cmd = NewVersionCommand(m.Stdout, m.Stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(m.Stdout, usage)
+		return exitOK
+	case "":
+		fmt.Fprint(m.Stderr, usage)
+		return exitUsage
+	default:
+		fmt.Fprintf(m.Stderr, "approvald: unknown command %q\n\n%s", name, usage)
+		return exitUsage
+	}
+
+	if err := cmd.ParseFlags(ctx, args); errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	} else if err != nil {
+		m.printError(name, err)
+		return exitUsage
+	}
+	runErr := cmd.Run(ctx)
+	closeErr := cmd.Close()
+	if err := errors.Join(runErr, closeErr); err != nil {
+		m.printError(name, err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// printError writes err as one line, whatever new lines joined errors carry.
+func (m *Main) printError(name string, err error) {
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	fmt.Fprintf(m.Stderr, "approvald %s: %s\n", name, msg)
+}
+
+const usage = `approvald puts a human approval in front of an automated action.
+
+Usage:
+
+	approvald <command> [flags]
+
+Commands:
+
+	serve          run the HTTP API and the background workers
+	migrate        apply database migrations and exit
+	token create   make a bearer token (--subject NAME --role ROLE) and print it
+	version        print the version
+
+Every command takes --config FILE and --database-url URL.
+Run "approvald <command> -h" for a command's flags.
+`
+
+// configFlags are the flags every subcommand takes.
+type configFlags struct {
+	path        string
+	databaseURL string
+}
+
+func (f *configFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.path, "config", "", "read the YAML configuration `FILE`")
+	fs.StringVar(&f.databaseURL, "database-url", "", "database `URL`: file:PATH or postgres://... (default "+DefaultDatabaseURL+")")
+}
+
+// load returns the configuration: the file (or the defaults without one), then the
+// APPROVALD_* environment, then --database-url. The caller applies its own flags and
+// validates.
+func (f *configFlags) load() (Config, error) {
+	c := DefaultConfig()
+	if f.path != "" {
+		var err error
+		if c, err = ReadConfigFile(f.path); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := c.ApplyEnv(os.LookupEnv); err != nil {
+		return Config{}, err
+	}
+	if f.databaseURL != "" {
+		c.DatabaseURL = f.databaseURL
+	}
+	return c, nil
+}
+
+// newFlagSet returns a flag set that prints usageText (and nothing else: the caller reports
+// the error) on -h or a bad flag.
+func newFlagSet(name, usageText string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageText)
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parseFlags parses args, refusing positional arguments: no subcommand takes any.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// newLogger returns the JSON logger every subcommand writes to stderr.
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+// store is what the subcommands need of either store.
+type store interface {
+	approval.Store
+	Migrate(ctx context.Context) error
+}
+
+// openStore opens the store the database URL names and applies its migrations. Migrating is
+// idempotent, so every subcommand that touches the database does it first and works on a new
+// database.
+func openStore(ctx context.Context, databaseURL string) (store, error) {
+	kind, err := ParseDatabaseURL(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	var s store
+	switch kind {
+	case databasePostgres:
+		pg, err := postgres.Open(ctx, databaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		s = pg
+	default:
+		lite, err := sqlite.Open(ctx, databaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		s = lite
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return s, nil
+}
