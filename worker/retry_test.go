@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,8 +292,9 @@ func TestDelayJitter(t *testing.T) {
 	}
 }
 
-// TestDelayBounds sweeps attempts, random draws and jitters, including the clamped
-// out-of-range ones (and a broken random source), for the two promises: never negative, never above Max*(1+Jitter).
+// TestDelayBounds sweeps attempts, random draws and jitters, including clamped out-of-range
+// ones and a random source out of [0, 1], for the two promises: never negative, never above
+// Max*(1+Jitter).
 func TestDelayBounds(t *testing.T) {
 	t.Parallel()
 	for _, jitter := range []float64{0, 0.2, 1, 3, -1} {
@@ -340,7 +342,7 @@ func TestRetryAfter(t *testing.T) {
 		{"soon", 800 * time.Millisecond},
 	}
 	for _, tt := range tests {
-		resp, err := http.Get(srv.URL + "/?v=" + strings.ReplaceAll(tt.header, " ", "%20"))
+		resp, err := http.Get(srv.URL + "/?v=" + url.QueryEscape(tt.header))
 		if err != nil {
 			t.Fatal(err)
 		}
