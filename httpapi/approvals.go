@@ -25,9 +25,15 @@ const maxWait = 60 * time.Second
 // handleCreateApproval is POST /v1/approvals: one approval per Idempotency-Key and requester,
 // however often and however concurrently the request is sent (DESIGN.md invariant 2).
 func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
+	// A create runs to its end even if the client goes away: a committed create is what its
+	// retry will replay, and a failed one is released at once instead of blocking the key for
+	// a lease. The lease also bounds the work, since past it the claim may be taken over.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.lease)
+	defer cancel()
+
 	// Everything that can refuse the request runs before the first idempotency write, so a
 	// 400, 401, 403 or 413 stores nothing and the caller may correct it and reuse the key.
-	p, err := s.authenticate(r)
+	p, err := s.authenticate(ctx, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -62,12 +68,6 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// From the claim on, the work runs to its end even if the client goes away: a committed
-	// create is what its retry will replay, and a failed one is released at once instead of
-	// blocking the key for a lease. The lease also bounds the work, since past it the claim
-	// may be taken over anyway.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.lease)
-	defer cancel()
 	claim, err := s.store.BeginIdempotent(ctx, approval.IdempotencyClaim{
 		Requester:   p.Subject,
 		Key:         key,
@@ -161,7 +161,7 @@ func (s *Server) release(r *http.Request, requester, key string, claim approval.
 // answers as soon as the approval's version exceeds N, or after D (at most maxWait) with the
 // approval as it is, 200 either way.
 func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticate(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -266,7 +266,7 @@ type approvalList struct {
 // handleListApprovals is GET /v1/approvals?status=&approver=&limit=&cursor=, newest first.
 // Requesters and approvers see the approvals they requested or are listed on.
 func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticate(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -313,7 +313,7 @@ type decideRequest struct {
 // wins and the others get 409 with it.
 func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := s.authenticate(r)
+		p, err := s.authenticate(r.Context(), r)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -355,7 +355,7 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 
 // handleCancelApproval is POST /v1/approvals/{id}/cancel, by the requester or an admin.
 func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticate(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -386,7 +386,7 @@ type eventList struct {
 
 // handleApprovalEvents is GET /v1/approvals/{id}/events: the audit trail, oldest first.
 func (s *Server) handleApprovalEvents(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticate(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

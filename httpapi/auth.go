@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -13,9 +14,9 @@ type principal struct {
 	Role    approval.Role
 }
 
-// authenticate resolves the request's bearer token. A missing, malformed or unknown token is
+// authenticate resolves the request's bearer token, reading the store with ctx. A missing, malformed or unknown token is
 // EUNAUTHORIZED; a store failure is passed on (503 when the database is down, never 401).
-func (s *Server) authenticate(r *http.Request) (principal, error) {
+func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, error) {
 	values := r.Header.Values("Authorization")
 	if len(values) == 0 {
 		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "missing Authorization header; send Authorization: Bearer <token>")
@@ -28,7 +29,7 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "Authorization must be a bearer token: Authorization: Bearer <token>")
 	}
 
-	t, err := s.store.TokenByHash(r.Context(), approval.HashToken(secret))
+	t, err := s.store.TokenByHash(ctx, approval.HashToken(secret))
 	if approval.ErrorCode(err) == approval.ENOTFOUND {
 		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "unknown bearer token")
 	} else if err != nil {

@@ -1,0 +1,378 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
+)
+
+// TestCreateConcurrentSameKey: 100 clients send one create at the same instant. Exactly one
+// approval exists; every answer is the 201 or a 409 with Retry-After; retrying the 409s
+// converges on the byte-identical 201 body, marked as replayed.
+func TestCreateConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		const clients, rounds = 100, 3
+		for round := range rounds {
+			key := fmt.Sprintf("deploy-prod-%d", round)
+			body := createBody(fmt.Sprintf("Deploy round %d", round), "alice", "bob")
+			answers := make([]*response, clients)
+			errs := make([]error, clients)
+			race(clients, func(i int) {
+				answers[i], errs[i] = f.send("POST", "/v1/approvals", ci, body, "Idempotency-Key", key)
+			})
+
+			var original []byte
+			var originals, conflicts int
+			for i, resp := range answers {
+				if errs[i] != nil {
+					t.Fatalf("round %d client %d: %v", round, i, errs[i])
+				}
+				switch resp.status {
+				case http.StatusCreated:
+					if resp.header.Get("Idempotent-Replayed") == "" {
+						originals++
+					}
+					if original != nil && !bytes.Equal(resp.body, original) {
+						t.Fatalf("round %d: two different 201 bodies:\n%s\n%s", round, original, resp.body)
+					}
+					original = resp.body
+				case http.StatusConflict:
+					conflicts++
+					if ra, err := strconv.Atoi(resp.header.Get("Retry-After")); err != nil || ra < 1 {
+						t.Fatalf("round %d: 409 with Retry-After %q, want whole seconds >= 1", round, resp.header.Get("Retry-After"))
+					}
+				default:
+					t.Fatalf("round %d client %d: got %d %s, want 201 or 409", round, i, resp.status, resp.body)
+				}
+			}
+			if originals != 1 {
+				t.Fatalf("round %d: got %d original 201s, want 1", round, originals)
+			}
+			if got := f.count(); got != round+1 {
+				t.Fatalf("round %d: got %d approvals, want %d", round, got, round+1)
+			}
+
+			// The winner's 201 has been received, so it committed: every retry replays it.
+			for range conflicts {
+				resp := f.create(ci, key, body)
+				if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" {
+					t.Fatalf("round %d retry: got %d replayed=%q %s, want replayed 201", round, resp.status, resp.header.Get("Idempotent-Replayed"), resp.body)
+				}
+				if !bytes.Equal(resp.body, original) {
+					t.Fatalf("round %d retry: body\n%s\nwant\n%s", round, resp.body, original)
+				}
+			}
+		}
+	})
+}
+
+// TestCreateReplay covers what a key means: the same request replays, a different one is 422,
+// keys are per requester, and the quoted form of a key is the key.
+func TestCreateReplay(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		body := `{"action": "deploy", "title": "Deploy api v1.42", "context": {"commit": "9f2c1e", "env": "prod"}, "approvers": ["alice", "bob"], "required_approvals": 1, "expires_in": "24h"}`
+
+		first := f.create(ci, "deploy-prod-1042", body)
+		if first.status != http.StatusCreated {
+			t.Fatalf("create: got %d %s", first.status, first.body)
+		}
+		a := first.approval(t)
+		if got, want := first.header.Get("Location"), "/v1/approvals/"+a.ID; got != want {
+			t.Fatalf("Location: got %q, want %q", got, want)
+		}
+		if first.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("first create marked as replayed")
+		}
+		if a.Status != approval.StatusPending || a.Version != 1 || a.Requester != "ci-bot" || a.OperationKey != "deploy-prod-1042" {
+			t.Fatalf("unexpected approval %s", first.body)
+		}
+		if !bytes.Contains(first.body, []byte(`"decisions":[]`)) || !bytes.Contains(first.body, []byte(`"execution":null`)) || !bytes.Contains(first.body, []byte(`"decided_at":null`)) {
+			t.Fatalf("body does not have the API shape: %s", first.body)
+		}
+		if a.CreatedAt.Location() != time.UTC || !strings.Contains(string(first.body), `Z"`) {
+			t.Fatalf("times are not RFC 3339 UTC: %s", first.body)
+		}
+
+		replayed := func(name string, resp *response) {
+			t.Helper()
+			if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" ||
+				resp.header.Get("Location") != first.header.Get("Location") || !bytes.Equal(resp.body, first.body) {
+				t.Fatalf("%s: got %d replayed=%q %s, want the original 201 replayed", name, resp.status, resp.header.Get("Idempotent-Replayed"), resp.body)
+			}
+		}
+		replayed("same request", f.create(ci, "deploy-prod-1042", body))
+		reordered := `{
+			"expires_in":"24h","required_approvals":1,"approvers":["alice","bob"],
+			"context":{"env":"prod","commit":"9f2c1e"},"title":"Deploy api v1.42","action":"deploy"}`
+		replayed("keys reordered and white space", f.create(ci, "deploy-prod-1042", reordered))
+		replayed("quoted key", f.create(ci, `"deploy-prod-1042"`, body))
+
+		other := strings.Replace(body, "v1.42", "v1.43", 1)
+		f.create(ci, "deploy-prod-1042", other).problem(t, http.StatusUnprocessableEntity)
+		replayed("after a mismatch", f.create(ci, "deploy-prod-1042", body))
+
+		// Keys are scoped per requester: another requester's same key is another operation.
+		ops := f.token("ops-bot", approval.RoleRequester)
+		b := f.mustCreate(ops, "deploy-prod-1042", body)
+		if b.ID == a.ID || b.Requester != "ops-bot" {
+			t.Fatalf("another requester got approval %s (requester %s), want a new one", b.ID, b.Requester)
+		}
+
+		// An escaped quoted key unwraps to the bare key.
+		c := f.mustCreate(ci, `"say \"hi\" \\ bye"`, createBody("Quoted", "alice"))
+		resp := f.create(ci, `say "hi" \ bye`, createBody("Quoted", "alice"))
+		if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" || resp.approval(t).ID != c.ID {
+			t.Fatalf("bare form of an escaped key: got %d %s, want replay of %s", resp.status, resp.body, c.ID)
+		}
+		if f.count() != 3 {
+			t.Fatalf("got %d approvals, want 3", f.count())
+		}
+	})
+}
+
+// TestCreateRefusedStoresNothing: every request refused before any work (400, 401, 403, 413)
+// stores nothing, so the corrected request under the same key creates the approval.
+func TestCreateRefusedStoresNothing(t *testing.T) {
+	t.Parallel()
+	valid := createBody("Deploy", "alice", "bob")
+	deep := strings.Repeat(`{"a":`, 32) + "1" + strings.Repeat("}", 32)
+	tooDeep := strings.Repeat(`{"a":`, 33) + "1" + strings.Repeat("}", 33)
+	with := func(field, value string) string {
+		return `{"action":"deploy","title":"Deploy","approvers":["alice","bob"],` + strconv.Quote(field) + `:` + value + `}`
+	}
+	cases := []struct {
+		name    string
+		status  int
+		body    string
+		token   string // "requester" (default), "approver", "operator", "unknown", "none"
+		headers []string
+	}{
+		{name: "key missing", status: 400, body: valid, headers: []string{}},
+		{name: "key empty", status: 400, body: valid, headers: []string{"Idempotency-Key", ""}},
+		{name: "key quoted empty", status: 400, body: valid, headers: []string{"Idempotency-Key", `""`}},
+		{name: "key too long", status: 400, body: valid, headers: []string{"Idempotency-Key", strings.Repeat("k", 256)}},
+		{name: "key tab", status: 400, body: valid, headers: []string{"Idempotency-Key", "a\tb"}},
+		{name: "key non-ascii", status: 400, body: valid, headers: []string{"Idempotency-Key", "clé"}},
+		{name: "key two headers", status: 400, body: valid, headers: []string{"Idempotency-Key", "k1", "Idempotency-Key", "k1"}},
+		{name: "key list", status: 400, body: valid, headers: []string{"Idempotency-Key", "k1, k2"}},
+		{name: "key quoted list", status: 400, body: valid, headers: []string{"Idempotency-Key", `"k1", "k2"`}},
+		{name: "key unterminated", status: 400, body: valid, headers: []string{"Idempotency-Key", `"k1`}},
+		{name: "key bad escape", status: 400, body: valid, headers: []string{"Idempotency-Key", `"k\1"`}},
+		{name: "key after quote", status: 400, body: valid, headers: []string{"Idempotency-Key", `"k1"x`}},
+
+		{name: "no token", status: 401, body: valid, token: "none"},
+		{name: "unknown token", status: 401, body: valid, token: "unknown"},
+		{name: "approver token", status: 403, body: valid, token: "approver"},
+		{name: "operator token", status: 403, body: valid, token: "operator"},
+		{name: "too large", status: 413, body: with("context", `{"pad":"`+strings.Repeat("x", 64<<10)+`"}`)},
+
+		{name: "empty body", status: 400, body: ""},
+		{name: "not json", status: 400, body: "action=deploy"},
+		{name: "array", status: 400, body: "[" + valid + "]"},
+		{name: "null", status: 400, body: "null"},
+		{name: "truncated", status: 400, body: valid[:len(valid)-1]},
+		{name: "trailing data", status: 400, body: valid + "{}"},
+		{name: "invalid utf-8", status: 400, body: with("context", "{\"k\":\"\xff\"}")},
+		{name: "unknown field", status: 400, body: with("approver", `"alice"`)},
+		{name: "action missing", status: 400, body: `{"title":"Deploy","approvers":["alice"]}`},
+		{name: "action too long", status: 400, body: `{"action":"` + strings.Repeat("a", 101) + `","title":"Deploy","approvers":["alice"]}`},
+		{name: "action not a string", status: 400, body: `{"action":7,"title":"Deploy","approvers":["alice"]}`},
+		{name: "title missing", status: 400, body: `{"action":"deploy","approvers":["alice"]}`},
+		{name: "title blank", status: 400, body: `{"action":"deploy","title":"   ","approvers":["alice"]}`},
+		{name: "title 201 characters", status: 400, body: `{"action":"deploy","title":"` + strings.Repeat("é", 201) + `","approvers":["alice"]}`},
+		{name: "approvers missing", status: 400, body: `{"action":"deploy","title":"Deploy"}`},
+		{name: "approvers empty", status: 400, body: `{"action":"deploy","title":"Deploy","approvers":[]}`},
+		{name: "approvers a string", status: 400, body: `{"action":"deploy","title":"Deploy","approvers":"alice"}`},
+		{name: "approvers 51", status: 400, body: createBody("Deploy", names(51)...)},
+		{name: "approver empty", status: 400, body: createBody("Deploy", "alice", "")},
+		{name: "approver twice", status: 400, body: createBody("Deploy", "alice", "bob", "alice")},
+		{name: "required zero", status: 400, body: with("required_approvals", "0")},
+		{name: "required above approvers", status: 400, body: with("required_approvals", "3")},
+		{name: "required fractional", status: 400, body: with("required_approvals", "1.5")},
+		{name: "context array", status: 400, body: with("context", "[]")},
+		{name: "context string", status: 400, body: with("context", `"x"`)},
+		{name: "context too deep", status: 400, body: with("context", tooDeep)},
+		{name: "expires_in not a duration", status: 400, body: with("expires_in", `"soon"`)},
+		{name: "expires_in zero", status: 400, body: with("expires_in", `"0s"`)},
+		{name: "expires_in negative", status: 400, body: with("expires_in", `"-1h"`)},
+		{name: "expires_in over 90 days", status: 400, body: with("expires_in", `"2161h"`)},
+		{name: "expires_in a number", status: 400, body: with("expires_in", `3600`)},
+	}
+
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		tokens := map[string]string{
+			"requester": f.token("ci-bot", approval.RoleRequester),
+			"approver":  f.token("alice", approval.RoleApprover),
+			"operator":  f.token("olga", approval.RoleOperator),
+			"unknown":   approval.TokenPrefix + "not-a-token",
+			"none":      "",
+		}
+		for i, tc := range cases {
+			key := fmt.Sprintf("case-%d", i)
+			headers := tc.headers
+			if headers == nil {
+				headers = []string{"Idempotency-Key", key}
+			}
+			token := tokens[tc.token]
+			if tc.token == "" {
+				token = tokens["requester"]
+			}
+			resp := f.do("POST", "/v1/approvals", token, tc.body, headers...)
+			p := resp.problem(t, tc.status)
+			if tc.status == 401 && resp.header.Get("WWW-Authenticate") == "" {
+				t.Fatalf("%s: 401 without WWW-Authenticate", tc.name)
+			}
+			if f.count() != i {
+				t.Fatalf("%s: got %d approvals after a refused create (%s), want %d", tc.name, f.count(), p.Detail, i)
+			}
+			// The corrected request under the same key is a new operation, not a replay.
+			fixed := f.create(tokens["requester"], key, valid)
+			if fixed.status != http.StatusCreated || fixed.header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("%s: corrected request got %d replayed=%q %s, want a fresh 201", tc.name, fixed.status, fixed.header.Get("Idempotent-Replayed"), fixed.body)
+			}
+		}
+
+		// The limits are inclusive, and titles are counted in characters, not bytes.
+		f.mustCreate(tokens["requester"], "limits", `{"action":"`+strings.Repeat("a", 100)+`","title":"`+strings.Repeat("é", 200)+`",`+
+			`"approvers":`+jsonList(names(50))+`,"required_approvals":50,"expires_in":"2160h","context":`+deep+`}`)
+	})
+}
+
+// TestCreateResponseLost: the client sends a create and closes the connection at once. The
+// server still commits; the retry gets the original answer replayed and no second approval.
+func TestCreateResponseLost(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		body := createBody("Deploy with a lost response", "alice")
+
+		conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST /v1/approvals HTTP/1.1\r\nHost: approvald\r\nAuthorization: Bearer %s\r\n"+
+			"Idempotency-Key: lost-1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", ci, len(body), body)
+		conn.Close()
+
+		// Wait for the server to commit (it owes no one an answer, so watch the store).
+		deadline := time.Now().Add(20 * time.Second)
+		for f.count() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the create of a closed connection never committed")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		resp := f.create(ci, "lost-1", body)
+		if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry: got %d replayed=%q %s, want the replayed 201", resp.status, resp.header.Get("Idempotent-Replayed"), resp.body)
+		}
+		if f.count() != 1 {
+			t.Fatalf("got %d approvals, want 1", f.count())
+		}
+	})
+}
+
+// TestCreateLeaseTakeover: a claim left in flight by a crashed replica blocks the key (409
+// with Retry-After) until its lease ends; then a retry takes the operation over.
+func TestCreateLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		body := createBody("Deploy after a crash", "alice")
+		fp, err := approval.Fingerprint("ci-bot", "POST", "/v1/approvals", []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crashed, err := f.store.BeginIdempotent(context.Background(), approval.IdempotencyClaim{
+			Requester: "ci-bot", Key: "crash-1", Fingerprint: fp, Lease: 30 * time.Second,
+		})
+		if err != nil || crashed.Outcome != approval.Claimed {
+			t.Fatalf("claim as the crashed replica: %+v, %v", crashed, err)
+		}
+
+		resp := f.create(ci, "crash-1", body)
+		resp.problem(t, http.StatusConflict)
+		if ra, _ := strconv.Atoi(resp.header.Get("Retry-After")); ra < 1 || ra > 30 {
+			t.Fatalf("Retry-After %q, want 1..30 seconds", resp.header.Get("Retry-After"))
+		}
+
+		f.clock.Advance(31 * time.Second)
+		taken := f.create(ci, "crash-1", body)
+		if taken.status != http.StatusCreated || taken.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("after the lease: got %d %s, want a fresh 201", taken.status, taken.body)
+		}
+		again := f.create(ci, "crash-1", body)
+		if again.status != http.StatusCreated || !bytes.Equal(again.body, taken.body) {
+			t.Fatalf("retry: got %d %s, want the 201 replayed", again.status, again.body)
+		}
+		if f.count() != 1 {
+			t.Fatalf("got %d approvals, want 1", f.count())
+		}
+	})
+}
+
+// TestCreateAfterRetention: once the stored response is purged, the same request answers 200
+// with the current approval, and a different one is still 422.
+func TestCreateAfterRetention(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		alice := f.token("alice", approval.RoleApprover)
+		body := `{"action":"refund","title":"Refund order 9281","approvers":["alice"],"expires_in":"72h"}`
+		a := f.mustCreate(ci, "refund-order-9281", body)
+		if resp := f.do("POST", "/v1/approvals/"+a.ID+"/approve", alice, ""); resp.status != http.StatusOK {
+			t.Fatalf("approve: got %d %s", resp.status, resp.body)
+		}
+
+		f.clock.Advance(25 * time.Hour)
+		if n, err := f.store.PurgeResponses(context.Background(), time.Hour, 100); err != nil || n != 1 {
+			t.Fatalf("purge: got %d, %v, want 1 record", n, err)
+		}
+		resp := f.create(ci, "refund-order-9281", body)
+		if resp.status != http.StatusOK || resp.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("after retention: got %d replayed=%q %s, want 200 replayed", resp.status, resp.header.Get("Idempotent-Replayed"), resp.body)
+		}
+		if got := resp.approval(t); got.ID != a.ID || got.Status != approval.StatusApproved {
+			t.Fatalf("after retention: got %s %s, want current state of %s (approved)", got.ID, got.Status, a.ID)
+		}
+		f.create(ci, "refund-order-9281", strings.Replace(body, "9281", "9282", 1)).problem(t, http.StatusUnprocessableEntity)
+		if f.count() != 1 {
+			t.Fatalf("got %d approvals, want 1", f.count())
+		}
+	})
+}
+
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("approver-%02d", i)
+	}
+	return out
+}
+
+func jsonList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, s := range items {
+		quoted[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(quoted, ",") + "]"
+}

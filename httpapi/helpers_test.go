@@ -1,0 +1,252 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/internal/testdb"
+)
+
+// clock is a controllable clock shared by the server and the store.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: approval.Now()} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// fixture is one server on a real loopback listener over a fresh store.
+type fixture struct {
+	tb       testing.TB
+	store    approval.Store
+	clock    *clock
+	api      *httpapi.Server
+	srv      *httptest.Server
+	client   *http.Client
+	registry *prometheus.Registry
+	logs     *lockedBuffer
+}
+
+// setup starts a server over a new store of the given kind. opts adjust the Config.
+func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
+	tb.Helper()
+	f := &fixture{tb: tb, clock: newClock(), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
+	f.store = testdb.Open(tb, kind, f.clock.Now)
+	cfg := httpapi.Config{
+		Store:    f.store,
+		Logger:   slog.New(slog.NewJSONHandler(f.logs, nil)),
+		Registry: f.registry,
+		Now:      f.clock.Now,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f.api = httpapi.New(cfg)
+	f.srv = httptest.NewServer(f.api)
+	tb.Cleanup(f.srv.Close)
+	transport := &http.Transport{MaxIdleConnsPerHost: 128}
+	tb.Cleanup(transport.CloseIdleConnections)
+	f.client = &http.Client{Transport: transport}
+	return f
+}
+
+// token stores a new token for subject and role and returns its secret.
+func (f *fixture) token(subject string, role approval.Role) string {
+	f.tb.Helper()
+	secret, t := approval.NewToken(subject, role, f.clock.Now())
+	if err := f.store.CreateToken(context.Background(), t); err != nil {
+		f.tb.Fatalf("create token: %v", err)
+	}
+	return secret
+}
+
+// response is an answer read in full.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request. headers are name, value pairs; a name may repeat.
+func (f *fixture) do(method, path, token, body string, headers ...string) *response {
+	f.tb.Helper()
+	resp, err := f.send(method, path, token, body, headers...)
+	if err != nil {
+		f.tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// send is do for use outside the test goroutine: it returns the error instead of failing.
+func (f *fixture) send(method, path, token, body string, headers ...string) (*response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// create posts a create request with the Idempotency-Key.
+func (f *fixture) create(token, key, body string) *response {
+	f.tb.Helper()
+	return f.do("POST", "/v1/approvals", token, body, "Idempotency-Key", key)
+}
+
+// mustCreate creates an approval and returns it.
+func (f *fixture) mustCreate(token, key, body string) *approval.Approval {
+	f.tb.Helper()
+	resp := f.create(token, key, body)
+	if resp.status != http.StatusCreated {
+		f.tb.Fatalf("create: got %d %s, want 201", resp.status, resp.body)
+	}
+	return resp.approval(f.tb)
+}
+
+// count returns how many approvals the store holds.
+func (f *fixture) count() int {
+	f.tb.Helper()
+	counts, err := f.store.ApprovalCounts(context.Background())
+	if err != nil {
+		f.tb.Fatalf("approval counts: %v", err)
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
+}
+
+func (r *response) decode(tb testing.TB, v any) {
+	tb.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		tb.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+func (r *response) approval(tb testing.TB) *approval.Approval {
+	tb.Helper()
+	var a approval.Approval
+	r.decode(tb, &a)
+	return &a
+}
+
+// problemBody is an RFC 9457 answer.
+type problemBody struct {
+	Type      string             `json:"type"`
+	Title     string             `json:"title"`
+	Status    int                `json:"status"`
+	Detail    string             `json:"detail"`
+	RequestID string             `json:"request_id"`
+	Approval  *approval.Approval `json:"approval"`
+}
+
+// problem checks that r is a problem+json answer with the status, and returns it.
+func (r *response) problem(tb testing.TB, status int) problemBody {
+	tb.Helper()
+	if r.status != status {
+		tb.Fatalf("got status %d %s, want %d", r.status, r.body, status)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		tb.Fatalf("got Content-Type %q, want application/problem+json", ct)
+	}
+	var p problemBody
+	r.decode(tb, &p)
+	if p.Status != status || p.Type == "" || p.Title == "" || p.Detail == "" {
+		tb.Fatalf("incomplete problem: %s", r.body)
+	}
+	return p
+}
+
+// createBody is a valid create request for the approvers.
+func createBody(title string, approvers ...string) string {
+	b, _ := json.Marshal(map[string]any{"action": "deploy", "title": title, "approvers": approvers})
+	return string(b)
+}
+
+// lockedBuffer is an io.Writer safe for the server's concurrent log lines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the JSON log lines written so far.
+func (b *lockedBuffer) lines(tb testing.TB) []map[string]any {
+	tb.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(b.buf.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			tb.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// race runs fn n times concurrently, released together by one barrier, and waits for all.
+func race(n int, fn func(i int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}

@@ -1,0 +1,124 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
+)
+
+// TestHealth: /healthz answers while the process runs; /readyz follows the database.
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		if resp := f.do("GET", "/healthz", "", ""); resp.status != http.StatusOK {
+			t.Fatalf("/healthz: got %d", resp.status)
+		}
+		if resp := f.do("GET", "/readyz", "", ""); resp.status != http.StatusOK {
+			t.Fatalf("/readyz: got %d %s", resp.status, resp.body)
+		}
+		if err := f.store.Close(); err != nil {
+			t.Fatalf("close store: %v", err)
+		}
+		f.do("GET", "/readyz", "", "").problem(t, http.StatusServiceUnavailable)
+		if resp := f.do("GET", "/healthz", "", ""); resp.status != http.StatusOK {
+			t.Fatalf("/healthz with the database gone: got %d, want 200", resp.status)
+		}
+	})
+}
+
+// TestMetrics: request counts are labelled with the route pattern, never the raw path, and the
+// approvals gauge and idempotency counters are exported.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		body := createBody("Metered", "alice")
+		a := f.mustCreate(ci, "metrics-1", body)
+		f.create(ci, "metrics-1", body)
+		f.create(ci, "metrics-1", createBody("Other", "alice"))
+		f.do("GET", "/v1/approvals/"+a.ID, ci, "")
+		f.do("GET", "/no/such/path", ci, "")
+
+		resp := f.do("GET", "/metrics", "", "")
+		if resp.status != http.StatusOK {
+			t.Fatalf("/metrics: got %d", resp.status)
+		}
+		text := string(resp.body)
+		for _, want := range []string{
+			`approvald_http_requests_total{method="POST",route="POST /v1/approvals",status="201"} 2`,
+			`approvald_http_requests_total{method="POST",route="POST /v1/approvals",status="422"} 1`,
+			`approvald_http_requests_total{method="GET",route="GET /v1/approvals/{id}",status="200"} 1`,
+			`approvald_http_requests_total{method="GET",route="/",status="404"} 1`,
+			`approvald_http_request_duration_seconds_count{method="POST",route="POST /v1/approvals"} 3`,
+			`approvald_idempotent_replays_total 1`,
+			`approvald_idempotency_conflicts_total{kind="mismatch"} 1`,
+			`approvald_idempotency_conflicts_total{kind="in_flight"} 0`,
+			`approvald_approvals{status="pending"} 1`,
+			`approvald_approvals{status="approved"} 0`,
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if strings.Contains(text, a.ID) || strings.Contains(text, "/no/such/path") {
+			t.Errorf("/metrics has a raw path in a label")
+		}
+	})
+}
+
+// TestRequestIDAndLogs: the client's sane X-Request-Id is echoed on every answer, others are
+// replaced, and each request writes one JSON access line naming it.
+func TestRequestIDAndLogs(t *testing.T) {
+	t.Parallel()
+	f := setup(t, testdb.SQLite)
+	ci := f.token("ci-bot", approval.RoleRequester)
+
+	resp := f.do("GET", "/v1/approvals", ci, "", "X-Request-Id", "trace-42")
+	if got := resp.header.Get("X-Request-Id"); got != "trace-42" {
+		t.Fatalf("echoed X-Request-Id: got %q, want trace-42", got)
+	}
+	for _, bad := range []string{"", "has space", strings.Repeat("x", 129)} {
+		resp := f.do("GET", "/healthz", "", "", "X-Request-Id", bad)
+		if got := resp.header.Get("X-Request-Id"); got == "" || got == bad {
+			t.Fatalf("X-Request-Id %q: got %q, want a generated id", bad, got)
+		}
+	}
+	p := f.do("GET", "/v1/approvals/x", "", "", "X-Request-Id", "trace-43").problem(t, http.StatusUnauthorized)
+	if p.RequestID != "trace-43" {
+		t.Fatalf("problem request_id: got %q", p.RequestID)
+	}
+
+	var found bool
+	for _, line := range f.logs.lines(t) {
+		if line["msg"] == "request" && line["request_id"] == "trace-42" {
+			found = true
+			if line["route"] != "GET /v1/approvals" || line["method"] != "GET" || line["status"] != float64(200) ||
+				line["subject"] != "ci-bot" || line["duration"] == nil {
+				t.Fatalf("access line: %v", line)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no access line for request trace-42")
+	}
+}
+
+// TestUnknownRoutes: unknown paths and methods are answered as problems, with Allow on 405.
+func TestUnknownRoutes(t *testing.T) {
+	t.Parallel()
+	f := setup(t, testdb.SQLite)
+	f.do("GET", "/v2/nothing", "", "").problem(t, http.StatusNotFound)
+	resp := f.do("DELETE", "/v1/approvals/apr_x", "", "")
+	resp.problem(t, http.StatusMethodNotAllowed)
+	if allow := resp.header.Get("Allow"); allow != "GET, HEAD" {
+		t.Fatalf("Allow: got %q, want GET, HEAD", allow)
+	}
+	if allow := f.do("GET", "/v1/approvals/apr_x/approve", "", "").header.Get("Allow"); allow != "POST" {
+		t.Fatalf("Allow: got %q, want POST", allow)
+	}
+}
