@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -78,7 +79,7 @@ func (s *Store) CreateApproval(ctx context.Context, a *approval.Approval, claim 
 
 // Approval returns one approval with its approvers and decisions, or ENOTFOUND.
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
-	tx, err := s.begin(ctx)
+	tx, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +137,7 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	// One row more than the page tells whether there is a next page.
 	sql += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ` + param(limit+1)
 
-	tx, err := s.begin(ctx)
+	tx, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -324,7 +325,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
 // ApprovalCounts returns how many approvals are in each status, with every known status
 // present (zero when none) so that a metrics gauge falls back to zero.
 func (s *Store) ApprovalCounts(ctx context.Context) (map[approval.Status]int, error) {
-	tx, err := s.begin(ctx)
+	tx, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -351,7 +352,7 @@ func (s *Store) ApprovalCounts(ctx context.Context) (map[approval.Status]int, er
 
 // Events returns an approval's audit trail, oldest first, or ENOTFOUND.
 func (s *Store) Events(ctx context.Context, approvalID string) ([]approval.Event, error) {
-	tx, err := s.begin(ctx)
+	tx, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -582,5 +583,10 @@ func decodeCursor(cursor string) (time.Time, string, error) {
 	if err != nil {
 		return time.Time{}, "", bad
 	}
-	return time.UnixMicro(n).UTC(), id, nil
+	// Only what encodeCursor can have made: a time PostgreSQL can compare, an id it can hold.
+	t := time.UnixMicro(n).UTC()
+	if t.Year() < 1 || t.Year() > 9999 || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+		return time.Time{}, "", bad
+	}
+	return t, id, nil
 }

@@ -130,15 +130,28 @@ type tx struct {
 	now time.Time
 }
 
-// begin starts a read-committed transaction and reads the clock. Races between replicas are
-// decided by row locks, conditional updates and unique constraints, which behave correctly
-// at that level without serialization-failure retries.
+// begin starts a read-committed write transaction and reads the clock. Races between
+// replicas are decided by row locks, conditional updates and unique constraints, which behave
+// correctly at that level without serialization-failure retries, and each statement sees
+// what the winner of such a race committed.
 func (s *Store) begin(ctx context.Context) (*tx, error) {
-	t, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	return s.beginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+}
+
+// beginRead starts a read-only transaction on one snapshot, so that an approval, its
+// approvers and its decisions, read by separate queries, agree with each other. Read-only
+// snapshot transactions never fail with serialization errors.
+func (s *Store) beginRead(ctx context.Context) (*tx, error) {
+	return s.beginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+}
+
+func (s *Store) beginTx(ctx context.Context, opts pgx.TxOptions) (*tx, error) {
+	now := s.Now().UTC().Truncate(approval.Precision)
+	t, err := s.pool.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, translate("begin transaction", err)
 	}
-	return &tx{Tx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
+	return &tx{Tx: t, now: now}, nil
 }
 
 func (tx *tx) commit(ctx context.Context, op string) error {
@@ -147,7 +160,7 @@ func (tx *tx) commit(ctx context.Context, op string) error {
 
 // translate turns a driver error into the application's vocabulary: a server that cannot be
 // reached is EUNAVAILABLE, a lost race on a unique constraint, a serialization failure or a
-// deadlock is ECONFLICT, and anything else is wrapped with op for the log (EINTERNAL). The
+// deadlock is ECONFLICT, text the database cannot hold is EINVALID, and anything else is wrapped with op for the log (EINTERNAL). The
 // original error stays in the chain for logging; *approval.Error values pass through.
 func translate(op string, err error) error {
 	if err == nil {
@@ -161,6 +174,9 @@ func translate(op string, err error) error {
 		switch {
 		case pgErr.Code == "23505":
 			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record"), err)
+		case pgErr.Code == "22021":
+			// Text PostgreSQL cannot store (a NUL byte, invalid UTF-8) came from the caller.
+			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.EINVALID, "text contains a NUL byte or invalid UTF-8"), err)
 		case pgErr.Code == "40001", pgErr.Code == "40P01":
 			return fmt.Errorf("%s: %w: %w", op, &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}, err)
 		case unavailableCode(pgErr.Code):

@@ -128,6 +128,20 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 	}
 }
 
+func TestTextPostgresCannotHoldIsInvalid(t *testing.T) {
+	t.Parallel()
+	s := mustOpen(t, testdb.DSN(t, testdb.Postgres))
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	// SQLite stores a NUL byte; PostgreSQL text cannot. The caller sent it, so it is the
+	// caller's error (400), not an internal one.
+	_, err := s.BeginIdempotent(t.Context(), approval.IdempotencyClaim{Requester: "ci-bot", Key: "k\x00", Fingerprint: "f", Lease: time.Minute})
+	if code := approval.ErrorCode(err); code != approval.EINVALID {
+		t.Fatalf("key with a NUL byte: got error code %q (%v), want %q", code, err, approval.EINVALID)
+	}
+}
+
 func TestOpenRejectsBadURL(t *testing.T) {
 	t.Parallel()
 	if s, err := postgres.Open(context.Background(), "postgres://postgres@127.0.0.1:5432/test?sslmode=bogus"); err == nil {

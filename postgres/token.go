@@ -25,7 +25,7 @@ func (s *Store) CreateToken(ctx context.Context, t approval.Token) error {
 
 // TokenByHash finds the token with the given hash, or ENOTFOUND.
 func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
-	tx, err := s.begin(ctx)
+	tx, err := s.beginRead(ctx)
 	if err != nil {
 		return nil, err
 	}
