@@ -1,0 +1,876 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// The states of an idempotency record.
+const (
+	stateInFlight  = "in_flight"
+	stateCompleted = "completed"
+)
+
+// actorSystem is the actor of transitions no person made, such as expiry.
+const actorSystem = "system"
+
+// BeginIdempotent starts or resumes the create named by (c.Requester, c.Key); see
+// approval.Store.
+func (s *Store) BeginIdempotent(ctx context.Context, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
+	if c.Requester == "" || c.Key == "" || c.Fingerprint == "" || c.Lease <= 0 {
+		return approval.ClaimResult{}, approval.Errorf(approval.EINVALID, "an idempotency claim needs a requester, a key, a fingerprint and a positive lease")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return approval.ClaimResult{}, fail("begin idempotent", err)
+	}
+	defer tx.Rollback()
+
+	res, err := beginIdempotent(ctx, tx, c)
+	if err != nil {
+		return approval.ClaimResult{}, fail("begin idempotent", err)
+	}
+	if err := tx.commit(); err != nil {
+		return approval.ClaimResult{}, fail("begin idempotent", err)
+	}
+	return res, nil
+}
+
+func beginIdempotent(ctx context.Context, tx *tx, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
+	var (
+		fingerprint, state, token string
+		lease, statusCode         sql.NullInt64
+		location                  sql.NullString
+		body                      []byte
+	)
+	err := tx.QueryRowContext(ctx, `
+		SELECT fingerprint, state, token, lease_expires_at, status_code, location, body
+		FROM idempotency_records
+		WHERE requester = ? AND idempotency_key = ?`,
+		c.Requester, c.Key,
+	).Scan(&fingerprint, &state, &token, &lease, &statusCode, &location, &body)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return claimNew(ctx, tx, c)
+	case err != nil:
+		return approval.ClaimResult{}, fmt.Errorf("find idempotency record: %w", err)
+	case fingerprint != c.Fingerprint:
+		return approval.ClaimResult{}, errMismatch()
+	case state == stateCompleted:
+		return approval.ClaimResult{Outcome: approval.Replayed, Response: &approval.StoredResponse{
+			StatusCode: int(statusCode.Int64),
+			Location:   location.String,
+			Body:       body,
+		}}, nil
+	}
+	if left := fromMicros(lease.Int64).Sub(tx.now); left > 0 {
+		return approval.ClaimResult{}, errInFlight(left)
+	}
+
+	// The lease ran out: the first attempt is presumed dead and this retry takes the operation
+	// over. The update is conditional on the old token so that of several retries racing
+	// here only one wins.
+	newToken := approval.NewID("claim")
+	res, err := tx.ExecContext(ctx, `
+		UPDATE idempotency_records SET token = ?, lease_expires_at = ?
+		WHERE requester = ? AND idempotency_key = ? AND state = 'in_flight' AND token = ?`,
+		newToken, micros(tx.now.Add(c.Lease)), c.Requester, c.Key, token)
+	if err != nil {
+		return approval.ClaimResult{}, fmt.Errorf("take over idempotency record: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return approval.ClaimResult{}, fmt.Errorf("take over idempotency record: %w", err)
+	} else if n != 1 {
+		return approval.ClaimResult{}, errInFlight(c.Lease)
+	}
+	return approval.ClaimResult{Outcome: approval.Claimed, Token: newToken}, nil
+}
+
+// claimNew handles a key without a record: either the record was purged and the approval it
+// made answers, or this is the first attempt and claims the key.
+func claimNew(ctx context.Context, tx *tx, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
+	list, err := findApprovals(ctx, tx, `a.requester = ? AND a.operation_key = ?`, []any{c.Requester, c.Key}, "")
+	if err != nil {
+		return approval.ClaimResult{}, err
+	}
+	if len(list) == 1 {
+		if list[0].Fingerprint != c.Fingerprint {
+			return approval.ClaimResult{}, errMismatch()
+		}
+		return approval.ClaimResult{Outcome: approval.Existing, Approval: list[0]}, nil
+	}
+
+	token := approval.NewID("claim")
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO idempotency_records
+			(requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at)
+		VALUES (?, ?, ?, 'in_flight', ?, ?, ?)`,
+		c.Requester, c.Key, c.Fingerprint, token, micros(tx.now.Add(c.Lease)), micros(tx.now),
+	); err != nil {
+		if isUnique(err) {
+			return approval.ClaimResult{}, errInFlight(c.Lease)
+		}
+		return approval.ClaimResult{}, fmt.Errorf("insert idempotency record: %w", err)
+	}
+	return approval.ClaimResult{Outcome: approval.Claimed, Token: token}, nil
+}
+
+func errMismatch() error {
+	return approval.Errorf(approval.EMISMATCH, "this idempotency key was used for a different request")
+}
+
+func errInFlight(left time.Duration) error {
+	return &approval.Error{
+		Code:       approval.ECONFLICT,
+		Message:    "a request with this idempotency key is still in progress",
+		RetryAfter: max(left, time.Second),
+	}
+}
+
+// CreateApproval inserts a, its approvers and its created event, and completes the
+// idempotency record with resp, in one transaction; see approval.Store. It sets a.Status and
+// a.Version to the stored pending and 1.
+func (s *Store) CreateApproval(ctx context.Context, a *approval.Approval, claim approval.ClaimResult, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
+	if claim.Outcome != approval.Claimed || claim.Token == "" {
+		return fmt.Errorf("create approval: the claim was not Claimed (outcome %d)", claim.Outcome)
+	}
+	if err := validateNew(a); err != nil {
+		return err
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("create approval", err)
+	}
+	defer tx.Rollback()
+
+	if err := createApproval(ctx, tx, a, claim.Token, resp, retain, cause); err != nil {
+		return fail("create approval", err)
+	}
+	if err := tx.commit(); err != nil {
+		return fail("create approval", err)
+	}
+	a.Status, a.Version = approval.StatusPending, 1
+	return nil
+}
+
+// validateNew refuses an approval the schema would store but the domain cannot use.
+func validateNew(a *approval.Approval) error {
+	switch {
+	case a.ID == "" || a.Requester == "" || a.OperationKey == "":
+		return approval.Errorf(approval.EINVALID, "an approval needs an id, a requester and an operation key")
+	case len(a.Approvers) == 0:
+		return approval.Errorf(approval.EINVALID, "an approval needs at least one approver")
+	case a.RequiredApprovals < 1 || a.RequiredApprovals > len(a.Approvers):
+		return approval.Errorf(approval.EINVALID, "required_approvals must be between 1 and the number of approvers")
+	}
+	return nil
+}
+
+func createApproval(ctx context.Context, tx *tx, a *approval.Approval, token string, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
+	// Completing the record comes first and is fenced by the token: if a retry took the key
+	// over after our lease ran out, nothing of this attempt is written.
+	res, err := tx.ExecContext(ctx, `
+		UPDATE idempotency_records
+		SET state = 'completed', lease_expires_at = NULL,
+			status_code = ?, location = ?, body = ?, retain_until = ?
+		WHERE requester = ? AND idempotency_key = ? AND state = 'in_flight' AND token = ?`,
+		resp.StatusCode, resp.Location, resp.Body, micros(tx.now.Add(retain)),
+		a.Requester, a.OperationKey, token)
+	if err != nil {
+		return fmt.Errorf("complete idempotency record: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("complete idempotency record: %w", err)
+	} else if n != 1 {
+		return approval.Errorf(approval.ECONFLICT, "the idempotency key was taken over by a retry after this request's lease ran out")
+	}
+
+	var contextJSON sql.NullString
+	if a.Context != nil {
+		contextJSON = sql.NullString{String: string(a.Context), Valid: true}
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
+			required_approvals, status, decided_at, expires_at, created_at, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, ?, ?, 1)`,
+		a.ID, a.Requester, a.OperationKey, a.Fingerprint, a.Action, a.Title, contextJSON,
+		a.RequiredApprovals, micros(a.ExpiresAt), micros(a.CreatedAt),
+	); err != nil {
+		if isUnique(err) {
+			return approval.Errorf(approval.ECONFLICT, "an approval with this id or operation key already exists")
+		}
+		return fmt.Errorf("insert approval: %w", err)
+	}
+	for i, name := range a.Approvers {
+		if _, err := tx.ExecContext(ctx, `
+			INSERT INTO approval_approvers (approval_id, position, approver) VALUES (?, ?, ?)`,
+			a.ID, i, name,
+		); err != nil {
+			if isUnique(err) {
+				return approval.Errorf(approval.EINVALID, "approver %q is listed twice", name)
+			}
+			return fmt.Errorf("insert approver: %w", err)
+		}
+	}
+	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
+}
+
+// ReleaseIdempotent deletes the in-flight record that still holds claim's token; see
+// approval.Store.
+func (s *Store) ReleaseIdempotent(ctx context.Context, requester, key string, claim approval.ClaimResult) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("release idempotent", err)
+	}
+	defer tx.Rollback()
+
+	if _, err := tx.ExecContext(ctx, `
+		DELETE FROM idempotency_records
+		WHERE requester = ? AND idempotency_key = ? AND state = 'in_flight' AND token = ?`,
+		requester, key, claim.Token,
+	); err != nil {
+		return fail("release idempotent", err)
+	}
+	if err := tx.commit(); err != nil {
+		return fail("release idempotent", err)
+	}
+	return nil
+}
+
+// Approval returns one approval with its approvers and decisions, or ENOTFOUND.
+func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, fail("approval", err)
+	}
+	defer tx.Rollback()
+
+	a, err := findApproval(ctx, tx, id)
+	if err != nil {
+		return nil, fail("approval", err)
+	}
+	return a, nil
+}
+
+// Approvals lists approvals newest first; see approval.Store.
+func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
+	limit := f.Limit
+	if limit == 0 {
+		limit = approval.DefaultPageSize
+	}
+	if limit < 1 || limit > approval.MaxPageSize {
+		return nil, "", approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, "", approval.Errorf(approval.EINVALID, "unknown status %q", f.Status)
+	}
+
+	where, args := []string{"1 = 1"}, []any{}
+	if f.Status != "" {
+		where, args = append(where, "a.status = ?"), append(args, string(f.Status))
+	}
+	if f.Approver != "" {
+		where = append(where, "a.id IN (SELECT approval_id FROM approval_approvers WHERE approver = ?)")
+		args = append(args, f.Approver)
+	}
+	if f.VisibleTo != "" {
+		where = append(where, "(a.requester = ? OR a.id IN (SELECT approval_id FROM approval_approvers WHERE approver = ?))")
+		args = append(args, f.VisibleTo, f.VisibleTo)
+	}
+	if f.Cursor != "" {
+		createdAt, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = append(where, "(a.created_at, a.id) < (?, ?)"), append(args, createdAt, id)
+	}
+	// One row more than the page tells whether another page follows.
+	args = append(args, limit+1)
+
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, "", fail("approvals", err)
+	}
+	defer tx.Rollback()
+
+	list, err := findApprovals(ctx, tx, strings.Join(where, " AND "), args, "ORDER BY a.created_at DESC, a.id DESC LIMIT ?")
+	if err != nil {
+		return nil, "", fail("approvals", err)
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		next = encodeCursor(list[limit-1])
+	}
+	return list, next, nil
+}
+
+// encodeCursor names the position after a in the newest-first order.
+func encodeCursor(a *approval.Approval) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(micros(a.CreatedAt), 10) + ":" + a.ID))
+}
+
+func decodeCursor(cursor string) (createdAt int64, id string, err error) {
+	bad := approval.Errorf(approval.EINVALID, "invalid cursor")
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return 0, "", bad
+	}
+	us, id, ok := strings.Cut(string(b), ":")
+	if !ok || id == "" {
+		return 0, "", bad
+	}
+	if createdAt, err = strconv.ParseInt(us, 10, 64); err != nil {
+		return 0, "", bad
+	}
+	return createdAt, id, nil
+}
+
+// Decide records one approver's vote; see approval.Store.
+func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval.Approval, error) {
+	if !d.Verdict.Valid() {
+		return nil, approval.Errorf(approval.EINVALID, "verdict must be approve or reject")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("decide", err)
+	}
+	defer tx.Rollback()
+
+	a, refusal, err := decide(ctx, tx, d)
+	if err != nil {
+		return nil, fail("decide", err)
+	}
+	// A refusal is committed too: a vote that finds the approval past its expiry has just
+	// expired it, and that change stands.
+	if err := tx.commit(); err != nil {
+		return nil, fail("decide", err)
+	}
+	if refusal != nil {
+		return nil, refusal
+	}
+	return a, nil
+}
+
+// decide applies d. It returns the approval after the vote, or a refusal to answer the
+// caller with once whatever decide wrote is committed, or an error that aborts.
+func decide(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.Approval, refusal, err error) {
+	if a, err = findApproval(ctx, tx, d.ApprovalID); err != nil {
+		return nil, nil, err
+	}
+	if !a.IsApprover(d.Approver) {
+		return nil, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver), nil
+	}
+	if d.Approver == a.Requester && d.Verdict == approval.VerdictApprove {
+		return nil, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request"), nil
+	}
+	if prev, ok := a.DecisionBy(d.Approver); ok {
+		if prev.Verdict == d.Verdict {
+			return a, nil, nil // a repeat of the same vote changes nothing
+		}
+		return nil, conflict(a, "%s already voted %s", d.Approver, prev.Verdict), nil
+	}
+	if refusal, err := refuseUnlessPending(ctx, tx, a, d.Cause); refusal != nil || err != nil {
+		return nil, refusal, err
+	}
+
+	status := approval.StatusPending
+	switch {
+	case d.Verdict == approval.VerdictReject:
+		status = approval.StatusRejected // any single rejection is final
+	case a.Approvals()+1 >= a.RequiredApprovals:
+		status = approval.StatusApproved
+	}
+	var decidedAt *time.Time
+	if status.Terminal() {
+		decidedAt = &tx.now
+	}
+	if ok, err := transition(ctx, tx, a.ID, status, decidedAt); err != nil {
+		return nil, nil, err
+	} else if !ok {
+		return nil, nil, fmt.Errorf("approval %s changed inside the write transaction", a.ID)
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at)
+		VALUES (?, ?, ?, ?, ?)`,
+		a.ID, d.Approver, string(d.Verdict), d.Comment, micros(tx.now),
+	); err != nil {
+		return nil, nil, fmt.Errorf("insert decision: %w", err)
+	}
+	detail := map[string]any{"verdict": string(d.Verdict), "comment": d.Comment}
+	if err := appendEvent(ctx, tx, a.ID, approval.EventVoted, d.Approver, d.Cause, detail); err != nil {
+		return nil, nil, err
+	}
+	switch status {
+	case approval.StatusApproved:
+		err = appendEvent(ctx, tx, a.ID, approval.EventApproved, d.Approver, d.Cause, nil)
+	case approval.StatusRejected:
+		err = appendEvent(ctx, tx, a.ID, approval.EventRejected, d.Approver, d.Cause, nil)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err = findApproval(ctx, tx, a.ID)
+	return a, nil, err
+}
+
+// Cancel moves a pending approval to cancelled; see approval.Store.
+func (s *Store) Cancel(ctx context.Context, id, actor string, cause approval.Cause) (*approval.Approval, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("cancel", err)
+	}
+	defer tx.Rollback()
+
+	a, refusal, err := cancel(ctx, tx, id, actor, cause)
+	if err != nil {
+		return nil, fail("cancel", err)
+	}
+	// As in Decide, a refusal may follow an expiry that must be kept.
+	if err := tx.commit(); err != nil {
+		return nil, fail("cancel", err)
+	}
+	if refusal != nil {
+		return nil, refusal
+	}
+	return a, nil
+}
+
+func cancel(ctx context.Context, tx *tx, id, actor string, cause approval.Cause) (a *approval.Approval, refusal, err error) {
+	if a, err = findApproval(ctx, tx, id); err != nil {
+		return nil, nil, err
+	}
+	if refusal, err := refuseUnlessPending(ctx, tx, a, cause); refusal != nil || err != nil {
+		return nil, refusal, err
+	}
+	if ok, err := transition(ctx, tx, id, approval.StatusCancelled, &tx.now); err != nil {
+		return nil, nil, err
+	} else if !ok {
+		return nil, nil, fmt.Errorf("approval %s changed inside the write transaction", id)
+	}
+	if err := appendEvent(ctx, tx, id, approval.EventCancelled, actor, cause, nil); err != nil {
+		return nil, nil, err
+	}
+	a, err = findApproval(ctx, tx, id)
+	return a, nil, err
+}
+
+// refuseUnlessPending returns the conflict to answer with when a can no longer change: it is
+// terminal, or its expiry has passed, in which case it is expired here first (with cause).
+func refuseUnlessPending(ctx context.Context, tx *tx, a *approval.Approval, cause approval.Cause) (refusal, err error) {
+	if a.Status.Terminal() {
+		return conflict(a, "the approval is already %s", a.Status), nil
+	}
+	if a.ExpiresAt.After(tx.now) {
+		return nil, nil
+	}
+	if _, err := expire(ctx, tx, a.ID, cause); err != nil {
+		return nil, err
+	}
+	expired, err := findApproval(ctx, tx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	return conflict(expired, "the approval has expired"), nil
+}
+
+// transition moves a pending, unexpired approval to status (which may stay pending, for a
+// vote that does not decide) with version+1, reporting whether it did. The condition in the
+// WHERE clause, not any earlier read, is what guarantees one terminal decision.
+func transition(ctx context.Context, tx *tx, id string, status approval.Status, decidedAt *time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, `
+		UPDATE approvals SET status = ?, decided_at = ?, version = version + 1
+		WHERE id = ? AND status = 'pending' AND expires_at > ?`,
+		string(status), nullMicros(decidedAt), id, micros(tx.now))
+	if err != nil {
+		return false, fmt.Errorf("update approval status: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("update approval status: %w", err)
+	}
+	return n == 1, nil
+}
+
+// expire moves approval id to expired if it is pending and due, with an EventExpired by the
+// system naming cause, and reports whether it did.
+func expire(ctx context.Context, tx *tx, id string, cause approval.Cause) (bool, error) {
+	res, err := tx.ExecContext(ctx, `
+		UPDATE approvals SET status = 'expired', decided_at = ?, version = version + 1
+		WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
+		micros(tx.now), id, micros(tx.now))
+	if err != nil {
+		return false, fmt.Errorf("expire approval: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, fmt.Errorf("expire approval: %w", err)
+	} else if n != 1 {
+		return false, nil
+	}
+	return true, appendEvent(ctx, tx, id, approval.EventExpired, actorSystem, cause, nil)
+}
+
+func conflict(a *approval.Approval, format string, args ...any) error {
+	e := approval.Errorf(approval.ECONFLICT, format, args...)
+	e.Approval = a
+	return e
+}
+
+// ExpireDue expires up to limit pending approvals past their expiry, oldest expiry first.
+func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
+	if limit < 1 {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be positive")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return 0, fail("expire due", err)
+	}
+	defer tx.Rollback()
+
+	n, err := expireDue(ctx, tx, limit)
+	if err != nil {
+		return 0, fail("expire due", err)
+	}
+	if err := tx.commit(); err != nil {
+		return 0, fail("expire due", err)
+	}
+	return n, nil
+}
+
+func expireDue(ctx context.Context, tx *tx, limit int) (int, error) {
+	rows, err := tx.QueryContext(ctx, `
+		SELECT id FROM approvals
+		WHERE status = 'pending' AND expires_at <= ?
+		ORDER BY expires_at, id
+		LIMIT ?`,
+		micros(tx.now), limit)
+	if err != nil {
+		return 0, fmt.Errorf("find due approvals: %w", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("scan due approval: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, fmt.Errorf("find due approvals: %w", err)
+	}
+
+	n := 0
+	for _, id := range ids {
+		ok, err := expire(ctx, tx, id, approval.SweeperCause())
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// PurgeResponses deletes up to limit idempotency records past their retention or abandoned
+// in flight for longer than grace; see approval.Store.
+func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error) {
+	if limit < 1 || grace < 0 {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and grace not negative")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return 0, fail("purge responses", err)
+	}
+	defer tx.Rollback()
+
+	res, err := tx.ExecContext(ctx, `
+		DELETE FROM idempotency_records WHERE rowid IN (
+			SELECT rowid FROM idempotency_records
+			WHERE state = 'completed' AND retain_until <= ?
+			UNION ALL
+			SELECT rowid FROM idempotency_records
+			WHERE state = 'in_flight' AND lease_expires_at < ?
+			LIMIT ?)`,
+		micros(tx.now), micros(tx.now.Add(-grace)), limit)
+	if err != nil {
+		return 0, fail("purge responses", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fail("purge responses", err)
+	}
+	if err := tx.commit(); err != nil {
+		return 0, fail("purge responses", err)
+	}
+	return int(n), nil
+}
+
+// ApprovalCounts returns the number of approvals in every status, zero included.
+func (s *Store) ApprovalCounts(ctx context.Context) (map[approval.Status]int, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, fail("approval counts", err)
+	}
+	defer tx.Rollback()
+
+	rows, err := tx.QueryContext(ctx, `SELECT status, count(*) FROM approvals GROUP BY status`)
+	if err != nil {
+		return nil, fail("approval counts", err)
+	}
+	defer rows.Close()
+	counts := map[approval.Status]int{
+		approval.StatusPending:   0,
+		approval.StatusApproved:  0,
+		approval.StatusRejected:  0,
+		approval.StatusExpired:   0,
+		approval.StatusCancelled: 0,
+	}
+	for rows.Next() {
+		var (
+			status string
+			n      int
+		)
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, fail("approval counts", err)
+		}
+		counts[approval.Status(status)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail("approval counts", err)
+	}
+	return counts, nil
+}
+
+// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
+func (s *Store) Events(ctx context.Context, approvalID string) ([]approval.Event, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, fail("events", err)
+	}
+	defer tx.Rollback()
+
+	events, err := findEvents(ctx, tx, approvalID)
+	if err != nil {
+		return nil, fail("events", err)
+	}
+	return events, nil
+}
+
+func findEvents(ctx context.Context, tx *tx, approvalID string) ([]approval.Event, error) {
+	rows, err := tx.QueryContext(ctx, `
+		SELECT seq, type, at, actor, cause, detail FROM events
+		WHERE approval_id = ? ORDER BY seq`,
+		approvalID)
+	if err != nil {
+		return nil, fmt.Errorf("query events: %w", err)
+	}
+	defer rows.Close()
+	events := []approval.Event{}
+	for rows.Next() {
+		var (
+			e      = approval.Event{ApprovalID: approvalID}
+			at     int64
+			cause  string
+			detail sql.NullString
+		)
+		if err := rows.Scan(&e.Seq, &e.Type, &at, &e.Actor, &cause, &detail); err != nil {
+			return nil, fmt.Errorf("scan event: %w", err)
+		}
+		e.At = fromMicros(at)
+		if err := json.Unmarshal([]byte(cause), &e.Cause); err != nil {
+			return nil, fmt.Errorf("event %s/%d: decode cause: %w", approvalID, e.Seq, err)
+		}
+		if detail.Valid {
+			if err := json.Unmarshal([]byte(detail.String), &e.Detail); err != nil {
+				return nil, fmt.Errorf("event %s/%d: decode detail: %w", approvalID, e.Seq, err)
+			}
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query events: %w", err)
+	}
+	if len(events) == 0 {
+		// Every approval has its created event, so no events means no approval; the check
+		// keeps that from resting on the assumption.
+		if _, err := findApproval(ctx, tx, approvalID); err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
+}
+
+// appendEvent adds the next event of an approval's audit trail at tx.now. Its seq is one more
+// than the last, computed inside the write transaction so no two events share one.
+func appendEvent(ctx context.Context, tx *tx, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
+	causeJSON, err := json.Marshal(cause)
+	if err != nil {
+		return fmt.Errorf("encode %s cause: %w", typ, err)
+	}
+	var detailJSON sql.NullString
+	if detail != nil {
+		b, err := json.Marshal(detail)
+		if err != nil {
+			return fmt.Errorf("encode %s detail: %w", typ, err)
+		}
+		detailJSON = sql.NullString{String: string(b), Valid: true}
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+		SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?
+		FROM events WHERE approval_id = ?`,
+		approvalID, typ, micros(tx.now), actor, string(causeJSON), detailJSON, approvalID,
+	); err != nil {
+		return fmt.Errorf("append %s event: %w", typ, err)
+	}
+	return nil
+}
+
+// findApproval returns the approval with id, or ENOTFOUND.
+func findApproval(ctx context.Context, tx *tx, id string) (*approval.Approval, error) {
+	list, err := findApprovals(ctx, tx, "a.id = ?", []any{id}, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	}
+	return list[0], nil
+}
+
+// approvalColumns are the columns scanApproval reads, in order.
+const approvalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.requester,
+	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
+	a.fingerprint`
+
+// findApprovals returns the approvals matching where (with args), followed by tail (ORDER BY,
+// LIMIT), each with its approvers and decisions.
+func findApprovals(ctx context.Context, tx *tx, where string, args []any, tail string) ([]*approval.Approval, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+approvalColumns+` FROM approvals a WHERE `+where+` `+tail, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query approvals: %w", err)
+	}
+	defer rows.Close()
+	list := []*approval.Approval{}
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query approvals: %w", err)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("query approvals: %w", err)
+	}
+	if err := loadDetails(ctx, tx, list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+func scanApproval(rows *sql.Rows) (*approval.Approval, error) {
+	var (
+		a                    approval.Approval
+		contextJSON          []byte
+		status               string
+		decidedAt            sql.NullInt64
+		expiresAt, createdAt int64
+	)
+	if err := rows.Scan(&a.ID, &a.OperationKey, &a.Action, &a.Title, &contextJSON, &a.Requester,
+		&a.RequiredApprovals, &status, &decidedAt, &expiresAt, &createdAt, &a.Version,
+		&a.Fingerprint); err != nil {
+		return nil, fmt.Errorf("scan approval: %w", err)
+	}
+	a.Context = json.RawMessage(contextJSON)
+	a.Status = approval.Status(status)
+	a.DecidedAt = fromNullMicros(decidedAt)
+	a.ExpiresAt = fromMicros(expiresAt)
+	a.CreatedAt = fromMicros(createdAt)
+	return &a, nil
+}
+
+// loadDetails fills in the approvers (in listed order) and decisions (oldest first) of a page
+// of approvals with one query each, whatever the page size.
+func loadDetails(ctx context.Context, tx *tx, list []*approval.Approval) error {
+	if len(list) == 0 {
+		return nil
+	}
+	byID := make(map[string]*approval.Approval, len(list))
+	ids := make([]string, 0, len(list))
+	for _, a := range list {
+		a.Approvers, a.Decisions = []string{}, []approval.Decision{}
+		byID[a.ID] = a
+		ids = append(ids, a.ID)
+	}
+	// The ids travel as one JSON array parameter, so the statement text does not depend
+	// on the page size.
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return fmt.Errorf("encode approval ids: %w", err)
+	}
+
+	rows, err := tx.QueryContext(ctx, `
+		SELECT approval_id, approver FROM approval_approvers
+		WHERE approval_id IN (SELECT value FROM json_each(?))
+		ORDER BY approval_id, position`,
+		string(idsJSON))
+	if err != nil {
+		return fmt.Errorf("query approvers: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return fmt.Errorf("scan approver: %w", err)
+		}
+		byID[id].Approvers = append(byID[id].Approvers, name)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query approvers: %w", err)
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("query approvers: %w", err)
+	}
+
+	// Votes cast at the same instant (a frozen test clock) keep their insertion order
+	// through rowid.
+	rows, err = tx.QueryContext(ctx, `
+		SELECT approval_id, approver, verdict, comment, decided_at FROM decisions
+		WHERE approval_id IN (SELECT value FROM json_each(?))
+		ORDER BY approval_id, decided_at, rowid`,
+		string(idsJSON))
+	if err != nil {
+		return fmt.Errorf("query decisions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id, verdict string
+			d           approval.Decision
+			at          int64
+		)
+		if err := rows.Scan(&id, &d.Approver, &verdict, &d.Comment, &at); err != nil {
+			return fmt.Errorf("scan decision: %w", err)
+		}
+		d.Verdict, d.At = approval.Verdict(verdict), fromMicros(at)
+		byID[id].Decisions = append(byID[id].Decisions, d)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query decisions: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+// Package sqlite implements approval.Store on an embedded SQLite database (modernc.org/sqlite,
+// no cgo), the default store of a single approvald process.
+//
+// The database runs in WAL mode. Writes are serialized inside the process: the write pool has
+// exactly one connection and every write transaction starts with BEGIN IMMEDIATE, so a
+// transaction takes the write lock before it reads and never has to upgrade a read lock (the
+// upgrade is what fails with SQLITE_BUSY without waiting for busy_timeout). Reads go to a
+// separate pool of read-only connections, which WAL lets run beside the writer. busy_timeout
+// covers the remaining case, another process (approvald migrate, a second serve) writing the
+// same file.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/approvald/approval"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// busyTimeout is how long a connection waits for a lock held by another process before
+// failing with SQLITE_BUSY. Inside one process writes never wait on SQLite's lock: they queue
+// for the single write connection instead.
+const busyTimeout = 10 * time.Second
+
+// readConns is the size of the read pool. Reads do not block each other or the writer in WAL
+// mode; a handful of connections covers concurrent HTTP requests without many open files.
+const readConns = 4
+
+var _ approval.Store = (*Store)(nil)
+
+// Store is the SQLite implementation of approval.Store.
+type Store struct {
+	// Now is the store's clock, time.Now by default. Every method reads it once, at the start
+	// of its transaction, and uses that instant for all its comparisons and stored times.
+	Now func() time.Time
+
+	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
+	read  *sql.DB // read-only connections
+}
+
+// Open opens the SQLite database named by dsn, "file:PATH" with optional query parameters
+// (passed on to the driver) or a bare path, creating the file if needed. It does not migrate;
+// call Migrate.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	writeDSN, readDSN, err := poolDSNs(dsn)
+	if err != nil {
+		return nil, err
+	}
+
+	write, err := sql.Open("sqlite", writeDSN)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite: %w", err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	// Connect the writer first: it creates the file and switches it to WAL before any
+	// read-only connection (which could do neither) opens it.
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", dsn, classify(err))
+	}
+
+	read, err := sql.Open("sqlite", readDSN)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open sqlite: %w", err)
+	}
+	read.SetMaxOpenConns(readConns)
+	read.SetMaxIdleConns(readConns)
+	if err := read.PingContext(ctx); err != nil {
+		write.Close()
+		read.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", dsn, classify(err))
+	}
+
+	return &Store{Now: time.Now, write: write, read: read}, nil
+}
+
+// poolDSNs returns the driver DSNs of the write and the read pool for a user's DSN. The
+// caller's query parameters are kept; the pragmas the store relies on are added, and
+// _txlock is always immediate on the writer.
+func poolDSNs(dsn string) (write, read string, err error) {
+	file, query, _ := strings.Cut(dsn, "?")
+	if p, ok := strings.CutPrefix(file, "file:"); ok {
+		file = p
+	} else {
+		// A bare path becomes a URI path: escape what SQLite would otherwise decode or
+		// treat as the end of the path.
+		file = strings.NewReplacer("%", "%25", "#", "%23").Replace(file)
+	}
+	params, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: bad query: %v", dsn, err)
+	}
+	if file == "" || file == ":memory:" || strings.HasPrefix(file, ":memory:") || params.Get("mode") == "memory" {
+		// The two pools would each see their own empty database.
+		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: in-memory databases are not supported, name a file", dsn)
+	}
+	if params.Has("_txlock") || params.Has("_query_only") || params.Get("mode") == "ro" {
+		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: _txlock, _query_only and mode=ro are set by the store", dsn)
+	}
+	params.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	params.Add("_pragma", "foreign_keys(1)")
+
+	w := cloneValues(params)
+	w.Add("_pragma", "journal_mode(WAL)")
+	w.Set("_txlock", "immediate")
+
+	r := cloneValues(params)
+	r.Add("_pragma", "query_only(1)")
+
+	return "file:" + file + "?" + w.Encode(), "file:" + file + "?" + r.Encode(), nil
+}
+
+func cloneValues(v url.Values) url.Values {
+	c := make(url.Values, len(v))
+	for k, vs := range v {
+		c[k] = slices.Clone(vs)
+	}
+	return c
+}
+
+// Migrate applies the embedded migrations that have not been applied yet, in name order,
+// recording each in schema_migrations. It runs in one BEGIN IMMEDIATE transaction, so two
+// processes migrating the same file at once take turns and the second finds nothing to do.
+func (s *Store) Migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	slices.Sort(names)
+
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: begin: %w", classify(err))
+	}
+	defer tx.Rollback()
+
+	if _, err := tx.ExecContext(ctx, `
+		CREATE TABLE IF NOT EXISTS schema_migrations (
+			name       TEXT    PRIMARY KEY,
+			applied_at INTEGER NOT NULL
+		) STRICT`); err != nil {
+		return fmt.Errorf("migrate: create schema_migrations: %w", classify(err))
+	}
+	now := s.now()
+	for _, name := range names {
+		version := strings.TrimSuffix(path.Base(name), ".sql")
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, version).Scan(&n); err != nil {
+			return fmt.Errorf("migrate %s: %w", version, classify(err))
+		} else if n > 0 {
+			continue
+		}
+		script, err := fs.ReadFile(migrations, name)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", version, err)
+		}
+		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
+			return fmt.Errorf("migrate %s: %w", version, classify(err))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, version, micros(now)); err != nil {
+			return fmt.Errorf("migrate %s: record: %w", version, classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", classify(err))
+	}
+	return nil
+}
+
+// Ping checks that both pools reach the database.
+func (s *Store) Ping(ctx context.Context) error {
+	for _, db := range []*sql.DB{s.read, s.write} {
+		var one int
+		if err := db.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+			return fmt.Errorf("ping: %w", unavailable(err))
+		}
+	}
+	return nil
+}
+
+// Close closes both pools.
+func (s *Store) Close() error {
+	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// now reads the clock once for a transaction, at store precision.
+func (s *Store) now() time.Time {
+	return s.Now().UTC().Truncate(approval.Precision)
+}
+
+// tx is one transaction together with the instant it runs at (wtf's Tx.now): every
+// comparison with expires_at or a lease and every stored time inside it uses now.
+type tx struct {
+	*sql.Tx
+	now time.Time
+}
+
+// beginWrite starts a write transaction on the single write connection. The driver issues
+// BEGIN IMMEDIATE (_txlock=immediate), so the write lock is held from the first statement.
+func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
+	now := s.now()
+	t, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", classify(err))
+	}
+	return &tx{Tx: t, now: now}, nil
+}
+
+// beginRead starts a read-only transaction on the read pool: one consistent snapshot for
+// every query of the method.
+func (s *Store) beginRead(ctx context.Context) (*tx, error) {
+	now := s.now()
+	t, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", classify(err))
+	}
+	return &tx{Tx: t, now: now}, nil
+}
+
+// commit commits tx, classifying a failure.
+func (t *tx) commit() error {
+	if err := t.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", classify(err))
+	}
+	return nil
+}
+
+// micros is the stored form of a time.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+// fromMicros is the inverse of micros.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// nullMicros is the stored form of an optional time.
+func nullMicros(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: micros(*t), Valid: true}
+}
+
+// fromNullMicros is the inverse of nullMicros.
+func fromNullMicros(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}
+
+// classify turns driver errors that have an application meaning into approval errors, keeping
+// the driver error in the chain for logs: constraint violations become conflicts or invalid
+// input, a database that cannot be used becomes EUNAVAILABLE. Other errors pass unchanged.
+func classify(err error) error {
+	var e *sqlite.Error
+	if approval.AsError(err) != nil || !errors.As(err, &e) {
+		return err
+	}
+	switch e.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return fmt.Errorf("%w: %w", approval.Errorf(approval.ECONFLICT, "already exists"), err)
+	case sqlite3.SQLITE_CONSTRAINT_CHECK, sqlite3.SQLITE_CONSTRAINT_NOTNULL,
+		sqlite3.SQLITE_CONSTRAINT_DATATYPE, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return fmt.Errorf("%w: %w", approval.Errorf(approval.EINVALID, "invalid value"), err)
+	}
+	switch e.Code() & 0xff { // the primary result code
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
+		sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+		return unavailable(err)
+	}
+	return err
+}
+
+// unavailable marks err as the database being unusable (503), keeping it for logs.
+func unavailable(err error) error {
+	if approval.AsError(err) != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable"), err)
+}
+
+// fail annotates err with the method that failed. An *approval.Error made by the store is
+// returned as it is, so callers see its code and message directly.
+func fail(op string, err error) error {
+	if _, ok := err.(*approval.Error); ok {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, classify(err))
+}
+
+// isUnique reports whether err is a UNIQUE or PRIMARY KEY violation.
+func isUnique(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) &&
+		(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}

@@ -1,0 +1,356 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/sqlite"
+)
+
+// The behaviour every store shares is tested by storetest (store_test.go); these tests are
+// about SQLite itself: DSNs, migrations, and writers in one and in several processes.
+
+func TestOpen_DSN(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		dsn  string
+	}{
+		{"bare path", filepath.Join(dir, "bare.db")},
+		{"file URI", "file:" + filepath.Join(dir, "uri.db")},
+		{"file URI with parameters", "file:" + filepath.Join(dir, "params.db") + "?_pragma=synchronous(NORMAL)&cache=private"},
+		{"bare path with URI metacharacters", filepath.Join(dir, "odd #1 100%.db")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := MustOpen(t, tc.dsn)
+			MustCreateApproval(t, s, "ci-bot", "deploy-1")
+			list, _, err := s.Approvals(context.Background(), approval.ApprovalFilter{})
+			if err != nil {
+				t.Fatalf("approvals: %v", err)
+			}
+			if got, want := len(list), 1; got != want {
+				t.Fatalf("got %d approvals, want %d", got, want)
+			}
+		})
+	}
+
+	t.Run("bare path names the file", func(t *testing.T) {
+		path := filepath.Join(dir, "named.db")
+		MustOpen(t, path)
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("database file: %v", err)
+		}
+		if got, want := journalMode(t, path), "wal"; got != want {
+			t.Fatalf("journal_mode: got %q, want %q", got, want)
+		}
+	})
+}
+
+func TestOpen_RefusedDSN(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, dsn := range []string{
+		":memory:",
+		"file::memory:",
+		"file:" + filepath.Join(dir, "a.db") + "?mode=memory",
+		"file:" + filepath.Join(dir, "b.db") + "?_txlock=deferred",
+		"file:" + filepath.Join(dir, "c.db") + "?mode=ro",
+		"",
+	} {
+		s, err := sqlite.Open(context.Background(), dsn)
+		if err == nil {
+			s.Close()
+			t.Errorf("open %q: got no error, want one", dsn)
+		} else if got, want := approval.ErrorCode(err), approval.EINVALID; got != want {
+			t.Errorf("open %q: got code %q (%v), want %q", dsn, got, err, want)
+		}
+	}
+}
+
+func TestMigrate_Idempotent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	ctx := context.Background()
+
+	s := MustOpen(t, path)
+	a := MustCreateApproval(t, s, "ci-bot", "deploy-1")
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("second migrate: %v", err)
+	}
+	s.Close()
+
+	// A restart migrates again; nothing is re-applied and the data survives.
+	s = MustOpen(t, path)
+	if _, err := s.Approval(ctx, a.ID); err != nil {
+		t.Fatalf("approval after re-migrate: %v", err)
+	}
+	if got, want := appliedMigrations(t, path), migrationFiles(t); got != want {
+		t.Fatalf("schema_migrations rows: got %d, want %d", got, want)
+	}
+}
+
+func TestMigrate_ConcurrentProcesses(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+
+	// Each Store stands for one process starting on a new database at the same moment.
+	const n = 4
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			s, err := sqlite.Open(context.Background(), path)
+			if err != nil {
+				errs <- fmt.Errorf("open: %w", err)
+				return
+			}
+			defer s.Close()
+			if err := s.Migrate(context.Background()); err != nil {
+				errs <- fmt.Errorf("migrate: %w", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got, want := appliedMigrations(t, path), migrationFiles(t); got != want {
+		t.Fatalf("schema_migrations rows: got %d, want %d", got, want)
+	}
+}
+
+func TestConcurrentWrites_OneStore(t *testing.T) {
+	t.Parallel()
+	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
+	ctx := context.Background()
+
+	// 100 writers and as many readers at once through one Store: the single write
+	// connection queues the writers, so none may see SQLITE_BUSY (it would surface as an
+	// error here).
+	const n = 100
+	start := make(chan struct{})
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			if _, err := createApproval(ctx, s, "ci-bot", fmt.Sprintf("deploy-%d", i)); err != nil {
+				errs <- err
+			}
+		})
+		wg.Go(func() {
+			<-start
+			if _, _, err := s.Approvals(ctx, approval.ApprovalFilter{Limit: 10}); err != nil {
+				errs <- fmt.Errorf("approvals: %w", err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	counts, err := s.ApprovalCounts(ctx)
+	if err != nil {
+		t.Fatalf("approval counts: %v", err)
+	}
+	if got, want := counts[approval.StatusPending], n; got != want {
+		t.Fatalf("pending approvals: got %d, want %d", got, want)
+	}
+}
+
+func TestConcurrentWrites_SeveralProcesses(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	ctx := context.Background()
+
+	// Several Stores on one file stand for several processes. Their write connections
+	// contend for SQLite's lock, which busy_timeout turns into waiting instead of errors.
+	const stores, perStore = 3, 20
+	ss := make([]*sqlite.Store, stores)
+	for i := range ss {
+		ss[i] = MustOpen(t, path)
+	}
+	start := make(chan struct{})
+	errs := make(chan error, stores*perStore)
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		for j := range perStore {
+			wg.Go(func() {
+				<-start
+				if _, err := createApproval(ctx, s, "ci-bot", fmt.Sprintf("deploy-%d-%d", i, j)); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	counts, err := ss[0].ApprovalCounts(ctx)
+	if err != nil {
+		t.Fatalf("approval counts: %v", err)
+	}
+	if got, want := counts[approval.StatusPending], stores*perStore; got != want {
+		t.Fatalf("pending approvals: got %d, want %d", got, want)
+	}
+}
+
+func TestBootstrap_SeveralProcesses(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	ctx := context.Background()
+
+	const n = 4
+	ss := make([]*sqlite.Store, n)
+	for i := range ss {
+		ss[i] = MustOpen(t, path)
+	}
+	start := make(chan struct{})
+	results := make(chan bool, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		wg.Go(func() {
+			_, tok := approval.NewToken("admin", approval.RoleAdmin, approval.Now())
+			<-start
+			ok, err := s.Bootstrap(ctx, tok)
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- ok
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	close(results)
+	for err := range errs {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	won := 0
+	for ok := range results {
+		if ok {
+			won++
+		}
+	}
+	if got, want := won, 1; got != want {
+		t.Fatalf("bootstraps that stored a token: got %d, want %d", got, want)
+	}
+}
+
+// MustOpen opens and migrates the database at dsn, closing it when the test ends.
+func MustOpen(tb testing.TB, dsn string) *sqlite.Store {
+	tb.Helper()
+	s, err := sqlite.Open(context.Background(), dsn)
+	if err != nil {
+		tb.Fatalf("open %s: %v", dsn, err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	if err := s.Migrate(context.Background()); err != nil {
+		tb.Fatalf("migrate %s: %v", dsn, err)
+	}
+	return s
+}
+
+// MustCreateApproval creates a pending approval under (requester, key).
+func MustCreateApproval(tb testing.TB, s *sqlite.Store, requester, key string) *approval.Approval {
+	tb.Helper()
+	a, err := createApproval(context.Background(), s, requester, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// createApproval goes through the create protocol as the HTTP layer does: claim the key,
+// then create the approval and complete the claim.
+func createApproval(ctx context.Context, s *sqlite.Store, requester, key string) (*approval.Approval, error) {
+	body := fmt.Appendf(nil, `{"action":"deploy","title":%q,"approvers":["alice","bob"]}`, key)
+	fp, err := approval.Fingerprint(requester, "POST", "/v1/approvals", body)
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint: %w", err)
+	}
+	claim, err := s.BeginIdempotent(ctx, approval.IdempotencyClaim{Requester: requester, Key: key, Fingerprint: fp, Lease: time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("begin idempotent %s: %w", key, err)
+	}
+	now := approval.Now()
+	a := &approval.Approval{
+		ID:                approval.NewID("apr"),
+		OperationKey:      key,
+		Action:            "deploy",
+		Title:             key,
+		Context:           []byte(`{"commit": "9f2c1e"}`),
+		Requester:         requester,
+		Approvers:         []string{"alice", "bob"},
+		RequiredApprovals: 1,
+		ExpiresAt:         now.Add(24 * time.Hour),
+		CreatedAt:         now,
+		Fingerprint:       fp,
+	}
+	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte(`{}`)}
+	if err := s.CreateApproval(ctx, a, claim, resp, 24*time.Hour, approval.HTTPCause("req-"+key)); err != nil {
+		return nil, fmt.Errorf("create approval %s: %w", key, err)
+	}
+	return a, nil
+}
+
+// journalMode reads the journal mode recorded in the database file at path.
+func journalMode(tb testing.TB, path string) string {
+	tb.Helper()
+	var mode string
+	queryRaw(tb, path, `PRAGMA journal_mode`, &mode)
+	return mode
+}
+
+// appliedMigrations counts the rows of schema_migrations in the database file at path.
+func appliedMigrations(tb testing.TB, path string) int {
+	tb.Helper()
+	var n int
+	queryRaw(tb, path, `SELECT count(*) FROM schema_migrations`, &n)
+	return n
+}
+
+// queryRaw runs one single-row query on its own connection, outside the Store.
+func queryRaw(tb testing.TB, path, query string, dest ...any) {
+	tb.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		tb.Fatalf("open %s: %v", path, err)
+	}
+	defer db.Close()
+	if err := db.QueryRow(query).Scan(dest...); err != nil {
+		tb.Fatalf("%s: %v", query, err)
+	}
+}
+
+// migrationFiles counts the embedded migrations from the source tree.
+func migrationFiles(tb testing.TB) int {
+	tb.Helper()
+	names, err := fs.Glob(os.DirFS("."), "migrations/*.sql")
+	if err != nil || len(names) == 0 {
+		tb.Fatalf("list migrations: %d files, %v", len(names), err)
+	}
+	return len(names)
+}
