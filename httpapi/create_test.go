@@ -57,6 +57,7 @@ func TestCreateConcurrentSameKey(t *testing.T) {
 					t.Fatalf("round %d client %d: got %d %s, want 201 or 409", round, i, resp.status, resp.body)
 				}
 			}
+			t.Logf("round %d: %d in-flight conflicts of %d clients", round, conflicts, clients)
 			if originals != 1 {
 				t.Fatalf("round %d: got %d original 201s, want 1", round, originals)
 			}
