@@ -11,6 +11,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -151,16 +152,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 
 	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			info.log.Error("handler panicked", slog.Any("panic", v))
+		v := recover()
+		if v != nil && v != http.ErrAbortHandler {
+			info.log.Error("handler panicked", slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
 			if sw.status == 0 {
 				s.writeError(sw, r, approval.Errorf(approval.EINTERNAL, "internal error"))
+				v = nil
+			} else {
+				// Part of the answer is out: abort the connection, so that the client cannot
+				// take a truncated answer for a whole one.
+				v = http.ErrAbortHandler
 			}
 		}
 		s.observe(r, info, sw.statusCode(), time.Since(start))
+		if v != nil {
+			panic(v)
+		}
 	}()
 	s.mux.ServeHTTP(sw, r)
 }
@@ -209,8 +216,8 @@ type requestInfo struct {
 
 type requestInfoKey struct{}
 
-// info returns the request's requestInfo; requests that did not come through ServeHTTP (which
-// does not happen in this package) get a fresh one so that handlers never see nil.
+// info returns the request's requestInfo, set by ServeHTTP. A handler reached some other way
+// gets a fresh one rather than a nil.
 func (s *Server) info(r *http.Request) *requestInfo {
 	if info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo); ok {
 		return info
