@@ -31,8 +31,9 @@ func SignStandard(secret, id string, ts time.Time, body []byte) (http.Header, er
 	if err != nil {
 		return nil, fmt.Errorf("sign webhook: %w", err)
 	}
-	if err := checkEventID(id, "message id"); err != nil {
-		return nil, fmt.Errorf("sign webhook: %w", err)
+	// A plain error, not an EINVALID: a bad id here is the caller's bug, not a bad request.
+	if problem := eventIDProblem(id); problem != "" {
+		return nil, fmt.Errorf("sign webhook: message id %s", problem)
 	}
 	if ts.Unix() < 0 {
 		return nil, fmt.Errorf("sign webhook: timestamp %s is before 1970", ts)

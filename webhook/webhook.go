@@ -45,7 +45,7 @@ func (s Scheme) Valid() bool {
 }
 
 // DefaultTolerance is how far a signed timestamp may be from now, either way, when a
-// Verifier does not say. It is the value all three reference libraries use.
+// Verifier does not say. It is the value of the Standard Webhooks and Stripe libraries.
 const DefaultTolerance = 5 * time.Minute
 
 // Configuration errors returned, wrapped with the offending field, by Verifier.Validate.
@@ -137,6 +137,14 @@ func (v *Verifier) keys() ([][]byte, error) {
 	return keys, nil
 }
 
+// tolerance returns the configured window, or the default.
+func (v *Verifier) tolerance() time.Duration {
+	if v.Tolerance == 0 {
+		return DefaultTolerance
+	}
+	return v.Tolerance
+}
+
 // matchAny reports whether any of sigs is the MAC under any of keys. Each comparison is
 // constant-time (hmac.Equal), so timing tells nothing about how close a forgery came;
 // stopping at the first match reveals only that some secret matched, which the answer says
@@ -151,14 +159,6 @@ func matchAny(keys, sigs [][]byte, mac func(key []byte) []byte) bool {
 		}
 	}
 	return false
-}
-
-// tolerance returns the configured window, or the default.
-func (v *Verifier) tolerance() time.Duration {
-	if v.Tolerance == 0 {
-		return DefaultTolerance
-	}
-	return v.Tolerance
 }
 
 // checkWindow refuses a signed timestamp more than tol away from now in either direction:
@@ -195,18 +195,26 @@ const MaxEventIDLength = 255
 // ASCII characters. Every provider's ids fit (evt_..., msg_..., UUIDs), and the rule keeps
 // control characters out of the store, the operator pages and the logs.
 func checkEventID(id, where string) error {
+	if problem := eventIDProblem(id); problem != "" {
+		return approval.Errorf(approval.EINVALID, "event id in %s %s", where, problem)
+	}
+	return nil
+}
+
+// eventIDProblem says what is wrong with id, or "" when it is a good event id.
+func eventIDProblem(id string) string {
 	if id == "" {
-		return approval.Errorf(approval.EINVALID, "missing event id in %s", where)
+		return "is missing"
 	}
 	if len(id) > MaxEventIDLength {
-		return approval.Errorf(approval.EINVALID, "event id in %s is longer than %d bytes", where, MaxEventIDLength)
+		return fmt.Sprintf("is longer than %d bytes", MaxEventIDLength)
 	}
 	for i := 0; i < len(id); i++ {
 		if id[i] < 0x20 || id[i] > 0x7e {
-			return approval.Errorf(approval.EINVALID, "event id in %s is not printable ASCII", where)
+			return "is not printable ASCII"
 		}
 	}
-	return nil
+	return ""
 }
 
 // parseUnix parses a signed unix time in seconds. Only digits are accepted, no sign: the
