@@ -263,7 +263,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 	// Many identical requests at once, as from a client retrying on a short timeout: one
 	// creates, the rest replay or are told to retry, and one approval exists per key.
 	s.run(t, "ConcurrentCreates", func(t *testing.T, f *fixture) {
-		const keys, racers = 20, 100
+		const keys, racers = 10, 100
 		ctx := t.Context()
 		for range keys {
 			a := PendingApproval(t, f.clock.Now())

@@ -7,17 +7,18 @@ import (
 	"github.com/approvald/approval"
 )
 
-// raceRounds is how many times each two-sided race is run. A round is cheap (a handful of
-// goroutines on one approval), and interleavings differ from round to round, so many small
-// rounds find more than a few large ones.
-const raceRounds = 200
+// raceRounds is how many times each two-sided race below is run, about 200 rounds in all. A
+// round is cheap (two goroutines on one fresh approval) and interleavings differ from round
+// to round, so many small rounds find more than a few large ones, within a runtime the
+// race detector on a small machine can afford.
+const raceRounds = 70
 
 // exerciseRace forces the transitions of invariant 1 to race: whatever the interleaving, an
 // approval reaches exactly one terminal state, with exactly one event saying so, and every
 // loser is told the outcome that exists.
 func exerciseRace(t *testing.T, s suite) {
-	// Two approvers approve and two reject at the same moment; one approval is needed, so the
-	// first to commit decides for everyone.
+	// One approver approves while another rejects; one approval is needed, so the first to
+	// commit decides for both.
 	s.run(t, "ApproveVersusReject", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		votes := []struct {
@@ -26,18 +27,14 @@ func exerciseRace(t *testing.T, s suite) {
 		}{
 			{"alice", approval.VerdictApprove},
 			{"bob", approval.VerdictReject},
-			{"carol", approval.VerdictApprove},
-			{"dave", approval.VerdictReject},
 		}
 		outcome := map[approval.Verdict]approval.Status{
 			approval.VerdictApprove: approval.StatusApproved,
 			approval.VerdictReject:  approval.StatusRejected,
 		}
+		outcomes := make(map[approval.Status]int)
 		for range raceRounds {
-			a := PendingApproval(t, f.clock.Now())
-			a.Approvers = []string{"alice", "bob", "carol", "dave"}
-			MustCreate(t, f.store, a)
-
+			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			got := make([]*approval.Approval, len(votes))
 			errs := make([]error, len(votes))
 			race(len(votes), func(i int) {
@@ -66,6 +63,7 @@ func exerciseRace(t *testing.T, s suite) {
 				}
 			}
 			final := mustApproval(t, f.store, a.ID)
+			outcomes[final.Status]++
 			wantState(t, final, status, 2)
 			if len(final.Decisions) != 1 || final.Decisions[0].Approver != votes[winner].approver {
 				t.Fatalf("decisions: got %+v, want %s's only", final.Decisions, votes[winner].approver)
@@ -76,6 +74,8 @@ func exerciseRace(t *testing.T, s suite) {
 			}
 			wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, terminal)
 		}
+		// Both outcomes are legal; the tally shows in -v output how well the race mixed.
+		t.Logf("outcomes of %d rounds: %v", raceRounds, outcomes)
 	})
 
 	// A vote and the sweeper at the deadline. The approval expires one microsecond after the
@@ -84,6 +84,7 @@ func exerciseRace(t *testing.T, s suite) {
 	// either way the write that changes the status is conditional, so exactly one outcome lands.
 	s.run(t, "ApproveVersusExpiry", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
+		outcomes := make(map[approval.Status]int)
 		for range raceRounds {
 			a := PendingApproval(t, f.clock.Now())
 			a.ExpiresAt = a.CreatedAt.Add(time.Microsecond)
@@ -109,6 +110,7 @@ func exerciseRace(t *testing.T, s suite) {
 			}
 
 			final := mustApproval(t, f.store, a.ID)
+			outcomes[final.Status]++
 			switch final.Status {
 			case approval.StatusApproved:
 				if voteErr != nil {
@@ -133,10 +135,13 @@ func exerciseRace(t *testing.T, s suite) {
 			}
 			wantState(t, final, final.Status, 2)
 		}
+		// Both outcomes are legal; the tally shows in -v output how well the race mixed.
+		t.Logf("outcomes of %d rounds: %v", raceRounds, outcomes)
 	})
 
 	s.run(t, "ApproveVersusCancel", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
+		outcomes := make(map[approval.Status]int)
 		for range raceRounds {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			var (
@@ -154,6 +159,7 @@ func exerciseRace(t *testing.T, s suite) {
 			})
 
 			final := mustApproval(t, f.store, a.ID)
+			outcomes[final.Status]++
 			var winner int
 			switch final.Status {
 			case approval.StatusApproved:
@@ -172,12 +178,14 @@ func exerciseRace(t *testing.T, s suite) {
 			wantConflict(t, errs[1-winner], final.Status, 2)
 			wantState(t, final, final.Status, 2)
 		}
+		// Both outcomes are legal; the tally shows in -v output how well the race mixed.
+		t.Logf("outcomes of %d rounds: %v", raceRounds, outcomes)
 	})
 
 	// Every replica runs the sweeper: many at once must expire each due approval once, with
 	// one event, and together account for all of them.
 	s.run(t, "ConcurrentSweepers", func(t *testing.T, f *fixture) {
-		const rounds, perRound, sweepers, batch = 5, 20, 8, 3
+		const rounds, perRound, sweepers, batch = 3, 20, 8, 3
 		for range rounds {
 			var due []*approval.Approval
 			for range perRound {
