@@ -1,4 +1,4 @@
-package main_test
+package main
 
 import (
 	"bytes"
@@ -269,21 +269,28 @@ func startServe(t *testing.T, dsn string) *server {
 		}
 	})
 
+	s.addr = waitListening(t, s.stderr, s.exited)
+	return s
+}
+
+// waitListening returns the address of the "listening" log line written to stderr. It fails
+// the test if exited is closed first.
+func waitListening(t *testing.T, stderr *lineWriter, exited <-chan struct{}) string {
+	t.Helper()
 	deadline := time.After(startTimeout)
-	for s.addr == "" {
+	for {
 		select {
-		case line := <-s.stderr.lines:
+		case line := <-stderr.lines:
 			var rec struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "listening" {
-				s.addr = rec.Addr
+				return rec.Addr
 			}
-		case <-s.exited:
-			t.Fatalf("serve exited before listening: %v\nstderr:\n%s", s.waitErr, s.stderr)
+		case <-exited:
+			t.Fatalf("serve exited before listening\nstderr:\n%s", stderr)
 		case <-deadline:
-			t.Fatalf("serve did not log \"listening\" within %s\nstderr:\n%s", startTimeout, s.stderr)
+			t.Fatalf("serve did not log \"listening\" within %s\nstderr:\n%s", startTimeout, stderr)
 		}
 	}
-	return s
 }
 
 // bootstrapToken returns the token of the "bootstrap admin token: ..." line on stdout.

@@ -28,6 +28,10 @@ const (
 	// shutdownTimeout bounds the drain of in-flight requests after SIGTERM, well inside the
 	// usual 30 s an orchestrator waits before it kills the process.
 	shutdownTimeout = 15 * time.Second
+	// longPollGrace is how long shutdown lets requests finish on their own before it cancels
+	// their context. Ordinary requests take milliseconds; cancelling them mid-transaction
+	// would turn them into errors, so only what outlasts this (long-polls) is cut short.
+	longPollGrace = time.Second
 )
 
 // sweepBatch is how many approvals or records one sweeper transaction touches.
@@ -46,6 +50,10 @@ type ServeCommand struct {
 	config Config
 	logger *slog.Logger
 	store  store
+
+	// connState, when set, is told of every connection state change, so that a test can
+	// know a request is in flight before it signals shutdown.
+	connState func(net.Conn, http.ConnState)
 }
 
 // NewServeCommand returns a ServeCommand writing to the given streams.
@@ -107,9 +115,9 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	// The real address, so that "listen: 127.0.0.1:0" can be found by whoever started us.
 	c.logger.Info("listening", "addr", ln.Addr().String())
 
-	// Requests run under requestCtx, which ends when shutdown begins: long-polls return at
-	// once instead of holding the drain for their full wait. A short request caught by it
-	// rolls its transaction back, which every retry of this API is built to survive.
+	// Requests run under requestCtx, which is cancelled longPollGrace into shutdown: by then
+	// ordinary requests have finished, and what is left are long-polls, which return at once
+	// instead of holding the drain for their full wait.
 	requestCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer endRequests()
 	srv := &http.Server{
@@ -118,6 +126,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 		IdleTimeout:       idleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return requestCtx },
 		ErrorLog:          slog.NewLogLogger(c.logger.Handler(), slog.LevelWarn),
+		ConnState:         c.connState,
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -146,9 +155,10 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 		serveErr = fmt.Errorf("serve http: %w", serveErr)
 	}
 
-	endRequests()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	endLongPolls := time.AfterFunc(longPollGrace, endRequests)
+	defer endLongPolls.Stop()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		srv.Close()
 		serveErr = errors.Join(serveErr, fmt.Errorf("drain http requests: %w", err))

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval/internal/testdb"
+)
+
+// A long-poll must not hold up shutdown for its whole wait: SIGTERM ends it after
+// longPollGrace, and serve still drains cleanly (a long-poll still waiting when the drain
+// timeout hits would make Run fail). Run in process so that the test knows, through ConnState, that
+// the long-poll is in flight before it cancels (in the binary, SIGTERM cancels the same ctx).
+func TestServe_ShutdownEndsLongPolls(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.SQLite)
+
+	stdout, stderr := newLineWriter(), newLineWriter()
+	cmd := NewServeCommand(stdout, stderr)
+	// The remote address of every connection that starts a request.
+	active := make(chan string, 64)
+	cmd.connState = func(conn net.Conn, state http.ConnState) {
+		if state == http.StateActive {
+			active <- conn.RemoteAddr().String()
+		}
+	}
+	if err := cmd.ParseFlags(context.Background(), []string{"--listen", "127.0.0.1:0", "--database-url", dsn}); err != nil {
+		t.Fatalf("parse flags: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- cmd.Run(ctx) }()
+	defer cmd.Close()
+
+	srv := &server{addr: waitListening(t, stderr, nil), stdout: stdout, stderr: stderr}
+	admin := srv.bootstrapToken(t)
+	created := srv.do(t, "POST", "/v1/approvals", admin, "deploy-prod-7", `{"action": "deploy", "title": "t", "approvers": ["alice"]}`)
+	created.wantStatus(t, http.StatusCreated)
+	var a struct{ ID string }
+	created.decode(t, &a)
+
+	// The long-poll goes on a connection of its own, whose address tells its request apart
+	// from the create's in connState.
+	dialed := make(chan string, 1)
+	client := &http.Client{Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				dialed <- conn.LocalAddr().String()
+			}
+			return conn, err
+		},
+	}}
+	polled := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", "http://"+srv.addr+"/v1/approvals/"+a.ID+"?wait=60s&version=1", nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := client.Do(req)
+		if err != nil {
+			polled <- err
+			return
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		polled <- err
+	}()
+	deadline := time.After(startTimeout)
+	var local string
+	select {
+	case local = <-dialed:
+	case <-deadline:
+		t.Fatal("the long-poll never connected")
+	}
+	for inFlight := false; !inFlight; {
+		select {
+		case remote := <-active:
+			inFlight = remote == local
+		case <-deadline:
+			t.Fatal("the long-poll never reached the server")
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("serve: got %v, want a clean stop", err)
+		}
+	case <-time.After(exitTimeout):
+		t.Fatalf("serve did not stop within %s with a long-poll in flight", exitTimeout)
+	}
+	if err := cmd.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	// serve's part is that the long-poll is answered rather than left hanging or dropped;
+	// what it answers when cut short is the handler's.
+	if err := <-polled; err != nil {
+		t.Fatalf("long-poll: %v", err)
+	}
+	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
+		t.Errorf("no \"stopped\" log line:\n%s", stderr)
+	}
+}
