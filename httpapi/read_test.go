@@ -103,6 +103,39 @@ func TestLongPoll(t *testing.T) {
 			}
 		})
 
+		t.Run("client goes away", func(t *testing.T) {
+			f := setup(t, kind, func(c *httpapi.Config) { c.LongPollInterval = time.Hour })
+			ci := f.token("ci-bot", approval.RoleRequester)
+			a := f.mustCreate(ci, "poll-gone", createBody("Poll", "alice"))
+			ctx, cancel := context.WithCancel(context.Background())
+			req, err := http.NewRequestWithContext(ctx, "GET", f.srv.URL+"/v1/approvals/"+a.ID+"?wait=60s&version=1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+ci)
+			done := make(chan error, 1)
+			go func() {
+				resp, err := f.client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			waitForLongPoll(t, f, a.ID)
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("cancelled long-poll returned an answer")
+			}
+			// The handler notices the closed connection and stops watching.
+			deadline := time.Now().Add(20 * time.Second)
+			for f.api.LongPolls(a.ID) != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the long-poll kept waiting after its client went away")
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+
 		t.Run("timeout and parameters", func(t *testing.T) {
 			f := setup(t, kind)
 			ci := f.token("ci-bot", approval.RoleRequester)
