@@ -550,7 +550,7 @@ func expireDue(ctx context.Context, tx *tx, limit int) (int, error) {
 	rows, err := tx.QueryContext(ctx, `
 		SELECT id FROM approvals
 		WHERE status = 'pending' AND expires_at <= ?
-		ORDER BY expires_at, id
+		ORDER BY expires_at
 		LIMIT ?`,
 		micros(tx.now), limit)
 	if err != nil {

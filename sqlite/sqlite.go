@@ -66,10 +66,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite: %w", err)
 	}
+	// One connection: writers queue for it inside database/sql (honouring their contexts)
+	// instead of meeting SQLite's lock.
 	write.SetMaxOpenConns(1)
-	write.SetMaxIdleConns(1)
-	write.SetConnMaxLifetime(0)
-	write.SetConnMaxIdleTime(0)
 	// Connect the writer first: it creates the file and switches it to WAL before any
 	// read-only connection (which could do neither) opens it.
 	if err := write.PingContext(ctx); err != nil {
@@ -109,12 +108,18 @@ func poolDSNs(dsn string) (write, read string, err error) {
 	if err != nil {
 		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: bad query: %v", dsn, err)
 	}
-	if file == "" || file == ":memory:" || strings.HasPrefix(file, ":memory:") || params.Get("mode") == "memory" {
+	if file == "" || strings.HasPrefix(file, ":memory:") || params.Get("mode") == "memory" {
 		// The two pools would each see their own empty database.
 		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: in-memory databases are not supported, name a file", dsn)
 	}
-	if params.Has("_txlock") || params.Has("_query_only") || params.Get("mode") == "ro" {
-		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: _txlock, _query_only and mode=ro are set by the store", dsn)
+	// These would undo what the store relies on: WAL, an immediate writer, a writable file.
+	for _, key := range []string{"_txlock", "_query_only", "_journal_mode", "_journal"} {
+		if params.Has(key) {
+			return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: %s is set by the store", dsn, key)
+		}
+	}
+	if params.Get("mode") == "ro" {
+		return "", "", approval.Errorf(approval.EINVALID, "sqlite dsn %q: the store needs a writable database, not mode=ro", dsn)
 	}
 	params.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
 	params.Add("_pragma", "foreign_keys(1)")

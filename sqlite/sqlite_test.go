@@ -64,6 +64,7 @@ func TestOpen_RefusedDSN(t *testing.T) {
 		"file:" + filepath.Join(dir, "a.db") + "?mode=memory",
 		"file:" + filepath.Join(dir, "b.db") + "?_txlock=deferred",
 		"file:" + filepath.Join(dir, "c.db") + "?mode=ro",
+		"file:" + filepath.Join(dir, "d.db") + "?_journal_mode=DELETE",
 		"",
 	} {
 		s, err := sqlite.Open(context.Background(), dsn)
