@@ -24,6 +24,14 @@ func exerciseIdempotency(t *testing.T, s suite) {
 			t.Fatalf("create approval: %v", err)
 		}
 
+		// The claim is spent: it cannot create a second approval.
+		again := PendingApproval(t, f.clock.Now())
+		again.OperationKey, again.Fingerprint = a.OperationKey, a.Fingerprint
+		err := f.store.CreateApproval(ctx, again, claim, ResponseFor(again), Retention, createCause(again))
+		wantCode(t, err, approval.ECONFLICT)
+		_, err = f.store.Approval(ctx, again.ID)
+		wantCode(t, err, approval.ENOTFOUND)
+
 		// Every retry inside the retention period replays the stored response exactly.
 		var elapsed time.Duration
 		for _, at := range []time.Duration{0, time.Hour, Retention - time.Second} {
@@ -173,6 +181,11 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		a := PendingApproval(t, f.clock.Now())
 		first := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
 		mustRelease(t, f.store, a, first)
+		// A released claim cannot create.
+		err := f.store.CreateApproval(ctx, a, first, ResponseFor(a), Retention, createCause(a))
+		wantCode(t, err, approval.ECONFLICT)
+		_, err = f.store.Approval(ctx, a.ID)
+		wantCode(t, err, approval.ENOTFOUND)
 		// Released: the retry is claimed at once, without waiting for the lease.
 		second := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
 		if second.Token == first.Token {
@@ -183,7 +196,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		f.clock.Advance(Lease + time.Second)
 		third := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
 		mustRelease(t, f.store, a, second)
-		_, err := f.store.BeginIdempotent(ctx, ClaimFor(a))
+		_, err = f.store.BeginIdempotent(ctx, ClaimFor(a))
 		wantCode(t, err, approval.ECONFLICT)
 
 		// Releasing a completed record is a no-op as well.
@@ -199,7 +212,10 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		ctx := t.Context()
 		old := PendingApproval(t, f.clock.Now())
 		old.ExpiresAt = old.CreatedAt.Add(72 * time.Hour)
-		MustCreate(t, f.store, old)
+		oldClaim := mustBegin(t, f.store, ClaimFor(old), approval.Claimed)
+		if err := f.store.CreateApproval(ctx, old, oldClaim, ResponseFor(old), Retention, createCause(old)); err != nil {
+			t.Fatalf("create: %v", err)
+		}
 		f.clock.Advance(12 * time.Hour)
 		recent := PendingApproval(t, f.clock.Now())
 		recent.ExpiresAt = recent.CreatedAt.Add(72 * time.Hour)
@@ -228,6 +244,13 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		other.Fingerprint = "fp-another-request"
 		_, err := f.store.BeginIdempotent(ctx, other)
 		wantCode(t, err, approval.EMISMATCH)
+		// Nor can the spent claim, its record gone, create a second approval under the key.
+		second := PendingApproval(t, f.clock.Now())
+		second.OperationKey, second.Fingerprint = old.OperationKey, old.Fingerprint
+		err = f.store.CreateApproval(ctx, second, oldClaim, ResponseFor(second), Retention, createCause(second))
+		wantCode(t, err, approval.ECONFLICT)
+		_, err = f.store.Approval(ctx, second.ID)
+		wantCode(t, err, approval.ENOTFOUND)
 
 		resp := mustBegin(t, f.store, ClaimFor(recent), approval.Replayed)
 		wantResponse(t, resp.Response, ResponseFor(recent))
@@ -266,7 +289,9 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		const keys, racers = 10, 100
 		ctx := t.Context()
 		for range keys {
+			// Computed before the race: a store may write to a in CreateApproval.
 			a := PendingApproval(t, f.clock.Now())
+			claim, resp := ClaimFor(a), ResponseFor(a)
 			type result struct {
 				claim     approval.ClaimResult
 				err       error
@@ -275,9 +300,9 @@ func exerciseIdempotency(t *testing.T, s suite) {
 			results := make([]result, racers)
 			race(racers, func(i int) {
 				r := &results[i]
-				r.claim, r.err = f.store.BeginIdempotent(ctx, ClaimFor(a))
+				r.claim, r.err = f.store.BeginIdempotent(ctx, claim)
 				if r.err == nil && r.claim.Outcome == approval.Claimed {
-					r.createErr = f.store.CreateApproval(ctx, a, r.claim, ResponseFor(a), Retention, createCause(a))
+					r.createErr = f.store.CreateApproval(ctx, a, r.claim, resp, Retention, approval.HTTPCause(fmt.Sprintf("racer-%d", i)))
 				}
 			})
 			claimed := 0
@@ -289,7 +314,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 						t.Fatalf("racer %d claimed but could not create: %v", i, r.createErr)
 					}
 				case r.err == nil && r.claim.Outcome == approval.Replayed:
-					wantResponse(t, r.claim.Response, ResponseFor(a))
+					wantResponse(t, r.claim.Response, resp)
 				case approval.ErrorCode(r.err) == approval.ECONFLICT:
 				default:
 					t.Fatalf("racer %d: got outcome %v, error %v, want Claimed, Replayed or ECONFLICT", i, r.claim.Outcome, r.err)
@@ -323,7 +348,8 @@ func exerciseIdempotency(t *testing.T, s suite) {
 			f.clock.Advance(Lease + time.Second)
 			claims := make([]approval.ClaimResult, racers)
 			errs := make([]error, racers)
-			race(racers, func(i int) { claims[i], errs[i] = f.store.BeginIdempotent(ctx, ClaimFor(a)) })
+			claim := ClaimFor(a)
+			race(racers, func(i int) { claims[i], errs[i] = f.store.BeginIdempotent(ctx, claim) })
 			var winner *approval.ClaimResult
 			for i := range racers {
 				switch {
