@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -28,7 +29,6 @@ func TestOpen_DSN(t *testing.T) {
 		{"bare path", filepath.Join(dir, "bare.db")},
 		{"file URI", "file:" + filepath.Join(dir, "uri.db")},
 		{"file URI with parameters", "file:" + filepath.Join(dir, "params.db") + "?_pragma=synchronous(NORMAL)&cache=private"},
-		{"bare path with URI metacharacters", filepath.Join(dir, "odd #1 100%.db")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := MustOpen(t, tc.dsn)
@@ -43,8 +43,9 @@ func TestOpen_DSN(t *testing.T) {
 		})
 	}
 
+	// SQLite reads a file: URI, so '#' and '%' in a bare path must reach it escaped.
 	t.Run("bare path names the file", func(t *testing.T) {
-		path := filepath.Join(dir, "named.db")
+		path := filepath.Join(dir, "named #1 100%.db")
 		MustOpen(t, path)
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("database file: %v", err)
@@ -73,6 +74,29 @@ func TestOpen_RefusedDSN(t *testing.T) {
 			t.Errorf("open %q: got no error, want one", dsn)
 		} else if got, want := approval.ErrorCode(err), approval.EINVALID; got != want {
 			t.Errorf("open %q: got code %q (%v), want %q", dsn, got, err, want)
+		}
+	}
+}
+
+// A file SQLite cannot use is a database that is down (503), not an internal error.
+func TestOpen_UnusableFileIsUnavailable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, bytes.Repeat([]byte("not a database "), 512), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, dsn := range map[string]string{
+		"directory":   dir,
+		"not sqlite":  garbage,
+		"missing dir": filepath.Join(dir, "missing", "approvald.db"),
+	} {
+		s, err := sqlite.Open(context.Background(), dsn)
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: open: got no error, want one", name)
+		} else if got, want := approval.ErrorCode(err), approval.EUNAVAILABLE; got != want {
+			t.Errorf("%s: open: got code %q (%v), want %q", name, got, err, want)
 		}
 	}
 }
@@ -336,7 +360,8 @@ func appliedMigrations(tb testing.TB, path string) int {
 // queryRaw runs one single-row query on its own connection, outside the Store.
 func queryRaw(tb testing.TB, path, query string, dest ...any) {
 	tb.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	// A plain path, not a file: URI, so that the name reaches SQLite as it is.
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		tb.Fatalf("open %s: %v", path, err)
 	}
