@@ -64,7 +64,7 @@ type command interface {
 
 // Run runs the subcommand named by args[0] and returns the process exit code.
 func (m *Main) Run(ctx context.Context, args []string) int {
-	name, args := "", args
+	var name string
 	if len(args) > 0 {
 		name, args = args[0], args[1:]
 	}
