@@ -64,7 +64,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 
 	write, err := sql.Open("sqlite", writeDSN)
 	if err != nil {
-		return nil, fmt.Errorf("open sqlite: %w", err)
+		return nil, fmt.Errorf("open %s: %w", dsn, err)
 	}
 	// One connection: writers queue for it inside database/sql (honouring their contexts)
 	// instead of meeting SQLite's lock.
@@ -73,20 +73,20 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	// read-only connection (which could do neither) opens it.
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", dsn, classify(err))
+		return nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 
 	read, err := sql.Open("sqlite", readDSN)
 	if err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open sqlite: %w", err)
+		return nil, fmt.Errorf("open %s: %w", dsn, err)
 	}
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
 	if err := read.PingContext(ctx); err != nil {
 		write.Close()
 		read.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", dsn, classify(err))
+		return nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 
 	return &Store{Now: time.Now, write: write, read: read}, nil
@@ -134,6 +134,8 @@ func poolDSNs(dsn string) (write, read string, err error) {
 	return "file:" + file + "?" + w.Encode(), "file:" + file + "?" + r.Encode(), nil
 }
 
+// cloneValues copies v deeply: the two pools add to the same keys, and appending to a shared
+// slice could let one pool's pragma overwrite the other's.
 func cloneValues(v url.Values) url.Values {
 	c := make(url.Values, len(v))
 	for k, vs := range v {
