@@ -138,3 +138,15 @@ const Precision = time.Microsecond
 
 // Now returns the current time at store precision, in UTC.
 func Now() time.Time { return time.Now().UTC().Truncate(Precision) }
+
+// MarshalJSON shows an execution as DESIGN.md does: only {"status": "not_configured"} while an
+// action without a target has had no outcome reported, the full record otherwise.
+func (e Execution) MarshalJSON() ([]byte, error) {
+	type plain Execution
+	if e.Status == ExecutionNotConfigured {
+		return json.Marshal(struct {
+			Status ExecutionStatus `json:"status"`
+		}{e.Status})
+	}
+	return json.Marshal(plain(e))
+}

@@ -54,3 +54,19 @@ func HTTPCause(requestID string) Cause { return Cause{Kind: CauseHTTP, RequestID
 
 // SweeperCause is the cause of a change made by the sweeper.
 func SweeperCause() Cause { return Cause{Kind: CauseSweeper} }
+
+// The event types of the execution ledger and the inbox, appended to the approval's trail.
+const (
+	EventExecutionQueued      = "execution.queued"  // created by the approving transaction
+	EventExecutionAttempt     = "execution.attempt" // claimed; recorded before the call
+	EventExecutionRetry       = "execution.retry_scheduled"
+	EventExecutionSucceeded   = "execution.succeeded"
+	EventExecutionFailed      = "execution.failed"
+	EventExecutionNeedsReview = "execution.needs_review"
+	EventExecutionReleased    = "execution.released" // given back on graceful shutdown
+	EventExecutionRetried     = "execution.retried"  // an operator re-queued it
+	EventExecutionResolved    = "execution.resolved" // an operator recorded the truth
+	EventExecutionCancelled   = "execution.cancelled"
+	EventExecutionReported    = "execution.reported"     // an async outcome applied
+	EventExecutionReportStale = "execution.report_stale" // an older async outcome, not applied
+)

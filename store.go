@@ -14,6 +14,10 @@ import (
 // once at the start of its transaction; all comparisons with expires_at and lease times use
 // that value, never the database's own clock, so tests can move time.
 type Store interface {
+	InboxStore
+	ExecutionStore
+	Notifier
+
 	// BeginIdempotent starts or resumes the create named by (c.Requester, c.Key):
 	//   - no record and no approval under the key: insert an in-flight record with a new fencing
 	//     token and lease expiry now+c.Lease; Claimed.
@@ -50,8 +54,10 @@ type Store interface {
 	// the cursor of the next page ("" on the last page).
 	Approvals(ctx context.Context, f ApprovalFilter) ([]*Approval, string, error)
 
-	// Decide records one approver's vote through one conditional write. In order:
-	//   - ENOTFOUND if the approval does not exist;
+	// Decide records one approver's vote through one conditional write (ApplyInbox decides
+	// through the same code). In order:
+	//   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
+	//     ApprovalID is empty; an operation key used by several requesters is ECONFLICT);
 	//   - EFORBIDDEN if d.Approver is not an approver, or is the requester voting approve;
 	//   - if d.Approver already voted: the same verdict returns the current approval with no
 	//     change (a repeat); the other verdict is ECONFLICT carrying the current approval;
@@ -60,7 +66,8 @@ type Store interface {
 	//     transaction and ECONFLICT carrying it is returned;
 	//   - otherwise the vote is stored, version+1, an EventVoted event appended; a reject
 	//     makes the approval rejected, and the approvals reaching required_approvals make it
-	//     approved (decided_at = now, with EventRejected/EventApproved). The status change is
+	//     approved (decided_at = now, with EventRejected/EventApproved) and, in the same
+	//     transaction, creates its execution (see ExecutionStore). The status change is
 	//     `UPDATE ... WHERE status = 'pending' AND expires_at > now`.
 	Decide(ctx context.Context, d DecideRequest) (*Approval, error)
 
@@ -122,8 +129,12 @@ const (
 // DecideRequest is one approver's vote.
 type DecideRequest struct {
 	ApprovalID string
-	Approver   string
-	Verdict    Verdict
-	Comment    string
-	Cause      Cause
+	// OperationKey names the approval instead of ApprovalID (inbox decisions may carry either).
+	// Operation keys are unique per requester only: a key shared by several requesters'
+	// approvals is refused as ambiguous.
+	OperationKey string
+	Approver     string
+	Verdict      Verdict
+	Comment      string
+	Cause        Cause
 }

@@ -1,0 +1,105 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// ExecutionRecord is the full stored state of an execution: the public Execution plus what the
+// runner and operators need. One exists per approved approval, created in the same transaction
+// that approves it (the transactional outbox): queued when the action has a target,
+// not_configured when it has none.
+type ExecutionRecord struct {
+	ID             string          `json:"id"`
+	ApprovalID     string          `json:"approval_id"`
+	OperationKey   string          `json:"operation_key"`
+	Action         string          `json:"action"`
+	Status         ExecutionStatus `json:"status"`
+	Attempts       int             `json:"attempts"`
+	LastError      string          `json:"last_error"`
+	Result         json.RawMessage `json:"result"`
+	NextAttemptAt  *time.Time      `json:"next_attempt_at"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	// AppliedVersion is the highest report version applied (invariant 4); 0 before any.
+	AppliedVersion int64     `json:"applied_version"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+// Public returns the execution as it is shown inside an approval.
+func (r *ExecutionRecord) Public() *Execution {
+	at := r.UpdatedAt
+	return &Execution{ID: r.ID, Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, Result: r.Result, UpdatedAt: &at}
+}
+
+// ExecutionClaim is a runner's hold on one execution for one attempt. Attempt is the fencing
+// token: every write of the attempt's outcome is conditional on it still being current.
+type ExecutionClaim struct {
+	Record   *ExecutionRecord
+	Approval *Approval
+	Attempt  int
+	// Recovered is true when the previous attempt's lease expired while it was running: it
+	// may or may not have reached the target, so its outcome is uncertain.
+	Recovered bool
+}
+
+// AttemptOutcome is what a runner records at the end of an attempt.
+type AttemptOutcome struct {
+	Status  ExecutionStatus // succeeded, failed, needs_review, or queued to retry at RetryAt
+	RetryAt *time.Time
+	Result  []byte // the target's response body on success
+	Error   string // last_error
+	Reason  string // why this status, for the audit trail ("503 from target, retry 2 of 10 in 4s")
+}
+
+// ExecutionFilter selects executions for Executions.
+type ExecutionFilter struct {
+	Status ExecutionStatus // "" for any
+	Limit  int
+	Cursor string
+}
+
+// ExecutionStore is the durable half of the execution ledger (DESIGN.md invariant 5). Every
+// change appends an event to the approval's audit trail with its cause (the worker attempt,
+// the operator, the report).
+//
+// The outbox: when Decide (or ApplyInbox deciding) makes an approval approved, the same
+// transaction inserts its execution: queued and due now when the store's Targeted(action)
+// reports that the action has a downstream target, not_configured otherwise (the caller
+// executes it and may report the outcome with ReportExecution). Approval and Approvals fill
+// Approval.Execution from that row (nil before approval).
+type ExecutionStore interface {
+	// ClaimExecutions claims up to limit executions that are queued and due, or running with
+	// an expired lease (Recovered; a running execution without a lease is an accepted async
+	// call waiting for its report and is never claimed), oldest due first: status running, attempts+1, lease until
+	// now+lease, event "execution.attempt" with cause {kind: worker, attempt}. The attempt is
+	// recorded before any call is made. PostgreSQL uses FOR UPDATE SKIP LOCKED.
+	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error)
+	// RenewExecution extends a running claim's lease; ECONFLICT if the claim was lost.
+	RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error
+	// FinishAttempt records an attempt's outcome only if attempt is still the execution's
+	// current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it).
+	FinishAttempt(ctx context.Context, id string, attempt int, o AttemptOutcome) (*ExecutionRecord, error)
+	// ReleaseExecution gives a claim back on graceful shutdown before its call was sent:
+	// queued, due now, the attempt not counted.
+	ReleaseExecution(ctx context.Context, id string, attempt int) error
+
+	// Execution returns one execution, or ENOTFOUND.
+	Execution(ctx context.Context, id string) (*ExecutionRecord, error)
+	// Executions lists executions newest first.
+	Executions(ctx context.Context, f ExecutionFilter) ([]*ExecutionRecord, string, error)
+	// RetryExecution re-queues a failed, needs_review or cancelled execution, due now (same
+	// operation key, no new approval). ECONFLICT otherwise.
+	RetryExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
+	// ResolveExecution records what really happened (succeeded or failed) for an execution in
+	// needs_review or failed, with the operator's note. ECONFLICT otherwise.
+	ResolveExecution(ctx context.Context, id string, status ExecutionStatus, note, actor string, cause Cause) (*ExecutionRecord, error)
+	// CancelExecution cancels a queued execution. ECONFLICT otherwise.
+	CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
+	// ReportExecution applies an asynchronous outcome if r.Version is newer than the applied
+	// version, and reports whether it did (false: stale, recorded in the audit trail only).
+	ReportExecution(ctx context.Context, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error)
+	// ExecutionCounts returns executions per status and how many are running past their lease.
+	ExecutionCounts(ctx context.Context) (counts map[ExecutionStatus]int, stuck int, err error)
+}

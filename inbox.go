@@ -1,0 +1,149 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// InboxStatus is the processing state of a stored inbound webhook event.
+type InboxStatus string
+
+// The inbox statuses. Pending events wait for a worker; the others are final until an
+// operator retries a failed one.
+const (
+	InboxPending   InboxStatus = "pending"   // stored and acknowledged, not yet applied
+	InboxProcessed InboxStatus = "processed" // the handler ran; Outcome says what it changed
+	InboxIgnored   InboxStatus = "ignored"   // unknown type, or a handler the source may not use
+	InboxStale     InboxStatus = "stale"     // an execution.result older than the one applied
+	InboxFailed    InboxStatus = "failed"    // attempts exhausted; LastError says why
+)
+
+// Valid reports whether s is a known inbox status.
+func (s InboxStatus) Valid() bool {
+	switch s {
+	case InboxPending, InboxProcessed, InboxIgnored, InboxStale, InboxFailed:
+		return true
+	}
+	return false
+}
+
+// The built-in event types.
+const (
+	TypeApprovalDecision = "approval.decision"
+	TypeExecutionResult  = "execution.result"
+)
+
+// InboxEvent is one verified inbound webhook delivery, stored before it is acknowledged.
+// (Source, EventID) is unique for as long as the id is retained.
+type InboxEvent struct {
+	ID         string            `json:"id"`
+	Source     string            `json:"source"`
+	EventID    string            `json:"event_id"`
+	Type       string            `json:"type"`
+	Headers    map[string]string `json:"headers"` // the ones that matter: signature, id, timestamp, event
+	Body       []byte            `json:"-"`       // raw, byte for byte; nil once purged
+	ReceivedAt time.Time         `json:"received_at"`
+
+	Status        InboxStatus `json:"status"`
+	Attempts      int         `json:"attempts"`
+	LastError     string      `json:"last_error"`
+	NextAttemptAt *time.Time  `json:"next_attempt_at"`
+	ProcessedAt   *time.Time  `json:"processed_at"`
+	// Outcome says in words what processing changed ("approval apr_... approved by alice",
+	// "refused: alice is not an approver", "stale: version 3 <= applied 5").
+	Outcome    string `json:"outcome"`
+	ApprovalID string `json:"approval_id,omitempty"` // the approval it touched, if any
+
+	// Conflicts counts redeliveries of this id that carried a different body; the first body
+	// is kept and LastConflictAt says when the last differing one came.
+	Conflicts      int        `json:"conflicts"`
+	LastConflictAt *time.Time `json:"last_conflict_at"`
+
+	// LeaseToken fences a worker's claim (ClaimInbox); it is empty outside a claim.
+	LeaseToken string `json:"-"`
+}
+
+// InboxAction is what a handler decided to do with a claimed event, computed from the body
+// without touching the store, then applied by ApplyInbox in one transaction with marking the
+// event done, so a crash between the two cannot apply an event twice.
+type InboxAction struct {
+	Kind   InboxActionKind
+	Decide *DecideRequest   // KindDecide; ApprovalID or OperationKey names the approval
+	Report *ExecutionReport // KindExecutionResult
+	Reason string           // KindIgnore: why (unknown type, handler not allowed, bad data)
+}
+
+// InboxActionKind names a handler's action.
+type InboxActionKind int
+
+// The kinds of InboxAction.
+const (
+	ActionIgnore InboxActionKind = iota + 1
+	ActionDecide
+	ActionExecutionResult
+)
+
+// InboxFilter selects events for InboxEvents.
+type InboxFilter struct {
+	Status InboxStatus // "" for any
+	Source string      // "" for any
+	Limit  int         // 0 = DefaultPageSize, at most MaxPageSize
+	Cursor string
+}
+
+// InboxStore is the durable half of the webhook inbox (DESIGN.md invariant 3). Both stores
+// implement it as part of Store.
+type InboxStore interface {
+	// RecordInbox stores e (ID, Source, EventID, Type, Headers, Body, ReceivedAt set by the
+	// caller; status pending, next attempt now) under the unique (source, event_id) in one
+	// transaction. If the pair exists it stores nothing new and reports duplicate; when the
+	// body differs from the stored one it increments Conflicts and sets LastConflictAt.
+	RecordInbox(ctx context.Context, e *InboxEvent) (duplicate bool, err error)
+
+	// ClaimInbox claims up to limit pending events whose next attempt is due and which no
+	// live lease holds (a lease past its expiry is taken over), oldest first, setting a new
+	// LeaseToken and lease expiry now+lease and incrementing Attempts. PostgreSQL uses
+	// FOR UPDATE SKIP LOCKED so replicas never claim the same event.
+	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*InboxEvent, error)
+
+	// ApplyInbox applies a to the claimed event e and marks it processed (or ignored, or
+	// stale) with its outcome, in one transaction, only while e.LeaseToken still holds the
+	// event (ECONFLICT otherwise, nothing applied). A decision refused by the rules (403/409
+	// of the API) is a processed event whose Outcome says why, not an error. A decision's
+	// audit event has cause {kind: inbox, source, event_id}.
+	ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) (*InboxEvent, error)
+
+	// FailInbox records a failed attempt of the claimed event: with retryAt non-nil the event
+	// goes back to pending for then; with nil it becomes failed. Lease-fenced like ApplyInbox.
+	FailInbox(ctx context.Context, e *InboxEvent, errMsg string, retryAt *time.Time) error
+
+	// InboxEvent returns one event with its body, or ENOTFOUND.
+	InboxEvent(ctx context.Context, id string) (*InboxEvent, error)
+	// InboxEvents lists events newest first without bodies.
+	InboxEvents(ctx context.Context, f InboxFilter) ([]*InboxEvent, string, error)
+	// RetryInbox re-queues a failed event (status pending, due now, attempts kept);
+	// ECONFLICT if it is not failed.
+	RetryInbox(ctx context.Context, id string) (*InboxEvent, error)
+
+	// PurgeInbox deletes up to limit finished events received more than keepIDs ago, and
+	// clears the bodies of finished events received more than keepBodies ago. Pending events
+	// are never purged.
+	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
+
+	// InboxCounts returns how many events are in each status (for /metrics).
+	InboxCounts(ctx context.Context) (map[InboxStatus]int, error)
+}
+
+// ExecutionReport is a downstream outcome reported asynchronously: by an execution.result
+// inbox event or by a caller through POST /v1/approvals/{id}/execution. It is applied only when
+// its Version is newer than the execution's applied version (invariant 4).
+type ExecutionReport struct {
+	ApprovalID   string // one of ApprovalID or OperationKey
+	OperationKey string
+	Status       ExecutionStatus // succeeded or failed
+	Version      int64           // > 0
+	Result       json.RawMessage
+	Actor        string
+	Cause        Cause
+}

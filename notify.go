@@ -1,0 +1,19 @@
+package approval
+
+// The topics a Notifier signals.
+const (
+	TopicApprovals  = "approvals"  // an approval changed (wakes ?wait= long-polls)
+	TopicInbox      = "inbox"      // an inbox event became due (stored or re-queued)
+	TopicExecutions = "executions" // an execution became due (queued, retried, released)
+)
+
+// Notifier wakes workers and long-polls promptly when work appears. A signal is only a hint
+// to look at the store again: it may be lost, duplicated or spurious, so every waiter also
+// polls. SQLite signals within the process after commit; PostgreSQL sends NOTIFY inside the
+// transaction (so it is delivered on commit, to every replica) and the store owns one LISTEN
+// connection, started on the first Subscribe and closed by Close.
+type Notifier interface {
+	// Subscribe returns a channel that receives (coalesced, buffered 1) a value after each
+	// committed change on topic, and a function that ends the subscription.
+	Subscribe(topic string) (<-chan struct{}, func())
+}
