@@ -1,0 +1,207 @@
+// Command river measures approvald's execution throughput against River's on the same
+// PostgreSQL, in the same run: executions per second for a no-op downstream over HTTP.
+//
+// Three systems run N units of work each with W concurrent workers on a fresh schema: River
+// as shipped ("river"), River with its fetch cooldown at the 1 ms minimum ("river-tuned"; at
+// the default 100 ms River fetches at most W jobs per cooldown, so short jobs run at about
+// W/0.1s), and approvald with its defaults. A unit is one
+// downstream call: a River job whose worker POSTs the approval, or an approved approval whose
+// execution approvald's runner POSTs. Both send the same request (the approval JSON, an
+// Idempotency-Key and a Standard Webhooks signature) to one no-op HTTP server on loopback.
+//
+// What is timed is "N queued units -> N calls done and recorded", the same on both sides:
+//
+//  1. The downstream's gate is closed: it counts requests and holds them unanswered.
+//  2. The N units are queued: River jobs with InsertMany; approvald approvals created and
+//     approved over its HTTP API (approving commits the queued execution, the outbox).
+//  3. The workers start on the backlog, and their first calls (up to W) wait at the gate.
+//  4. The gate opens and the clock starts.
+//  5. The clock stops when a count in the database (river_job completed, approvald
+//     executions succeeded) first reaches N, polled every 10 ms on both sides.
+//
+// Queueing is kept out of the timing because the two systems queue differently (a bulk
+// insert against an HTTP create and approve per unit); the question is how fast each turns a
+// backlog into downstream calls. The runs alternate (river, river-tuned, approvald, river,
+// ...) and the medians are reported, because the machine is small and shared. The latency
+// columns are per unit, from its claim to its recorded success, over the units claimed after
+// the gate opened. A run fails unless the downstream answered exactly N calls, one per
+// Idempotency-Key, and all N units finished as successes.
+//
+// Usage (from bench/river):
+//
+//	go run . -n 3000 -workers 10 -rounds 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// holdTimeout bounds one call on both sides. It is long because the first W calls are held
+// at the gate for the whole queueing phase; a shorter timeout would fail them and turn the
+// measurement into one of retries.
+const holdTimeout = 10 * time.Minute
+
+// gateQuiet is how long a run waits for one more call to arrive at the closed gate before it
+// opens the gate with fewer than W held.
+const gateQuiet = 5 * time.Second
+
+// runConfig is what each run gets.
+type runConfig struct {
+	DatabaseURL string
+	N, Workers  int
+	Keep        bool   // keep each run's schema for inspection
+	Approvald   string // path of the built approvald binary
+	Loaders     int    // concurrent clients creating and approving approvals
+	WorkDir     string // for approvald's config file and logs
+}
+
+// runResult is one run's measurement.
+type runResult struct {
+	System     string
+	N, Workers int
+	Held       int // calls waiting at the gate when the clock started
+	Elapsed    time.Duration
+	// Claim to recorded completion per unit, over the units claimed after the clock
+	// started; Timed is how many those were.
+	P50, P99 time.Duration
+	Timed    int
+}
+
+// Rate is executions per second.
+func (r runResult) Rate() float64 { return float64(r.N) / r.Elapsed.Seconds() }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("river", flag.ContinueOnError)
+	var cfg runConfig
+	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL `URL` both systems use (each run makes and drops its own schema)")
+	fs.IntVar(&cfg.N, "n", 3000, "units of work (downstream calls) per run")
+	fs.IntVar(&cfg.Workers, "workers", 10, "concurrent workers on each side")
+	rounds := fs.Int("rounds", 3, "runs of each system, alternating")
+	systems := fs.String("systems", "river,river-tuned,approvald", "comma-separated systems to run: river (River's defaults), river-tuned (fetch cooldown 1ms), approvald")
+	repo := fs.String("repo", "../..", "`DIR` of the approvald module, to build cmd/approvald from")
+	fs.IntVar(&cfg.Loaders, "loaders", 8, "concurrent HTTP clients queueing approvald's units")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep each run's schema")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.N <= 0 || cfg.Workers <= 0 || *rounds <= 0 || cfg.Loaders <= 0 {
+		return errors.New("-n, -workers, -rounds and -loaders must be positive")
+	}
+	var order []string
+	for s := range strings.SplitSeq(*systems, ",") {
+		if s != "river" && s != "river-tuned" && s != "approvald" {
+			return fmt.Errorf("-systems: unknown system %q", s)
+		}
+		order = append(order, s)
+	}
+
+	work, err := os.MkdirTemp("", "bench-river-")
+	if err != nil {
+		return fmt.Errorf("make work directory: %w", err)
+	}
+	defer os.RemoveAll(work)
+	cfg.WorkDir = work
+	if slices.Contains(order, "approvald") {
+		cfg.Approvald = filepath.Join(work, "approvald")
+		if err := buildApprovald(ctx, *repo, cfg.Approvald); err != nil {
+			return err
+		}
+	}
+
+	admin, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+
+	fmt.Printf("N=%d workers=%d rounds=%d, gate-held start, completion polled every %s\n\n", cfg.N, cfg.Workers, *rounds, pollInterval)
+	printHeader()
+	results := make(map[string][]runResult)
+	for round := range *rounds {
+		for _, system := range order {
+			var res runResult
+			var err error
+			switch system {
+			case "river":
+				res, err = runRiver(ctx, cfg, admin, system, 0)
+			case "river-tuned":
+				res, err = runRiver(ctx, cfg, admin, system, riverTunedFetchCooldown)
+			case "approvald":
+				res, err = runApprovald(ctx, cfg, admin)
+			}
+			if err != nil {
+				return fmt.Errorf("%s, round %d: %w", system, round+1, err)
+			}
+			printRow(fmt.Sprintf("%s #%d", system, round+1), res)
+			results[system] = append(results[system], res)
+		}
+	}
+
+	fmt.Println()
+	printHeader()
+	medians := make(map[string]runResult)
+	for _, system := range order {
+		m := median(results[system])
+		medians[system] = m
+		printRow(system+" (median)", m)
+	}
+	if a := medians["approvald"]; a.N > 0 {
+		fmt.Println()
+		for _, system := range order {
+			if r := medians[system]; system != "approvald" {
+				fmt.Printf("approvald/%s executions per second: %.2f\n", system, a.Rate()/r.Rate())
+			}
+		}
+	}
+	return nil
+}
+
+// checkCalls confirms that a run made exactly N calls, one per key, each with a key, and
+// that every unit finished as success.
+func checkCalls(res runResult, c downstreamCounts, unfinished int) error {
+	var problems []string
+	if c.Answered != res.N || c.Keys != res.N {
+		problems = append(problems, fmt.Sprintf("downstream answered %d calls for %d keys, want %d", c.Answered, c.Keys, res.N))
+	}
+	if c.Repeated > 0 {
+		problems = append(problems, fmt.Sprintf("%d repeated calls for a key", c.Repeated))
+	}
+	if c.NoKey > 0 {
+		problems = append(problems, fmt.Sprintf("%d calls without an Idempotency-Key", c.NoKey))
+	}
+	if unfinished > 0 {
+		problems = append(problems, fmt.Sprintf("%d units not finished as success", unfinished))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%s run is not a clean measurement: %s", res.System, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
