@@ -74,6 +74,9 @@ func (s *Store) CreateApproval(ctx context.Context, a *approval.Approval, claim 
 	); err != nil {
 		return translate("complete idempotency record", err)
 	}
+	if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
+		return err
+	}
 	return tx.commit(ctx, "commit approval")
 }
 
@@ -168,53 +171,98 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	return list, next, nil
 }
 
-// Decide records one approver's vote. The approval's row lock orders it against every other
-// vote, cancel and expiry of the same approval, and the status change itself is the
-// conditional write of invariant 1.
+// Decide records one approver's vote through decide, the code ApplyInbox decides with too.
+// A refusal by the rules is committed before it is returned, because finding the approval past
+// its expiry expires it, and that truth is kept.
 func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval.Approval, error) {
-	if !d.Verdict.Valid() {
-		return nil, approval.Errorf(approval.EINVALID, "unknown verdict %q", d.Verdict)
-	}
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback(ctx)
 
-	a, err := tx.approval(ctx, d.ApprovalID, true)
+	res, err := s.decide(ctx, tx, d)
 	if err != nil {
 		return nil, err
 	}
+	if err := tx.commit(ctx, "commit decision"); err != nil {
+		return nil, err
+	}
+	if res.refusal != nil {
+		return nil, res.refusal
+	}
+	return res.approval, nil
+}
+
+// decided is what decide did. A refusal is the rules' answer to the request (403, 404, 409 of
+// the API), not a failure: what decide wrote before refusing (an expiry) is to be committed.
+type decided struct {
+	approval *approval.Approval // the approval as it now is; nil if it was not found
+	repeat   bool               // the approver's earlier identical vote; nothing changed
+	refusal  *approval.Error
+}
+
+// decide applies one vote inside tx: the rules of approval.Store.Decide, shared by Decide and
+// by ApplyInbox so that a decision arriving by webhook is held to exactly the API's rules. The
+// approval's row lock orders it against every other vote, cancel and expiry of the same
+// approval, and the status change itself is the conditional write of invariant 1. An error
+// means tx must be rolled back.
+func (s *Store) decide(ctx context.Context, tx *tx, d approval.DecideRequest) (decided, error) {
+	refuse := func(a *approval.Approval, e *approval.Error) (decided, error) {
+		return decided{approval: a, refusal: e}, nil
+	}
+	if !d.Verdict.Valid() {
+		return refuse(nil, approval.Errorf(approval.EINVALID, "unknown verdict %q", d.Verdict))
+	}
+	id := d.ApprovalID
+	if id == "" && d.OperationKey != "" {
+		var refusal *approval.Error
+		var err error
+		if id, refusal, err = tx.approvalIDByKey(ctx, d.OperationKey); err != nil {
+			return decided{}, err
+		} else if refusal != nil {
+			return refuse(nil, refusal)
+		}
+	}
+	a, err := tx.approval(ctx, id, true)
+	if e := approval.AsError(err); e != nil && e.Code == approval.ENOTFOUND {
+		return refuse(nil, e)
+	} else if err != nil {
+		return decided{}, err
+	}
 	if !a.IsApprover(d.Approver) {
-		return nil, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver)
+		return refuse(a, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver))
 	}
 	if d.Approver == a.Requester && d.Verdict == approval.VerdictApprove {
-		return nil, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request")
+		return refuse(a, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request"))
 	}
 	if prev, ok := a.DecisionBy(d.Approver); ok {
 		if prev.Verdict == d.Verdict {
-			return a, nil // a repeat of the same vote changes nothing
+			return decided{approval: a, repeat: true}, nil
 		}
-		return nil, conflict(a, "%s already voted %s", d.Approver, prev.Verdict)
+		return refuse(a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict))
 	}
 	if a.Status.Terminal() {
-		return nil, conflict(a, "the approval is already %s", a.Status)
+		return refuse(a, conflict(a, "the approval is already %s", a.Status))
 	}
 	if !a.ExpiresAt.After(tx.now) {
-		return nil, tx.expireAndCommit(ctx, a, d.Cause)
+		if err := tx.expire(ctx, a, d.Cause); err != nil {
+			return decided{}, err
+		}
+		return refuse(a, conflict(a, "the approval has expired"))
 	}
 
 	seq, err := tx.appendEvent(ctx, a.ID, approval.EventVoted, d.Approver, d.Cause,
 		map[string]any{"verdict": d.Verdict, "comment": d.Comment})
 	if err != nil {
-		return nil, err
+		return decided{}, err
 	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
 		VALUES ($1, $2, $3, $4, $5, $6)`,
 		a.ID, d.Approver, string(d.Verdict), d.Comment, tx.now, seq,
 	); err != nil {
-		return nil, translate("insert decision", err)
+		return decided{}, translate("insert decision", err)
 	}
 	a.Decisions = append(a.Decisions, approval.Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: tx.now})
 
@@ -231,17 +279,48 @@ func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval
 		decidedAt = &now
 	}
 	if err := tx.transition(ctx, a, status, decidedAt); err != nil {
-		return nil, err
+		if e := approval.AsError(err); e != nil && e.Code == approval.ECONFLICT && e.Approval != nil {
+			return refuse(e.Approval, e)
+		}
+		return decided{}, err
 	}
 	if event != "" {
 		if _, err := tx.appendEvent(ctx, a.ID, event, d.Approver, d.Cause, nil); err != nil {
-			return nil, err
+			return decided{}, err
 		}
 	}
-	if err := tx.commit(ctx, "commit decision"); err != nil {
-		return nil, err
+	if status == approval.StatusApproved {
+		rec, err := s.insertExecution(ctx, tx, a, d.Approver, d.Cause)
+		if err != nil {
+			return decided{}, err
+		}
+		a.Execution = rec.Public()
 	}
-	return a, nil
+	if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
+		return decided{}, err
+	}
+	return decided{approval: a}, nil
+}
+
+// approvalIDByKey finds the one approval under an operation key. Keys are unique per
+// requester only, so a key several requesters used does not name one approval: that, and no
+// approval at all, are refusals (ECONFLICT, ENOTFOUND); err is a failure.
+func (tx *tx) approvalIDByKey(ctx context.Context, key string) (id string, refusal *approval.Error, err error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM approvals WHERE operation_key = $1 LIMIT 2`, key)
+	if err != nil {
+		return "", nil, translate("find approval by operation key", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", nil, translate("find approval by operation key", err)
+	}
+	switch len(ids) {
+	case 0:
+		return "", approval.Errorf(approval.ENOTFOUND, "no approval has operation key %q", key), nil
+	case 1:
+		return ids[0], nil, nil
+	}
+	return "", approval.Errorf(approval.ECONFLICT, "operation key %q is used by several requesters; name the approval id", key), nil
 }
 
 // Cancel moves a pending approval to cancelled.
@@ -260,13 +339,23 @@ func (s *Store) Cancel(ctx context.Context, id, actor string, cause approval.Cau
 		return nil, conflict(a, "the approval is already %s", a.Status)
 	}
 	if !a.ExpiresAt.After(tx.now) {
-		return nil, tx.expireAndCommit(ctx, a, cause)
+		// Too late, but the truth the request discovered is kept.
+		if err := tx.expire(ctx, a, cause); err != nil {
+			return nil, err
+		}
+		if err := tx.commit(ctx, "commit expiry"); err != nil {
+			return nil, err
+		}
+		return nil, conflict(a, "the approval has expired")
 	}
 	now := tx.now
 	if err := tx.transition(ctx, a, approval.StatusCancelled, &now); err != nil {
 		return nil, err
 	}
 	if _, err := tx.appendEvent(ctx, a.ID, approval.EventCancelled, actor, cause, nil); err != nil {
+		return nil, err
+	}
+	if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
 		return nil, err
 	}
 	if err := tx.commit(ctx, "commit cancel"); err != nil {
@@ -315,6 +404,11 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
 		tx.now, limit, approval.EventExpired, systemActor, cause)
 	if err != nil {
 		return 0, translate("expire due approvals", err)
+	}
+	if tag.RowsAffected() > 0 {
+		if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
+			return 0, err
+		}
 	}
 	if err := tx.commit(ctx, "commit expiry"); err != nil {
 		return 0, err
@@ -444,8 +538,9 @@ func (tx *tx) approval(ctx context.Context, id string, lock bool) (*approval.App
 	return a, nil
 }
 
-// loadDetails fills in the approvers (listed order) and decisions (oldest first) of list with
-// one query each. Decisions is never nil, so an approval without votes encodes as [].
+// loadDetails fills in the approvers (listed order), decisions (oldest first) and execution
+// (nil before approval) of list with one query each. Decisions is never nil, so an approval
+// without votes encodes as [].
 func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error {
 	if len(list) == 0 {
 		return nil
@@ -489,6 +584,20 @@ func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error 
 	}); err != nil {
 		return translate("read decisions", err)
 	}
+
+	rows, err = tx.Query(ctx, `SELECT `+executionColumns+` FROM executions x WHERE x.approval_id = ANY($1)`, ids)
+	if err != nil {
+		return translate("read executions", err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionRecord, error) {
+		return scanExecution(row)
+	})
+	if err != nil {
+		return translate("read executions", err)
+	}
+	for _, rec := range recs {
+		byID[rec.ApprovalID].Execution = rec.Public()
+	}
 	return nil
 }
 
@@ -515,10 +624,10 @@ func (tx *tx) transition(ctx context.Context, a *approval.Approval, status appro
 	return nil
 }
 
-// expireAndCommit moves a locked, pending approval found past its expiry to expired, with its
-// event, commits that, and returns the ECONFLICT the caller answers with: the request came
-// too late, but the truth it discovered is kept.
-func (tx *tx) expireAndCommit(ctx context.Context, a *approval.Approval, cause approval.Cause) error {
+// expire moves a locked, pending approval found past its expiry to expired, with its event.
+// The caller commits it and answers its request with a conflict: the request came too late,
+// but the truth it discovered is kept.
+func (tx *tx) expire(ctx context.Context, a *approval.Approval, cause approval.Cause) error {
 	err := tx.QueryRow(ctx, `
 		UPDATE approvals SET status = 'expired', decided_at = $2, version = version + 1
 		WHERE id = $1 AND status = 'pending' AND expires_at <= $2
@@ -532,10 +641,7 @@ func (tx *tx) expireAndCommit(ctx context.Context, a *approval.Approval, cause a
 	if _, err := tx.appendEvent(ctx, a.ID, approval.EventExpired, systemActor, cause, nil); err != nil {
 		return err
 	}
-	if err := tx.commit(ctx, "commit expiry"); err != nil {
-		return err
-	}
-	return conflict(a, "the approval has expired")
+	return tx.notify(ctx, approval.TopicApprovals)
 }
 
 // appendEvent adds the next event of an approval and returns its seq. The caller holds the

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"sort"
 	"strings"
@@ -43,7 +44,17 @@ type Store struct {
 	// of the database's now(), so tests can move time.
 	Now func() time.Time
 
-	pool *pgxpool.Pool
+	// Targeted reports whether an action has a downstream target, which decides whether the
+	// approving transaction queues its execution or records it as not_configured. Nil means
+	// no action has one.
+	Targeted func(action string) bool
+
+	// Logger receives what the store cannot return to a caller: the LISTEN connection
+	// dropping and reconnecting. slog.Default() when nil.
+	Logger *slog.Logger
+
+	pool     *pgxpool.Pool
+	notifier *notifier
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -59,13 +70,24 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create postgres pool: %w", err)
 	}
-	return &Store{Now: time.Now, pool: pool}, nil
+	s := &Store{Now: time.Now, pool: pool}
+	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
+	return s, nil
 }
 
-// Close releases the store's connections.
+// Close stops the LISTEN connection, if Subscribe started it, and releases the store's
+// connections.
 func (s *Store) Close() error {
+	s.notifier.close()
 	s.pool.Close()
 	return nil
+}
+
+func (s *Store) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
 }
 
 // Ping checks that the database answers.
@@ -216,7 +238,7 @@ func uniqueViolation(err error, constraint string) bool {
 }
 
 // conflict is an ECONFLICT error carrying the approval the caller lost against.
-func conflict(a *approval.Approval, format string, args ...any) error {
+func conflict(a *approval.Approval, format string, args ...any) *approval.Error {
 	e := approval.Errorf(approval.ECONFLICT, format, args...)
 	e.Approval = a
 	return e

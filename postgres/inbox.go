@@ -1,0 +1,499 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/approvald/approval"
+)
+
+// RecordInbox stores a verified webhook delivery under the unique (source, event_id), or
+// reports a duplicate. A redelivery never replaces the first body; one that differs from it
+// is counted as a conflict for operators.
+func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
+	if e.ID == "" || e.Source == "" || e.EventID == "" {
+		return false, approval.Errorf(approval.EINVALID, "an inbox event needs an id, a source and an event id")
+	}
+	headers := e.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	headersJSON, err := json.Marshal(headers)
+	if err != nil {
+		return false, fmt.Errorf("encode inbox headers: %w", err)
+	}
+
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(ctx)
+
+	// A concurrent delivery of the same event makes this insert wait for that transaction
+	// and then do nothing: exactly one of them stores the event.
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status, next_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
+		ON CONFLICT (source, event_id) DO NOTHING`,
+		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, e.ReceivedAt, tx.now)
+	if err != nil {
+		return false, translate("insert inbox event", err)
+	}
+	if tag.RowsAffected() == 1 {
+		if err := tx.notify(ctx, approval.TopicInbox); err != nil {
+			return false, err
+		}
+		if err := tx.commit(ctx, "commit inbox event"); err != nil {
+			return false, err
+		}
+		now := tx.now
+		e.Status, e.NextAttemptAt = approval.InboxPending, &now
+		return false, nil
+	}
+
+	// A purged body cannot be compared, so a redelivery after the purge is not a conflict.
+	if _, err := tx.Exec(ctx, `
+		UPDATE inbox_events SET conflicts = conflicts + 1, last_conflict_at = $3
+		WHERE source = $1 AND event_id = $2 AND body IS NOT NULL AND body <> $4`,
+		e.Source, e.EventID, tx.now, e.Body); err != nil {
+		return false, translate("record inbox conflict", err)
+	}
+	return true, tx.commit(ctx, "commit inbox duplicate")
+}
+
+// ClaimInbox claims up to limit due pending events, oldest first, each with a fresh lease
+// token. SKIP LOCKED lets replicas claim at once without ever claiming the same event.
+func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, approval.Errorf(approval.EINVALID, "lease and limit must be positive")
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	// Each event's token is the claim's token and the event id: unique per event and claim.
+	rows, err := tx.Query(ctx, `
+		WITH due AS (
+			SELECT id FROM inbox_events
+			WHERE status = 'pending' AND next_attempt_at <= $1
+				AND (lease_token = '' OR lease_expires_at <= $1)
+			ORDER BY received_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)
+		UPDATE inbox_events i
+		SET lease_token = $3 || ':' || i.id, lease_expires_at = $4, attempts = i.attempts + 1
+		FROM due
+		WHERE i.id = due.id
+		RETURNING `+inboxColumns+`, i.body`,
+		tx.now, limit, newFencingToken(), tx.now.Add(lease))
+	if err != nil {
+		return nil, translate("claim inbox events", err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.InboxEvent, error) {
+		return scanInbox(row)
+	})
+	if err != nil {
+		return nil, translate("claim inbox events", err)
+	}
+	// RETURNING has no order of its own.
+	slices.SortFunc(events, func(a, b *approval.InboxEvent) int {
+		return cmp.Or(a.ReceivedAt.Compare(b.ReceivedAt), strings.Compare(a.ID, b.ID))
+	})
+	if err := tx.commit(ctx, "commit claim inbox events"); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// ApplyInbox applies a handler's action to a claimed event and marks the event done, in one
+// transaction and only while e's claim still holds it. A decision goes through decide and a
+// result through report, the very code of Decide and ReportExecution; what their rules refuse
+// is the event's outcome, not an error.
+func (s *Store) ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error) {
+	switch {
+	case a.Kind == approval.ActionDecide && a.Decide == nil,
+		a.Kind == approval.ActionExecutionResult && a.Report == nil:
+		return nil, approval.Errorf(approval.EINVALID, "inbox action %d has no payload", a.Kind)
+	case a.Kind != approval.ActionIgnore && a.Kind != approval.ActionDecide && a.Kind != approval.ActionExecutionResult:
+		return nil, approval.Errorf(approval.EINVALID, "unknown inbox action %d", a.Kind)
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	var status, token, source, eventID string
+	err = tx.QueryRow(ctx, `
+		SELECT status, lease_token, source, event_id FROM inbox_events WHERE id = $1 FOR UPDATE`,
+		e.ID).Scan(&status, &token, &source, &eventID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", e.ID)
+	} else if err != nil {
+		return nil, translate("lock inbox event", err)
+	}
+	if e.LeaseToken == "" || token != e.LeaseToken || status != string(approval.InboxPending) {
+		return nil, lostInboxClaim(e.ID)
+	}
+	cause := approval.Cause{Kind: approval.CauseInbox, Source: source, EventID: eventID}
+
+	final, outcome := approval.InboxProcessed, ""
+	var approvalID *string
+	switch a.Kind {
+	case approval.ActionIgnore:
+		final, outcome = approval.InboxIgnored, a.Reason
+
+	case approval.ActionDecide:
+		d := *a.Decide
+		d.Cause = cause
+		res, err := s.decide(ctx, tx, d)
+		if err != nil {
+			return nil, err
+		}
+		if res.approval != nil {
+			approvalID = &res.approval.ID
+		}
+		if res.refusal != nil {
+			if !refusedByRules(res.refusal) {
+				return nil, res.refusal
+			}
+			outcome = "refused: " + res.refusal.Message
+			break
+		}
+		outcome = decisionOutcome(res, d)
+
+	case approval.ActionExecutionResult:
+		r := *a.Report
+		r.Cause = cause
+		if r.Actor == "" {
+			r.Actor = source
+		}
+		res, err := tx.report(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if res.rec != nil {
+			approvalID = &res.rec.ApprovalID
+		}
+		switch {
+		case res.refusal != nil:
+			if !refusedByRules(res.refusal) {
+				return nil, res.refusal
+			}
+			outcome = "refused: " + res.refusal.Message
+		case res.applied:
+			outcome = fmt.Sprintf("execution %s of approval %s reported %s (version %d)", res.rec.ID, res.rec.ApprovalID, r.Status, r.Version)
+		default:
+			final = approval.InboxStale
+			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, res.rec.AppliedVersion)
+		}
+	}
+
+	done, err := scanInbox(tx.QueryRow(ctx, `
+		UPDATE inbox_events i
+		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
+			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
+		WHERE i.id = $1
+		RETURNING `+inboxColumns+`, i.body`,
+		e.ID, string(final), outcome, approvalID, tx.now))
+	if err != nil {
+		return nil, translate("mark inbox event done", err)
+	}
+	if err := tx.commit(ctx, "commit inbox event"); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// FailInbox records a failed attempt of a claimed event, only while e's claim still holds it:
+// back to pending at retryAt, or failed for good when retryAt is nil.
+func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
+	if e.LeaseToken == "" {
+		return lostInboxClaim(e.ID)
+	}
+	status := approval.InboxFailed
+	if retryAt != nil {
+		status = approval.InboxPending
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	tag, err := tx.Exec(ctx, `
+		UPDATE inbox_events
+		SET status = $3, last_error = $4, next_attempt_at = $5, lease_token = '', lease_expires_at = NULL
+		WHERE id = $1 AND lease_token = $2 AND status = 'pending'`,
+		e.ID, e.LeaseToken, string(status), errMsg, retryAt)
+	if err != nil {
+		return translate("fail inbox event", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return lostInboxClaim(e.ID)
+	}
+	if retryAt != nil {
+		if err := tx.notify(ctx, approval.TopicInbox); err != nil {
+			return err
+		}
+	}
+	return tx.commit(ctx, "commit fail inbox event")
+}
+
+// InboxEvent returns one event with its body, or ENOTFOUND.
+func (s *Store) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	e, err := scanInbox(tx.QueryRow(ctx, `SELECT `+inboxColumns+`, i.body FROM inbox_events i WHERE i.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
+	} else if err != nil {
+		return nil, translate("read inbox event", err)
+	}
+	return e, tx.commit(ctx, "commit read inbox event")
+}
+
+// InboxEvents lists events newest first (received_at, then id, descending), without bodies.
+func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error) {
+	limit, err := pageSize(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, "", approval.Errorf(approval.EINVALID, "unknown inbox status %q", f.Status)
+	}
+
+	var where []string
+	var args []any
+	param := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.Status != "" {
+		where = append(where, "i.status = "+param(string(f.Status)))
+	}
+	if f.Source != "" {
+		where = append(where, "i.source = "+param(f.Source))
+	}
+	if f.Cursor != "" {
+		at, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, "(i.received_at, i.id) < ("+param(at)+", "+param(id)+")")
+	}
+	sql := `SELECT ` + inboxColumns + `, NULL::bytea FROM inbox_events i`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	sql += ` ORDER BY i.received_at DESC, i.id DESC LIMIT ` + param(limit+1)
+
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer tx.Rollback(ctx)
+
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", translate("list inbox events", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.InboxEvent, error) {
+		return scanInbox(row)
+	})
+	if err != nil {
+		return nil, "", translate("list inbox events", err)
+	}
+	var next string
+	if len(list) > limit {
+		list = list[:limit]
+		last := list[limit-1]
+		next = encodeCursor(last.ReceivedAt, last.ID)
+	}
+	if err := tx.commit(ctx, "commit list inbox events"); err != nil {
+		return nil, "", err
+	}
+	return list, next, nil
+}
+
+// RetryInbox puts a failed event back in the queue, due now, its attempts kept.
+func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	var status string
+	err = tx.QueryRow(ctx, `SELECT status FROM inbox_events WHERE id = $1 FOR UPDATE`, id).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
+	} else if err != nil {
+		return nil, translate("lock inbox event", err)
+	}
+	if status != string(approval.InboxFailed) {
+		return nil, approval.Errorf(approval.ECONFLICT, "inbox event %s is %s; only a failed event can be retried", id, status)
+	}
+	e, err := scanInbox(tx.QueryRow(ctx, `
+		UPDATE inbox_events i SET status = 'pending', next_attempt_at = $2
+		WHERE i.id = $1
+		RETURNING `+inboxColumns+`, i.body`,
+		id, tx.now))
+	if err != nil {
+		return nil, translate("retry inbox event", err)
+	}
+	if err := tx.notify(ctx, approval.TopicInbox); err != nil {
+		return nil, err
+	}
+	if err := tx.commit(ctx, "commit retry inbox event"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// PurgeInbox deletes up to limit finished events received more than keepIDs ago and clears
+// the bodies of up to limit more received more than keepBodies ago, and returns how many it
+// deleted. Pending events are kept whatever their age: they are not yet applied.
+func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be positive")
+	}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+
+	// SKIP LOCKED: an event an operator is retrying is left for the next sweep.
+	tag, err := tx.Exec(ctx, `
+		WITH old AS (
+			SELECT id FROM inbox_events
+			WHERE status <> 'pending' AND received_at < $1
+			ORDER BY received_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)
+		DELETE FROM inbox_events i USING old WHERE i.id = old.id`,
+		tx.now.Add(-keepIDs), limit)
+	if err != nil {
+		return 0, translate("purge inbox events", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		WITH old AS (
+			SELECT id FROM inbox_events
+			WHERE status <> 'pending' AND body IS NOT NULL AND received_at < $1
+			ORDER BY received_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)
+		UPDATE inbox_events i SET body = NULL FROM old WHERE i.id = old.id`,
+		tx.now.Add(-keepBodies), limit); err != nil {
+		return 0, translate("purge inbox bodies", err)
+	}
+	if err := tx.commit(ctx, "commit purge inbox"); err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// InboxCounts returns how many events are in each status, every status present.
+func (s *Store) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	rows, err := tx.Query(ctx, `SELECT status, count(*) FROM inbox_events GROUP BY status`)
+	if err != nil {
+		return nil, translate("count inbox events", err)
+	}
+	counts := map[approval.InboxStatus]int{
+		approval.InboxPending: 0, approval.InboxProcessed: 0, approval.InboxIgnored: 0,
+		approval.InboxStale: 0, approval.InboxFailed: 0,
+	}
+	var status string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		counts[approval.InboxStatus(status)] = n
+		return nil
+	}); err != nil {
+		return nil, translate("count inbox events", err)
+	}
+	return counts, tx.commit(ctx, "commit count inbox events")
+}
+
+// refusedByRules reports whether an error of decide or report is the rules' answer to the
+// event (the API's 403, 404 and 409), which is the event's outcome rather than a failure.
+func refusedByRules(e *approval.Error) bool {
+	switch e.Code {
+	case approval.EFORBIDDEN, approval.ECONFLICT, approval.ENOTFOUND:
+		return true
+	}
+	return false
+}
+
+// decisionOutcome says in words what an applied inbox decision changed.
+func decisionOutcome(res decided, d approval.DecideRequest) string {
+	a := res.approval
+	switch {
+	case res.repeat:
+		return fmt.Sprintf("approval %s: %s already voted %s; no change", a.ID, d.Approver, d.Verdict)
+	case a.Status == approval.StatusApproved:
+		return fmt.Sprintf("approval %s approved by %s", a.ID, d.Approver)
+	case a.Status == approval.StatusRejected:
+		return fmt.Sprintf("approval %s rejected by %s", a.ID, d.Approver)
+	}
+	return fmt.Sprintf("approval %s: %s voted %s (%d of %d approvals)", a.ID, d.Approver, d.Verdict, a.Approvals(), a.RequiredApprovals)
+}
+
+// lostInboxClaim is the answer to a worker whose claim no longer holds the event.
+func lostInboxClaim(id string) error {
+	return approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", id)
+}
+
+// inboxColumns are the inbox_events columns scanInbox reads, in order, from alias i; every
+// query selects the body (or NULL::bytea, for lists) after them.
+const inboxColumns = `i.id, i.source, i.event_id, i.type, i.headers, i.received_at, i.status,
+	i.attempts, i.last_error, i.next_attempt_at, i.processed_at, i.outcome, i.approval_id,
+	i.conflicts, i.last_conflict_at, i.lease_token`
+
+func scanInbox(row pgx.Row) (*approval.InboxEvent, error) {
+	var e approval.InboxEvent
+	var headers []byte
+	var status string
+	var approvalID *string
+	if err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &headers, &e.ReceivedAt, &status,
+		&e.Attempts, &e.LastError, &e.NextAttemptAt, &e.ProcessedAt, &e.Outcome, &approvalID,
+		&e.Conflicts, &e.LastConflictAt, &e.LeaseToken, &e.Body); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(headers, &e.Headers); err != nil {
+		return nil, fmt.Errorf("decode headers of inbox event %s: %w", e.ID, err)
+	}
+	e.Status = approval.InboxStatus(status)
+	if approvalID != nil {
+		e.ApprovalID = *approvalID
+	}
+	e.ReceivedAt = e.ReceivedAt.UTC()
+	e.NextAttemptAt = utcPtr(e.NextAttemptAt)
+	e.ProcessedAt = utcPtr(e.ProcessedAt)
+	e.LastConflictAt = utcPtr(e.LastConflictAt)
+	return &e, nil
+}

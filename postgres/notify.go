@@ -1,0 +1,190 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/approvald/approval"
+)
+
+// Signals travel as NOTIFY on one channel per topic. Channels are database-wide, while a
+// store lives in one schema (its search_path), so the channel name includes a digest of
+// current_schema(): stores on other schemas of the same database neither wake nor are woken.
+// The digest keeps the name within PostgreSQL's 63-byte identifier limit whatever the
+// schema is called. Both sides compute the name with this one expression ($1 is the topic).
+const channelExpr = `'approvald_' || $1::text || '_' || left(md5(current_schema()), 16)`
+
+// topics are the topics a Store signals and listens for.
+var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.TopicExecutions}
+
+// notify signals topic to every replica's subscribers. NOTIFY is transactional: it is
+// delivered when tx commits and dropped if it rolls back, and PostgreSQL folds repeats of the
+// same signal within one transaction into one.
+func (tx *tx) notify(ctx context.Context, topic string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify(`+channelExpr+`, '')`, topic); err != nil {
+		return translate("notify "+topic, err)
+	}
+	return nil
+}
+
+// Subscribe returns a channel that receives a value (coalesced, buffered 1) after each
+// committed change on topic by any store on this schema, and a function that ends the
+// subscription. The first call starts the store's LISTEN connection. Signals are hints: one
+// is also sent whenever that connection is (re)established, since changes made while it was
+// down were not heard, so every subscriber looks at the store again.
+func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
+	return s.notifier.subscribe(topic)
+}
+
+// Backoff between attempts to (re)establish the LISTEN connection.
+const (
+	listenBackoffMin = 100 * time.Millisecond
+	listenBackoffMax = 5 * time.Second
+)
+
+// notifier owns one dedicated LISTEN connection (not from the pool: a pooled connection
+// would be handed to other work between waits) and fans its notifications out to the
+// subscribers of this process. The connection's goroutine is started by the first subscribe
+// and stopped by close.
+type notifier struct {
+	config *pgx.ConnConfig
+	logger func() *slog.Logger
+
+	mu      sync.Mutex
+	subs    map[string]map[chan struct{}]struct{}
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the listen goroutine has returned
+}
+
+func newNotifier(config *pgx.ConnConfig, logger func() *slog.Logger) *notifier {
+	return &notifier{config: config, logger: logger, subs: make(map[string]map[chan struct{}]struct{})}
+}
+
+func (n *notifier) subscribe(topic string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		// A closed store has nothing to signal; the caller's polling finds out the rest.
+		return ch, func() {}
+	}
+	if n.subs[topic] == nil {
+		n.subs[topic] = make(map[chan struct{}]struct{})
+	}
+	n.subs[topic][ch] = struct{}{}
+	if !n.started {
+		n.started = true
+		ctx, cancel := context.WithCancel(context.Background())
+		n.cancel, n.done = cancel, make(chan struct{})
+		go n.listen(ctx)
+	}
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			// The channel is not closed: a receiver selecting on it with other cases
+			// would read a closed channel as an endless stream of signals.
+			delete(n.subs[topic], ch)
+		})
+	}
+}
+
+// close stops the listen goroutine, if one was started, and waits for it to return.
+func (n *notifier) close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	started := n.started
+	n.mu.Unlock()
+	if started {
+		n.cancel()
+		<-n.done
+	}
+}
+
+// signal wakes every subscriber of topic without blocking: a subscriber that has not yet
+// taken the previous signal already knows to look.
+func (n *notifier) signal(topic string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch := range n.subs[topic] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// listen keeps a LISTEN connection up until ctx ends, reconnecting with backoff.
+func (n *notifier) listen(ctx context.Context) {
+	defer close(n.done)
+	backoff := listenBackoffMin
+	for {
+		err := n.session(ctx, func() { backoff = listenBackoffMin })
+		if ctx.Err() != nil {
+			return
+		}
+		n.logger().Warn("postgres notifier: listen connection lost, reconnecting", "error", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, listenBackoffMax)
+	}
+}
+
+// session connects, listens on every topic's channel and delivers notifications until the
+// connection fails or ctx ends. connected is called once the LISTENs are in place.
+func (n *notifier) session(ctx context.Context, connected func()) error {
+	conn, err := pgx.ConnectConfig(ctx, n.config.Copy())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		// ctx may be over; closing needs a context of its own to say goodbye.
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn.Close(closeCtx)
+	}()
+
+	byChannel := make(map[string]string, len(topics))
+	for _, topic := range topics {
+		var channel string
+		if err := conn.QueryRow(ctx, `SELECT `+channelExpr, topic).Scan(&channel); err != nil {
+			return fmt.Errorf("name channel of %s: %w", topic, err)
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			return fmt.Errorf("listen on %s: %w", channel, err)
+		}
+		byChannel[channel] = topic
+	}
+	connected()
+	// Whatever changed while no connection listened went unheard: wake everyone to look.
+	for _, topic := range topics {
+		n.signal(topic)
+	}
+
+	for {
+		note, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		if topic, ok := byChannel[note.Channel]; ok {
+			n.signal(topic)
+		}
+	}
+}
