@@ -221,6 +221,7 @@ func createApproval(ctx context.Context, tx *tx, a *approval.Approval, token str
 			return fmt.Errorf("insert approver: %w", err)
 		}
 	}
+	tx.signal(approval.TopicApprovals)
 	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
 }
 
@@ -263,12 +264,9 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 
 // Approvals lists approvals newest first; see approval.Store.
 func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
-	limit := f.Limit
-	if limit == 0 {
-		limit = approval.DefaultPageSize
-	}
-	if limit < 1 || limit > approval.MaxPageSize {
-		return nil, "", approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, "", err
 	}
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, "", approval.Errorf(approval.EINVALID, "unknown status %q", f.Status)
@@ -291,7 +289,7 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 		if err != nil {
 			return nil, "", err
 		}
-		where, args = append(where, "(a.created_at, a.id) < (?, ?)"), append(args, createdAt, id)
+		where, args = append(where, "(a.created_at, a.id) < (?, ?)"), append(args, micros(createdAt), id)
 	}
 	// One row more than the page tells whether another page follows.
 	args = append(args, limit+1)
@@ -309,44 +307,55 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	next := ""
 	if len(list) > limit {
 		list = list[:limit]
-		next = encodeCursor(list[limit-1])
+		next = encodeCursor(list[limit-1].CreatedAt, list[limit-1].ID)
 	}
 	return list, next, nil
 }
 
-// encodeCursor names the position after a in the newest-first order.
-func encodeCursor(a *approval.Approval) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(micros(a.CreatedAt), 10) + ":" + a.ID))
+// encodeCursor names the position after the row (at, id) in a newest-first listing. Every
+// listing (approvals, executions, inbox events) orders by a time and then an id.
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(micros(at), 10) + ":" + id))
 }
 
-func decodeCursor(cursor string) (createdAt int64, id string, err error) {
+// decodeCursor is the inverse of encodeCursor; a cursor it cannot read is EINVALID.
+func decodeCursor(cursor string) (at time.Time, id string, err error) {
 	bad := approval.Errorf(approval.EINVALID, "invalid cursor")
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
-		return 0, "", bad
+		return time.Time{}, "", bad
 	}
 	us, id, ok := strings.Cut(string(b), ":")
 	if !ok || id == "" {
-		return 0, "", bad
+		return time.Time{}, "", bad
 	}
-	if createdAt, err = strconv.ParseInt(us, 10, 64); err != nil {
-		return 0, "", bad
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return time.Time{}, "", bad
 	}
-	return createdAt, id, nil
+	return fromMicros(n), id, nil
+}
+
+// pageLimit checks a listing's requested page size and applies the default.
+func pageLimit(limit int) (int, error) {
+	if limit == 0 {
+		return approval.DefaultPageSize, nil
+	}
+	if limit < 1 || limit > approval.MaxPageSize {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
+	}
+	return limit, nil
 }
 
 // Decide records one approver's vote; see approval.Store.
 func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval.Approval, error) {
-	if !d.Verdict.Valid() {
-		return nil, approval.Errorf(approval.EINVALID, "verdict must be approve or reject")
-	}
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, fail("decide", err)
 	}
 	defer tx.Rollback()
 
-	a, refusal, err := decide(ctx, tx, d)
+	a, refusal, err := s.decide(ctx, tx, d)
 	if err != nil {
 		return nil, fail("decide", err)
 	}
@@ -361,26 +370,34 @@ func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval
 	return a, nil
 }
 
-// decide applies d. It returns the approval after the vote, or a refusal to answer the
-// caller with once whatever decide wrote is committed, or an error that aborts.
-func decide(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.Approval, refusal, err error) {
-	if a, err = findApproval(ctx, tx, d.ApprovalID); err != nil {
-		return nil, nil, err
+// decide applies d: it is the one code path of a vote, whether it comes from the API (Decide)
+// or from an inbox event (ApplyInbox). It returns the approval after the vote, or a refusal
+// to answer the caller with once whatever decide wrote is committed, or an error that aborts.
+// With a refusal it still returns the approval when one was found, so that the inbox can
+// name it.
+func (s *Store) decide(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.Approval, refusal, err error) {
+	if !d.Verdict.Valid() {
+		return nil, nil, approval.Errorf(approval.EINVALID, "verdict must be approve or reject")
+	}
+	if a, refusal, err = findDecided(ctx, tx, d); refusal != nil || err != nil {
+		return nil, refusal, err
 	}
 	if !a.IsApprover(d.Approver) {
-		return nil, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver), nil
+		return a, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver), nil
 	}
 	if d.Approver == a.Requester && d.Verdict == approval.VerdictApprove {
-		return nil, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request"), nil
+		return a, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request"), nil
 	}
 	if prev, ok := a.DecisionBy(d.Approver); ok {
 		if prev.Verdict == d.Verdict {
 			return a, nil, nil // a repeat of the same vote changes nothing
 		}
-		return nil, conflict(a, "%s already voted %s", d.Approver, prev.Verdict), nil
+		return a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict), nil
 	}
-	if refusal, err := refuseUnlessPending(ctx, tx, a, d.Cause); refusal != nil || err != nil {
-		return nil, refusal, err
+	if refusal, err := refuseUnlessPending(ctx, tx, a, d.Cause); err != nil {
+		return nil, nil, err
+	} else if refusal != nil {
+		return a, refusal, nil
 	}
 
 	status := approval.StatusPending
@@ -412,15 +429,48 @@ func decide(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.
 	}
 	switch status {
 	case approval.StatusApproved:
-		err = appendEvent(ctx, tx, a.ID, approval.EventApproved, d.Approver, d.Cause, nil)
+		if err := appendEvent(ctx, tx, a.ID, approval.EventApproved, d.Approver, d.Cause, nil); err != nil {
+			return nil, nil, err
+		}
+		// The outbox: the execution exists from the instant the approval does, so no crash
+		// can leave an approved action that nobody will run.
+		if err := insertExecution(ctx, tx, a, s.targeted(a.Action), d.Approver, d.Cause); err != nil {
+			return nil, nil, err
+		}
 	case approval.StatusRejected:
-		err = appendEvent(ctx, tx, a.ID, approval.EventRejected, d.Approver, d.Cause, nil)
-	}
-	if err != nil {
-		return nil, nil, err
+		if err := appendEvent(ctx, tx, a.ID, approval.EventRejected, d.Approver, d.Cause, nil); err != nil {
+			return nil, nil, err
+		}
 	}
 	a, err = findApproval(ctx, tx, a.ID)
 	return a, nil, err
+}
+
+// findDecided finds the approval a vote names: by id, or else by operation key. Not finding
+// it, or a key that several requesters use, is a refusal.
+func findDecided(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.Approval, refusal, err error) {
+	if d.ApprovalID != "" {
+		a, err := findApproval(ctx, tx, d.ApprovalID)
+		if approval.ErrorCode(err) == approval.ENOTFOUND {
+			return nil, err, nil
+		}
+		return a, nil, err
+	}
+	if d.OperationKey == "" {
+		return nil, nil, approval.Errorf(approval.EINVALID, "a vote must name the approval by id or operation key")
+	}
+	// Operation keys are unique per requester only; the vote carries no requester, so a key
+	// two requesters use cannot name one approval.
+	list, err := findApprovals(ctx, tx, "a.operation_key = ?", []any{d.OperationKey}, "LIMIT 2")
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case len(list) == 0:
+		return nil, approval.Errorf(approval.ENOTFOUND, "no approval has operation key %q", d.OperationKey), nil
+	case len(list) > 1:
+		return nil, approval.Errorf(approval.ECONFLICT, "operation key %q is used by several requesters; name the approval id", d.OperationKey), nil
+	}
+	return list[0], nil, nil
 }
 
 // Cancel moves a pending approval to cancelled; see approval.Store.
@@ -498,6 +548,9 @@ func transition(ctx context.Context, tx *tx, id string, status approval.Status, 
 	if err != nil {
 		return false, fmt.Errorf("update approval status: %w", err)
 	}
+	if n == 1 {
+		tx.signal(approval.TopicApprovals)
+	}
 	return n == 1, nil
 }
 
@@ -516,6 +569,7 @@ func expire(ctx context.Context, tx *tx, id string, cause approval.Cause) (bool,
 	} else if n != 1 {
 		return false, nil
 	}
+	tx.signal(approval.TopicApprovals)
 	return true, appendEvent(ctx, tx, id, approval.EventExpired, actorSystem, cause, nil)
 }
 
@@ -871,6 +925,29 @@ func loadDetails(ctx context.Context, tx *tx, list []*approval.Approval) error {
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("query decisions: %w", err)
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("query decisions: %w", err)
+	}
+
+	// Only approved approvals have an execution; the others keep Execution nil.
+	rows, err = tx.QueryContext(ctx, `
+		SELECT `+executionColumns+` FROM executions e
+		WHERE e.approval_id IN (SELECT value FROM json_each(?))`,
+		string(idsJSON))
+	if err != nil {
+		return fmt.Errorf("query executions: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		rec, err := scanExecution(rows)
+		if err != nil {
+			return err
+		}
+		byID[rec.ApprovalID].Execution = rec.Public()
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("query executions: %w", err)
 	}
 	return nil
 }

@@ -49,8 +49,14 @@ type Store struct {
 	// of its transaction, and uses that instant for all its comparisons and stored times.
 	Now func() time.Time
 
+	// Targeted reports whether an action has a downstream target: approving an approval of
+	// such an action queues its execution, any other gets a not_configured one. Nil means no
+	// action has a target. Set it before the store is used.
+	Targeted func(action string) bool
+
 	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
 	read  *sql.DB // read-only connections
+	hub   *hub    // Subscribe's broadcaster, signalled after each commit
 }
 
 // Open opens the SQLite database named by dsn, "file:PATH" with optional query parameters
@@ -89,7 +95,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 
-	return &Store{Now: time.Now, write: write, read: read}, nil
+	return &Store{Now: time.Now, write: write, read: read, hub: newHub()}, nil
 }
 
 // poolDSNs returns the driver DSNs of the write and the read pool for a user's DSN. The
@@ -204,9 +210,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes both pools.
+// Close ends every subscription and closes both pools.
 func (s *Store) Close() error {
+	s.hub.close()
 	return errors.Join(s.read.Close(), s.write.Close())
+}
+
+// targeted reports whether action has a downstream target (see Targeted).
+func (s *Store) targeted(action string) bool {
+	return s.Targeted != nil && s.Targeted(action)
 }
 
 // now reads the clock once for a transaction, at store precision.
@@ -215,10 +227,21 @@ func (s *Store) now() time.Time {
 }
 
 // tx is one transaction together with the instant it runs at (wtf's Tx.now): every
-// comparison with expires_at or a lease and every stored time inside it uses now.
+// comparison with expires_at or a lease and every stored time inside it uses now. It also
+// collects the Notifier topics its changes concern, signalled only once it commits.
 type tx struct {
 	*sql.Tx
 	now time.Time
+
+	hub    *hub
+	topics []string
+}
+
+// signal asks for topic to be signalled if, and when, the transaction commits.
+func (t *tx) signal(topic string) {
+	if !slices.Contains(t.topics, topic) {
+		t.topics = append(t.topics, topic)
+	}
 }
 
 // beginWrite starts a write transaction on the single write connection. The driver issues
@@ -229,7 +252,7 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	return &tx{Tx: t, now: now}, nil
+	return &tx{Tx: t, now: now, hub: s.hub}, nil
 }
 
 // beginRead starts a read-only transaction on the read pool: one consistent snapshot for
@@ -243,10 +266,14 @@ func (s *Store) beginRead(ctx context.Context) (*tx, error) {
 	return &tx{Tx: t, now: now}, nil
 }
 
-// commit commits tx, classifying a failure.
+// commit commits tx, classifying a failure, then signals the topics of its changes: a
+// subscriber woken by the signal finds the change already visible.
 func (t *tx) commit() error {
 	if err := t.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
+	}
+	if t.hub != nil {
+		t.hub.signal(t.topics...)
 	}
 	return nil
 }

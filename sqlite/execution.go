@@ -1,0 +1,699 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// eventExecutionAccepted is appended when a target accepted an asynchronous call: the
+// execution stays running, without a lease, until its outcome is reported.
+const eventExecutionAccepted = "execution.accepted"
+
+// ClaimExecutions claims up to limit executions that are queued and due, or running past
+// their lease; see approval.ExecutionStore. The write transaction is serialized on the one
+// write connection, so no two claims can take the same row.
+func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
+	if lease <= 0 || limit < 1 {
+		return nil, approval.Errorf(approval.EINVALID, "a claim needs a positive lease and limit")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("claim executions", err)
+	}
+	defer tx.Rollback()
+
+	claims, err := claimExecutions(ctx, tx, lease, limit)
+	if err != nil {
+		return nil, fail("claim executions", err)
+	}
+	if err := tx.commit(); err != nil {
+		return nil, fail("claim executions", err)
+	}
+	return claims, nil
+}
+
+func claimExecutions(ctx context.Context, tx *tx, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
+	// A queued execution is due at next_attempt_at, a running one at its lease's end (a
+	// running one without a lease waits for an asynchronous report and is never due); each
+	// has only the one of the two set, so coalesce orders both kinds by when they fell due.
+	rows, err := tx.QueryContext(ctx, `
+		SELECT id, status FROM executions
+		WHERE (status = 'queued' AND next_attempt_at <= ?1)
+			OR (status = 'running' AND lease_expires_at <= ?1)
+		ORDER BY coalesce(next_attempt_at, lease_expires_at), created_at, id
+		LIMIT ?2`,
+		micros(tx.now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("find due executions: %w", err)
+	}
+	type due struct {
+		id        string
+		recovered bool
+	}
+	var found []due
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("scan due execution: %w", err)
+		}
+		found = append(found, due{id, status == string(approval.ExecutionRunning)})
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("find due executions: %w", err)
+	}
+	if len(found) == 0 {
+		return []*approval.ExecutionClaim{}, nil
+	}
+
+	claims := make([]*approval.ExecutionClaim, 0, len(found))
+	ids := make([]string, 0, len(found))
+	for _, d := range found {
+		var (
+			attempt    int
+			approvalID string
+		)
+		// The new attempts value is the claim's fencing token, and the attempt is on record
+		// (with its event) before the runner makes any call.
+		if err := tx.QueryRowContext(ctx, `
+			UPDATE executions
+			SET status = 'running', attempts = attempts + 1, lease_expires_at = ?,
+				next_attempt_at = NULL, updated_at = ?
+			WHERE id = ?
+			RETURNING attempts, approval_id`,
+			micros(tx.now.Add(lease)), micros(tx.now), d.id,
+		).Scan(&attempt, &approvalID); err != nil {
+			return nil, fmt.Errorf("claim execution %s: %w", d.id, err)
+		}
+		var detail map[string]any
+		if d.recovered {
+			detail = map[string]any{"recovered": true}
+		}
+		cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
+		if err := appendEvent(ctx, tx, approvalID, approval.EventExecutionAttempt, actorSystem, cause, detail); err != nil {
+			return nil, err
+		}
+		claims = append(claims, &approval.ExecutionClaim{Attempt: attempt, Recovered: d.recovered})
+		ids = append(ids, d.id)
+	}
+
+	// The runner sends the approval as the request body; fetch records and approvals for
+	// the whole batch with one query each.
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode execution ids: %w", err)
+	}
+	recs, err := findExecutions(ctx, tx, "e.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
+	if err != nil {
+		return nil, err
+	}
+	list, err := findApprovals(ctx, tx, "a.id IN (SELECT approval_id FROM executions WHERE id IN (SELECT value FROM json_each(?)))", []any{string(idsJSON)}, "")
+	if err != nil {
+		return nil, err
+	}
+	recByID := make(map[string]*approval.ExecutionRecord, len(recs))
+	for _, r := range recs {
+		recByID[r.ID] = r
+	}
+	approvalByID := make(map[string]*approval.Approval, len(list))
+	for _, a := range list {
+		approvalByID[a.ID] = a
+	}
+	for i, c := range claims {
+		c.Record = recByID[ids[i]]
+		c.Approval = approvalByID[c.Record.ApprovalID]
+	}
+	return claims, nil
+}
+
+// RenewExecution extends a running claim's lease to now+lease; ECONFLICT if the attempt no
+// longer holds the execution.
+func (s *Store) RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error {
+	if lease <= 0 {
+		return approval.Errorf(approval.EINVALID, "a lease must be positive")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("renew execution", err)
+	}
+	defer tx.Rollback()
+
+	// A running execution without a lease is an accepted asynchronous call: no attempt
+	// holds it any more, so there is nothing to renew.
+	res, err := tx.ExecContext(ctx, `
+		UPDATE executions SET lease_expires_at = ?
+		WHERE id = ? AND attempts = ? AND status = 'running' AND lease_expires_at IS NOT NULL`,
+		micros(tx.now.Add(lease)), id, attempt)
+	if err != nil {
+		return fail("renew execution", err)
+	}
+	if err := fenced(ctx, tx, res, id, attempt); err != nil {
+		return fail("renew execution", err)
+	}
+	if err := tx.commit(); err != nil {
+		return fail("renew execution", err)
+	}
+	return nil
+}
+
+// FinishAttempt records an attempt's outcome if the attempt still holds the execution; see
+// approval.ExecutionStore. Status running records an asynchronous call the target accepted:
+// the lease is cleared and the execution waits, never claimed again, for ReportExecution.
+func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error) {
+	var (
+		event   string
+		retryAt *time.Time
+	)
+	switch o.Status {
+	case approval.ExecutionSucceeded:
+		event = approval.EventExecutionSucceeded
+	case approval.ExecutionFailed:
+		event = approval.EventExecutionFailed
+	case approval.ExecutionNeedsReview:
+		event = approval.EventExecutionNeedsReview
+	case approval.ExecutionQueued:
+		if o.RetryAt == nil {
+			return nil, approval.Errorf(approval.EINVALID, "a retry needs a time to retry at")
+		}
+		event, retryAt = approval.EventExecutionRetry, o.RetryAt
+	case approval.ExecutionRunning:
+		event = eventExecutionAccepted
+	default:
+		return nil, approval.Errorf(approval.EINVALID, "an attempt cannot end in status %q", o.Status)
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("finish attempt", err)
+	}
+	defer tx.Rollback()
+
+	rec, err := finishAttempt(ctx, tx, id, attempt, o, event, retryAt)
+	if err != nil {
+		return nil, fail("finish attempt", err)
+	}
+	if err := tx.commit(); err != nil {
+		return nil, fail("finish attempt", err)
+	}
+	return rec, nil
+}
+
+func finishAttempt(ctx context.Context, tx *tx, id string, attempt int, o approval.AttemptOutcome, event string, retryAt *time.Time) (*approval.ExecutionRecord, error) {
+	// The condition on attempts is the fence: a runner whose lease expired and whose
+	// execution was claimed again (attempts+1), or settled by a report, writes nothing. A
+	// nil result keeps the one already stored.
+	res, err := tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = ?, last_error = ?, result = coalesce(?, result), next_attempt_at = ?,
+			lease_expires_at = NULL, updated_at = ?
+		WHERE id = ? AND attempts = ? AND status = 'running'`,
+		string(o.Status), o.Error, nullBytes(o.Result), nullMicros(retryAt), micros(tx.now), id, attempt)
+	if err != nil {
+		return nil, fmt.Errorf("update execution: %w", err)
+	}
+	if err := fenced(ctx, tx, res, id, attempt); err != nil {
+		return nil, err
+	}
+	rec, err := findExecution(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
+	detail := map[string]any{"reason": o.Reason, "error": o.Error}
+	if err := appendEvent(ctx, tx, rec.ApprovalID, event, actorSystem, cause, detail); err != nil {
+		return nil, err
+	}
+	if o.Status == approval.ExecutionQueued {
+		tx.signal(approval.TopicExecutions)
+	}
+	return rec, nil
+}
+
+// ReleaseExecution gives a claim whose call was never sent back: queued, due now, and the
+// attempt uncounted (attempts-1). A later claim takes the same attempt number again, which
+// is safe because this one wrote nothing else.
+func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("release execution", err)
+	}
+	defer tx.Rollback()
+
+	res, err := tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = 'queued', attempts = attempts - 1, next_attempt_at = ?,
+			lease_expires_at = NULL, updated_at = ?
+		WHERE id = ? AND attempts = ? AND status = 'running' AND lease_expires_at IS NOT NULL`,
+		micros(tx.now), micros(tx.now), id, attempt)
+	if err != nil {
+		return fail("release execution", err)
+	}
+	if err := fenced(ctx, tx, res, id, attempt); err != nil {
+		return fail("release execution", err)
+	}
+	rec, err := findExecution(ctx, tx, id)
+	if err != nil {
+		return fail("release execution", err)
+	}
+	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
+	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReleased, actorSystem, cause, nil); err != nil {
+		return fail("release execution", err)
+	}
+	tx.signal(approval.TopicExecutions)
+	if err := tx.commit(); err != nil {
+		return fail("release execution", err)
+	}
+	return nil
+}
+
+// fenced turns a fenced update that changed no row into ENOTFOUND (no such execution) or
+// ECONFLICT (the attempt no longer holds it).
+func fenced(ctx context.Context, tx *tx, res sql.Result, id string, attempt int) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update execution: %w", err)
+	}
+	if n == 1 {
+		return nil
+	}
+	if _, err := findExecution(ctx, tx, id); err != nil {
+		return err
+	}
+	return approval.Errorf(approval.ECONFLICT, "attempt %d no longer holds execution %s", attempt, id)
+}
+
+// Execution returns one execution, or ENOTFOUND.
+func (s *Store) Execution(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, fail("execution", err)
+	}
+	defer tx.Rollback()
+
+	rec, err := findExecution(ctx, tx, id)
+	if err != nil {
+		return nil, fail("execution", err)
+	}
+	return rec, nil
+}
+
+// Executions lists executions newest first ((created_at, id) descending), with the cursor of
+// the next page ("" on the last page).
+func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*approval.ExecutionRecord, string, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	where, args := []string{"1 = 1"}, []any{}
+	if f.Status != "" {
+		if !validExecutionStatus(f.Status) {
+			return nil, "", approval.Errorf(approval.EINVALID, "unknown execution status %q", f.Status)
+		}
+		where, args = append(where, "e.status = ?"), append(args, string(f.Status))
+	}
+	if f.Cursor != "" {
+		createdAt, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = append(where, "(e.created_at, e.id) < (?, ?)"), append(args, micros(createdAt), id)
+	}
+	args = append(args, limit+1) // one more row tells whether another page follows
+
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, "", fail("executions", err)
+	}
+	defer tx.Rollback()
+
+	list, err := findExecutions(ctx, tx, strings.Join(where, " AND "), args, "ORDER BY e.created_at DESC, e.id DESC LIMIT ?")
+	if err != nil {
+		return nil, "", fail("executions", err)
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		next = encodeCursor(list[limit-1].CreatedAt, list[limit-1].ID)
+	}
+	return list, next, nil
+}
+
+// RetryExecution re-queues a failed, needs_review or cancelled execution, due now; see
+// approval.ExecutionStore. Attempts are kept: the count only grows, so an attempt number is
+// never reused as a fencing token.
+func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("retry execution", err)
+	}
+	defer tx.Rollback()
+
+	rec, err := findExecution(ctx, tx, id)
+	if err != nil {
+		return nil, fail("retry execution", err)
+	}
+	if !s.targeted(rec.Action) {
+		return nil, approval.Errorf(approval.ECONFLICT, "action %q has no target to run execution %s against", rec.Action, id)
+	}
+	rec, err = moveExecution(ctx, tx, rec, approval.ExecutionQueued,
+		[]approval.ExecutionStatus{approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled},
+		approval.EventExecutionRetried, actor, cause, nil)
+	if err != nil {
+		return nil, fail("retry execution", err)
+	}
+	tx.signal(approval.TopicExecutions)
+	if err := tx.commit(); err != nil {
+		return nil, fail("retry execution", err)
+	}
+	return rec, nil
+}
+
+// ResolveExecution records the operator's verdict (succeeded or failed) on an execution in
+// needs_review or failed, with the note in the event; see approval.ExecutionStore.
+func (s *Store) ResolveExecution(ctx context.Context, id string, status approval.ExecutionStatus, note, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
+	if status != approval.ExecutionSucceeded && status != approval.ExecutionFailed {
+		return nil, approval.Errorf(approval.EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("resolve execution", err)
+	}
+	defer tx.Rollback()
+
+	rec, err := findExecution(ctx, tx, id)
+	if err != nil {
+		return nil, fail("resolve execution", err)
+	}
+	rec, err = moveExecution(ctx, tx, rec, status,
+		[]approval.ExecutionStatus{approval.ExecutionNeedsReview, approval.ExecutionFailed},
+		approval.EventExecutionResolved, actor, cause, map[string]any{"status": string(status), "note": note})
+	if err != nil {
+		return nil, fail("resolve execution", err)
+	}
+	if err := tx.commit(); err != nil {
+		return nil, fail("resolve execution", err)
+	}
+	return rec, nil
+}
+
+// CancelExecution cancels a queued execution; ECONFLICT in any other status.
+func (s *Store) CancelExecution(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("cancel execution", err)
+	}
+	defer tx.Rollback()
+
+	rec, err := findExecution(ctx, tx, id)
+	if err != nil {
+		return nil, fail("cancel execution", err)
+	}
+	rec, err = moveExecution(ctx, tx, rec, approval.ExecutionCancelled,
+		[]approval.ExecutionStatus{approval.ExecutionQueued},
+		approval.EventExecutionCancelled, actor, cause, nil)
+	if err != nil {
+		return nil, fail("cancel execution", err)
+	}
+	if err := tx.commit(); err != nil {
+		return nil, fail("cancel execution", err)
+	}
+	return rec, nil
+}
+
+// moveExecution is an operator's transition of rec from one of the statuses in from to to,
+// with its event: ECONFLICT from any other status. A move to queued makes the execution due
+// now; every move clears any lease.
+func moveExecution(ctx context.Context, tx *tx, rec *approval.ExecutionRecord, to approval.ExecutionStatus, from []approval.ExecutionStatus, event, actor string, cause approval.Cause, detail map[string]any) (*approval.ExecutionRecord, error) {
+	allowed := false
+	for _, st := range from {
+		allowed = allowed || rec.Status == st
+	}
+	if !allowed {
+		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s", rec.ID, rec.Status)
+	}
+	var next *time.Time
+	if to == approval.ExecutionQueued {
+		next = &tx.now
+	}
+	// The status condition repeats the check above in the write itself.
+	res, err := tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = ?, next_attempt_at = ?, lease_expires_at = NULL, updated_at = ?
+		WHERE id = ? AND status = ?`,
+		string(to), nullMicros(next), micros(tx.now), rec.ID, string(rec.Status))
+	if err != nil {
+		return nil, fmt.Errorf("update execution: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("update execution: %w", err)
+	} else if n != 1 {
+		return nil, fmt.Errorf("execution %s changed inside the write transaction", rec.ID)
+	}
+	if err := appendEvent(ctx, tx, rec.ApprovalID, event, actor, cause, detail); err != nil {
+		return nil, err
+	}
+	return findExecution(ctx, tx, rec.ID)
+}
+
+// ReportExecution applies an asynchronous outcome if its version is newer than the applied
+// one; see approval.ExecutionStore.
+func (s *Store) ReportExecution(ctx context.Context, r approval.ExecutionReport) (bool, *approval.ExecutionRecord, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return false, nil, fail("report execution", err)
+	}
+	defer tx.Rollback()
+
+	applied, rec, err := report(ctx, tx, r)
+	if err != nil {
+		return false, nil, fail("report execution", err)
+	}
+	if err := tx.commit(); err != nil {
+		return false, nil, fail("report execution", err)
+	}
+	return applied, rec, nil
+}
+
+// report applies r: the one code path of an asynchronous outcome, whether it comes from the
+// API (ReportExecution) or from an inbox event (ApplyInbox). An outcome may settle an
+// execution in any status, even one a runner holds: the target's own word wins, and the
+// runner's later FinishAttempt finds it no longer running. Its application errors (invalid,
+// not found, ambiguous) are returned before anything is written.
+func report(ctx context.Context, tx *tx, r approval.ExecutionReport) (bool, *approval.ExecutionRecord, error) {
+	if r.Status != approval.ExecutionSucceeded && r.Status != approval.ExecutionFailed {
+		return false, nil, approval.Errorf(approval.EINVALID, "a reported status is succeeded or failed, not %q", r.Status)
+	}
+	if r.Version <= 0 {
+		return false, nil, approval.Errorf(approval.EINVALID, "a report needs a version above 0")
+	}
+	rec, err := findReported(ctx, tx, r)
+	if err != nil {
+		return false, nil, err
+	}
+	detail := map[string]any{"status": string(r.Status), "version": r.Version, "applied_version": rec.AppliedVersion}
+	if r.Version <= rec.AppliedVersion {
+		// Invariant 4: an older outcome never overwrites a newer one; it is only recorded.
+		if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReportStale, r.Actor, r.Cause, detail); err != nil {
+			return false, nil, err
+		}
+		return false, rec, nil
+	}
+	if _, err := tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = ?, result = coalesce(?, result), applied_version = ?,
+			next_attempt_at = NULL, lease_expires_at = NULL, updated_at = ?
+		WHERE id = ?`,
+		string(r.Status), nullBytes(r.Result), r.Version, micros(tx.now), rec.ID,
+	); err != nil {
+		return false, nil, fmt.Errorf("apply report: %w", err)
+	}
+	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReported, r.Actor, r.Cause, detail); err != nil {
+		return false, nil, err
+	}
+	rec, err = findExecution(ctx, tx, rec.ID)
+	return true, rec, err
+}
+
+// findReported finds the execution a report names: by approval id, or else by operation key,
+// which must name exactly one.
+func findReported(ctx context.Context, tx *tx, r approval.ExecutionReport) (*approval.ExecutionRecord, error) {
+	var list []*approval.ExecutionRecord
+	var err error
+	switch {
+	case r.ApprovalID != "":
+		list, err = findExecutions(ctx, tx, "e.approval_id = ?", []any{r.ApprovalID}, "")
+		if err == nil && len(list) == 0 {
+			return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", r.ApprovalID)
+		}
+	case r.OperationKey != "":
+		// Operation keys are unique per requester only.
+		list, err = findExecutions(ctx, tx, "e.operation_key = ?", []any{r.OperationKey}, "LIMIT 2")
+		if err == nil && len(list) == 0 {
+			return nil, approval.Errorf(approval.ENOTFOUND, "no execution has operation key %q", r.OperationKey)
+		} else if err == nil && len(list) > 1 {
+			return nil, approval.Errorf(approval.ECONFLICT, "operation key %q is used by several requesters; name the approval id", r.OperationKey)
+		}
+	default:
+		return nil, approval.Errorf(approval.EINVALID, "a report must name the approval by id or operation key")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return list[0], nil
+}
+
+// ExecutionCounts returns the number of executions in every status, zero included, and how
+// many are running past their lease (a runner that died and whose work nobody reclaimed yet).
+func (s *Store) ExecutionCounts(ctx context.Context) (map[approval.ExecutionStatus]int, int, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, 0, fail("execution counts", err)
+	}
+	defer tx.Rollback()
+
+	counts := make(map[approval.ExecutionStatus]int, len(executionStatuses))
+	for _, st := range executionStatuses {
+		counts[st] = 0
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT status, count(*) FROM executions GROUP BY status`)
+	if err != nil {
+		return nil, 0, fail("execution counts", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			status string
+			n      int
+		)
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, 0, fail("execution counts", err)
+		}
+		counts[approval.ExecutionStatus(status)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fail("execution counts", err)
+	}
+	var stuck int
+	if err := tx.QueryRowContext(ctx, `
+		SELECT count(*) FROM executions WHERE status = 'running' AND lease_expires_at <= ?`,
+		micros(tx.now),
+	).Scan(&stuck); err != nil {
+		return nil, 0, fail("execution counts", err)
+	}
+	return counts, stuck, nil
+}
+
+// executionStatuses are all the execution statuses, in lifecycle order.
+var executionStatuses = []approval.ExecutionStatus{
+	approval.ExecutionQueued, approval.ExecutionRunning, approval.ExecutionSucceeded,
+	approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled,
+	approval.ExecutionNotConfigured,
+}
+
+func validExecutionStatus(st approval.ExecutionStatus) bool {
+	for _, s := range executionStatuses {
+		if s == st {
+			return true
+		}
+	}
+	return false
+}
+
+// insertExecution is the outbox write of an approving transaction: a's execution, queued and
+// due now when its action has a target (with its event and a signal to the runners),
+// not_configured otherwise.
+func insertExecution(ctx context.Context, tx *tx, a *approval.Approval, targeted bool, actor string, cause approval.Cause) error {
+	id := approval.NewID("exe")
+	status, next := approval.ExecutionNotConfigured, (*time.Time)(nil)
+	if targeted {
+		status, next = approval.ExecutionQueued, &tx.now
+	}
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO executions (id, approval_id, operation_key, action, status, next_attempt_at,
+			created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		id, a.ID, a.OperationKey, a.Action, string(status), nullMicros(next), micros(tx.now), micros(tx.now),
+	); err != nil {
+		return fmt.Errorf("insert execution: %w", err)
+	}
+	if !targeted {
+		return nil
+	}
+	tx.signal(approval.TopicExecutions)
+	return appendEvent(ctx, tx, a.ID, approval.EventExecutionQueued, actor, cause, map[string]any{"execution_id": id})
+}
+
+// findExecution returns the execution with id, or ENOTFOUND.
+func findExecution(ctx context.Context, tx *tx, id string) (*approval.ExecutionRecord, error) {
+	list, err := findExecutions(ctx, tx, "e.id = ?", []any{id}, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
+	}
+	return list[0], nil
+}
+
+// executionColumns are the columns scanExecution reads, in order.
+const executionColumns = `e.id, e.approval_id, e.operation_key, e.action, e.status, e.attempts,
+	e.last_error, e.result, e.next_attempt_at, e.lease_expires_at, e.applied_version,
+	e.created_at, e.updated_at`
+
+// findExecutions returns the executions matching where (with args), followed by tail.
+func findExecutions(ctx context.Context, tx *tx, where string, args []any, tail string) ([]*approval.ExecutionRecord, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+executionColumns+` FROM executions e WHERE `+where+` `+tail, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query executions: %w", err)
+	}
+	defer rows.Close()
+	list := []*approval.ExecutionRecord{}
+	for rows.Next() {
+		rec, err := scanExecution(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query executions: %w", err)
+	}
+	return list, nil
+}
+
+func scanExecution(rows *sql.Rows) (*approval.ExecutionRecord, error) {
+	var (
+		rec                  approval.ExecutionRecord
+		status               string
+		result               []byte
+		next, lease          sql.NullInt64
+		createdAt, updatedAt int64
+	)
+	if err := rows.Scan(&rec.ID, &rec.ApprovalID, &rec.OperationKey, &rec.Action, &status,
+		&rec.Attempts, &rec.LastError, &result, &next, &lease, &rec.AppliedVersion,
+		&createdAt, &updatedAt); err != nil {
+		return nil, fmt.Errorf("scan execution: %w", err)
+	}
+	rec.Status = approval.ExecutionStatus(status)
+	if result != nil {
+		rec.Result = json.RawMessage(result)
+	}
+	rec.NextAttemptAt = fromNullMicros(next)
+	rec.LeaseExpiresAt = fromNullMicros(lease)
+	rec.CreatedAt = fromMicros(createdAt)
+	rec.UpdatedAt = fromMicros(updatedAt)
+	return &rec, nil
+}
+
+// nullBytes binds b as NULL when it is nil, and as a (possibly empty) BLOB otherwise.
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}

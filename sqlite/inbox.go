@@ -1,0 +1,533 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// RecordInbox stores a verified webhook delivery under its unique (source, event_id), or
+// reports a duplicate; see approval.InboxStore. On success e holds the stored state.
+func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
+	if e.ID == "" || e.Source == "" || e.EventID == "" {
+		return false, approval.Errorf(approval.EINVALID, "an inbox event needs an id, a source and an event id")
+	}
+	headers := e.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	headersJSON, err := json.Marshal(headers)
+	if err != nil {
+		return false, fmt.Errorf("record inbox: encode headers: %w", err)
+	}
+	// NULL means purged, so an empty body is stored as an empty BLOB.
+	body := e.Body
+	if body == nil {
+		body = []byte{}
+	}
+
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return false, fail("record inbox", err)
+	}
+	defer tx.Rollback()
+
+	receivedAt := e.ReceivedAt
+	if receivedAt.IsZero() {
+		receivedAt = tx.now
+	}
+	res, err := tx.ExecContext(ctx, `
+		INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status,
+			next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+		ON CONFLICT (source, event_id) DO NOTHING`,
+		e.ID, e.Source, e.EventID, e.Type, string(headersJSON), body, micros(receivedAt), micros(tx.now))
+	if err != nil {
+		return false, fail("record inbox", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fail("record inbox", err)
+	}
+	duplicate := n == 0
+	if duplicate {
+		// The first body stays; a different one under the same id is recorded for operators
+		// (a provider bug, or someone replaying an id with forged content). Once the stored
+		// body is purged there is nothing left to compare with.
+		if _, err := tx.ExecContext(ctx, `
+			UPDATE inbox_events SET conflicts = conflicts + 1, last_conflict_at = ?
+			WHERE source = ? AND event_id = ? AND body IS NOT NULL AND body <> ?`,
+			micros(tx.now), e.Source, e.EventID, body,
+		); err != nil {
+			return false, fail("record inbox", err)
+		}
+	} else {
+		tx.signal(approval.TopicInbox)
+	}
+	if err := tx.commit(); err != nil {
+		return false, fail("record inbox", err)
+	}
+	if !duplicate {
+		next := tx.now
+		e.Headers, e.Body, e.ReceivedAt = headers, body, receivedAt
+		e.Status, e.Attempts, e.NextAttemptAt = approval.InboxPending, 0, &next
+	}
+	return duplicate, nil
+}
+
+// ClaimInbox claims up to limit due pending events that no live lease holds; see
+// approval.InboxStore. Every event of one claim gets the same new lease token: together
+// with the event id it fences the claim, and a later claim of an event whose lease ran out
+// replaces it.
+func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
+	if lease <= 0 || limit < 1 {
+		return nil, approval.Errorf(approval.EINVALID, "a claim needs a positive lease and limit")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("claim inbox", err)
+	}
+	defer tx.Rollback()
+
+	// The write transaction holds the database's one write lock from its first statement, so
+	// the select and the update see no other writer between them.
+	rows, err := tx.QueryContext(ctx, `
+		UPDATE inbox_events
+		SET lease_token = ?1, lease_expires_at = ?2, attempts = attempts + 1
+		WHERE id IN (
+			SELECT id FROM inbox_events
+			WHERE status = 'pending' AND next_attempt_at <= ?3
+				AND (lease_token = '' OR lease_expires_at <= ?3)
+			ORDER BY received_at, id
+			LIMIT ?4)
+		RETURNING `+inboxColumns,
+		approval.NewID("lease"), micros(tx.now.Add(lease)), micros(tx.now), limit)
+	if err != nil {
+		return nil, fail("claim inbox", err)
+	}
+	list, err := scanInboxEvents(rows)
+	if err != nil {
+		return nil, fail("claim inbox", err)
+	}
+	if err := tx.commit(); err != nil {
+		return nil, fail("claim inbox", err)
+	}
+	// RETURNING promises no order.
+	slices.SortFunc(list, func(a, b *approval.InboxEvent) int {
+		if c := a.ReceivedAt.Compare(b.ReceivedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return list, nil
+}
+
+// ApplyInbox applies a handler's action to the claimed event e and finishes the event, in
+// one transaction fenced by e's lease token; see approval.InboxStore. A decision goes
+// through decide and a report through report, the code paths of the API: the inbox follows
+// exactly the API's rules. Their refusals (forbidden, conflict, not found) are outcomes of
+// the event, not errors: retrying would be refused again.
+func (s *Store) ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("apply inbox", err)
+	}
+	defer tx.Rollback()
+
+	out, err := s.applyInbox(ctx, tx, e, a)
+	if err != nil {
+		return nil, fail("apply inbox", err)
+	}
+	if err := tx.commit(); err != nil {
+		return nil, fail("apply inbox", err)
+	}
+	return out, nil
+}
+
+func (s *Store) applyInbox(ctx context.Context, tx *tx, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error) {
+	cur, err := findInboxEvent(ctx, tx, e.ID)
+	if err != nil {
+		return nil, err
+	}
+	if e.LeaseToken == "" || cur.LeaseToken != e.LeaseToken || cur.Status != approval.InboxPending {
+		return nil, approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", e.ID)
+	}
+	cause := approval.Cause{Kind: approval.CauseInbox, Source: cur.Source, EventID: cur.EventID}
+
+	var status approval.InboxStatus
+	var outcome, approvalID string
+	switch a.Kind {
+	case approval.ActionIgnore:
+		status, outcome = approval.InboxIgnored, a.Reason
+	case approval.ActionDecide:
+		if a.Decide == nil {
+			return nil, approval.Errorf(approval.EINVALID, "a decide action needs its request")
+		}
+		d := *a.Decide
+		d.Cause = cause
+		ap, refusal, err := s.decide(ctx, tx, d)
+		if err != nil {
+			return nil, err
+		}
+		if ap != nil {
+			approvalID = ap.ID
+		}
+		status = approval.InboxProcessed
+		switch {
+		case refusal != nil && !refused(refusal):
+			return nil, refusal
+		case refusal != nil:
+			outcome = "refused: " + approval.ErrorMessage(refusal)
+		case ap.Status.Terminal():
+			outcome = fmt.Sprintf("approval %s %s; %s voted %s", ap.ID, ap.Status, d.Approver, d.Verdict)
+		default:
+			outcome = fmt.Sprintf("%s voted %s on approval %s (%d of %d approvals)", d.Approver, d.Verdict, ap.ID, ap.Approvals(), ap.RequiredApprovals)
+		}
+	case approval.ActionExecutionResult:
+		if a.Report == nil {
+			return nil, approval.Errorf(approval.EINVALID, "an execution result action needs its report")
+		}
+		r := *a.Report
+		r.Cause = cause
+		if r.Actor == "" {
+			r.Actor = cur.Source
+		}
+		applied, rec, err := report(ctx, tx, r)
+		switch {
+		case err != nil && !refused(err):
+			return nil, err
+		case err != nil:
+			status, outcome = approval.InboxProcessed, "refused: "+approval.ErrorMessage(err)
+		case applied:
+			status, approvalID = approval.InboxProcessed, rec.ApprovalID
+			outcome = fmt.Sprintf("execution %s %s (version %d)", rec.ID, rec.Status, rec.AppliedVersion)
+		default:
+			status, approvalID = approval.InboxStale, rec.ApprovalID
+			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, rec.AppliedVersion)
+		}
+	default:
+		return nil, approval.Errorf(approval.EINVALID, "unknown inbox action kind %d", a.Kind)
+	}
+
+	var approvalRef sql.NullString
+	if approvalID != "" {
+		approvalRef = sql.NullString{String: approvalID, Valid: true}
+	}
+	res, err := tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = ?, outcome = ?, approval_id = ?, processed_at = ?, next_attempt_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND lease_token = ? AND status = 'pending'`,
+		string(status), outcome, approvalRef, micros(tx.now), e.ID, e.LeaseToken)
+	if err != nil {
+		return nil, fmt.Errorf("finish inbox event: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("finish inbox event: %w", err)
+	} else if n != 1 {
+		return nil, fmt.Errorf("inbox event %s changed inside the write transaction", e.ID)
+	}
+	return findInboxEvent(ctx, tx, e.ID)
+}
+
+// refused reports whether err is a refusal by the API's rules, which an inbox event records
+// as its outcome: retrying it would only be refused again.
+func refused(err error) bool {
+	switch approval.ErrorCode(err) {
+	case approval.EFORBIDDEN, approval.ECONFLICT, approval.ENOTFOUND:
+		return true
+	}
+	return false
+}
+
+// FailInbox records a failed attempt of the claimed event e: pending again at retryAt, or
+// failed for good when retryAt is nil; ECONFLICT if e's lease token no longer holds it.
+func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("fail inbox", err)
+	}
+	defer tx.Rollback()
+
+	status, processedAt := approval.InboxPending, (*time.Time)(nil)
+	if retryAt == nil {
+		status, processedAt = approval.InboxFailed, &tx.now
+	} else {
+		tx.signal(approval.TopicInbox)
+	}
+	res, err := tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = ?, last_error = ?, next_attempt_at = ?, processed_at = ?,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND lease_token = ? AND lease_token <> '' AND status = 'pending'`,
+		string(status), errMsg, nullMicros(retryAt), nullMicros(processedAt), e.ID, e.LeaseToken)
+	if err != nil {
+		return fail("fail inbox", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail("fail inbox", err)
+	} else if n != 1 {
+		if _, err := findInboxEvent(ctx, tx, e.ID); err != nil {
+			return fail("fail inbox", err)
+		}
+		return approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", e.ID)
+	}
+	if err := tx.commit(); err != nil {
+		return fail("fail inbox", err)
+	}
+	return nil
+}
+
+// InboxEvent returns one event with its body, or ENOTFOUND.
+func (s *Store) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, fail("inbox event", err)
+	}
+	defer tx.Rollback()
+
+	e, err := findInboxEvent(ctx, tx, id)
+	if err != nil {
+		return nil, fail("inbox event", err)
+	}
+	return e, nil
+}
+
+// InboxEvents lists events newest first ((received_at, id) descending) without their
+// bodies, with the cursor of the next page ("" on the last page).
+func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	where, args := []string{"1 = 1"}, []any{}
+	if f.Status != "" {
+		if !f.Status.Valid() {
+			return nil, "", approval.Errorf(approval.EINVALID, "unknown inbox status %q", f.Status)
+		}
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	if f.Source != "" {
+		where, args = append(where, "source = ?"), append(args, f.Source)
+	}
+	if f.Cursor != "" {
+		receivedAt, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where, args = append(where, "(received_at, id) < (?, ?)"), append(args, micros(receivedAt), id)
+	}
+	args = append(args, limit+1) // one more row tells whether another page follows
+
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, "", fail("inbox events", err)
+	}
+	defer tx.Rollback()
+
+	rows, err := tx.QueryContext(ctx, `
+		SELECT `+inboxColumnsNoBody+` FROM inbox_events
+		WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY received_at DESC, id DESC
+		LIMIT ?`,
+		args...)
+	if err != nil {
+		return nil, "", fail("inbox events", err)
+	}
+	list, err := scanInboxEvents(rows)
+	if err != nil {
+		return nil, "", fail("inbox events", err)
+	}
+	next := ""
+	if len(list) > limit {
+		list = list[:limit]
+		next = encodeCursor(list[limit-1].ReceivedAt, list[limit-1].ID)
+	}
+	return list, next, nil
+}
+
+// RetryInbox re-queues a failed event, due now with its attempts kept; ECONFLICT if it is not
+// failed.
+func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("retry inbox", err)
+	}
+	defer tx.Rollback()
+
+	e, err := findInboxEvent(ctx, tx, id)
+	if err != nil {
+		return nil, fail("retry inbox", err)
+	}
+	if e.Status != approval.InboxFailed {
+		return nil, approval.Errorf(approval.ECONFLICT, "inbox event %s is %s, not failed", id, e.Status)
+	}
+	if _, err := tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = 'pending', next_attempt_at = ?, processed_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND status = 'failed'`,
+		micros(tx.now), id,
+	); err != nil {
+		return nil, fail("retry inbox", err)
+	}
+	if e, err = findInboxEvent(ctx, tx, id); err != nil {
+		return nil, fail("retry inbox", err)
+	}
+	tx.signal(approval.TopicInbox)
+	if err := tx.commit(); err != nil {
+		return nil, fail("retry inbox", err)
+	}
+	return e, nil
+}
+
+// PurgeInbox deletes up to limit finished events received more than keepIDs ago, then clears
+// the bodies of up to limit finished events received more than keepBodies ago; pending events
+// are never touched. It returns the number of events deleted plus the number of bodies
+// cleared, so a sweeper may repeat it until the count falls below limit.
+func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
+	if limit < 1 || keepIDs < 0 || keepBodies < 0 {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and retention periods not negative")
+	}
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return 0, fail("purge inbox", err)
+	}
+	defer tx.Rollback()
+
+	deleted, err := tx.ExecContext(ctx, `
+		DELETE FROM inbox_events WHERE rowid IN (
+			SELECT rowid FROM inbox_events
+			WHERE status <> 'pending' AND received_at < ?
+			ORDER BY received_at
+			LIMIT ?)`,
+		micros(tx.now.Add(-keepIDs)), limit)
+	if err != nil {
+		return 0, fail("purge inbox", err)
+	}
+	cleared, err := tx.ExecContext(ctx, `
+		UPDATE inbox_events SET body = NULL WHERE rowid IN (
+			SELECT rowid FROM inbox_events
+			WHERE status <> 'pending' AND received_at < ? AND body IS NOT NULL
+			ORDER BY received_at
+			LIMIT ?)`,
+		micros(tx.now.Add(-keepBodies)), limit)
+	if err != nil {
+		return 0, fail("purge inbox", err)
+	}
+	n := 0
+	for _, res := range []sql.Result{deleted, cleared} {
+		k, err := res.RowsAffected()
+		if err != nil {
+			return 0, fail("purge inbox", err)
+		}
+		n += int(k)
+	}
+	if err := tx.commit(); err != nil {
+		return 0, fail("purge inbox", err)
+	}
+	return n, nil
+}
+
+// InboxCounts returns the number of inbox events in every status, zero included.
+func (s *Store) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error) {
+	tx, err := s.beginRead(ctx)
+	if err != nil {
+		return nil, fail("inbox counts", err)
+	}
+	defer tx.Rollback()
+
+	counts := map[approval.InboxStatus]int{
+		approval.InboxPending:   0,
+		approval.InboxProcessed: 0,
+		approval.InboxIgnored:   0,
+		approval.InboxStale:     0,
+		approval.InboxFailed:    0,
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT status, count(*) FROM inbox_events GROUP BY status`)
+	if err != nil {
+		return nil, fail("inbox counts", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			status string
+			n      int
+		)
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, fail("inbox counts", err)
+		}
+		counts[approval.InboxStatus(status)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail("inbox counts", err)
+	}
+	return counts, nil
+}
+
+// findInboxEvent returns the event with id, body included, or ENOTFOUND.
+func findInboxEvent(ctx context.Context, tx *tx, id string) (*approval.InboxEvent, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT `+inboxColumns+` FROM inbox_events WHERE id = ?`, id)
+	if err != nil {
+		return nil, fmt.Errorf("query inbox event: %w", err)
+	}
+	list, err := scanInboxEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
+	}
+	return list[0], nil
+}
+
+// The columns scanInboxEvents reads, in order; listings read NULL in place of the body. They
+// name no table alias so that UPDATE ... RETURNING can use them too.
+const (
+	inboxColumnsHead = `id, source, event_id, type, headers, `
+	inboxColumnsTail = `, received_at, status, attempts, last_error, next_attempt_at,
+		lease_token, lease_expires_at, processed_at, outcome, approval_id, conflicts,
+		last_conflict_at`
+	inboxColumns       = inboxColumnsHead + `body` + inboxColumnsTail
+	inboxColumnsNoBody = inboxColumnsHead + `NULL` + inboxColumnsTail
+)
+
+// scanInboxEvents reads and closes rows of inboxColumns.
+func scanInboxEvents(rows *sql.Rows) ([]*approval.InboxEvent, error) {
+	defer rows.Close()
+	list := []*approval.InboxEvent{}
+	for rows.Next() {
+		var (
+			e                              approval.InboxEvent
+			headers, status                string
+			receivedAt                     int64
+			next, lease, processed, confAt sql.NullInt64
+			approvalID                     sql.NullString
+		)
+		if err := rows.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &headers, &e.Body,
+			&receivedAt, &status, &e.Attempts, &e.LastError, &next, &e.LeaseToken, &lease,
+			&processed, &e.Outcome, &approvalID, &e.Conflicts, &confAt); err != nil {
+			return nil, fmt.Errorf("scan inbox event: %w", err)
+		}
+		if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
+			return nil, fmt.Errorf("inbox event %s: decode headers: %w", e.ID, err)
+		}
+		e.ReceivedAt = fromMicros(receivedAt)
+		e.Status = approval.InboxStatus(status)
+		e.NextAttemptAt = fromNullMicros(next)
+		e.ProcessedAt = fromNullMicros(processed)
+		e.ApprovalID = approvalID.String
+		e.LastConflictAt = fromNullMicros(confAt)
+		list = append(list, &e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query inbox events: %w", err)
+	}
+	return list, nil
+}
