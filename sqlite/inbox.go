@@ -509,14 +509,23 @@ func scanInboxEvents(rows *sql.Rows) ([]*approval.InboxEvent, error) {
 			receivedAt                     int64
 			next, lease, processed, confAt sql.NullInt64
 			approvalID                     sql.NullString
+			body                           sql.Null[[]byte]
 		)
-		if err := rows.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &headers, &e.Body,
+		if err := rows.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &headers, &body,
 			&receivedAt, &status, &e.Attempts, &e.LastError, &next, &e.LeaseToken, &lease,
 			&processed, &e.Outcome, &approvalID, &e.Conflicts, &confAt); err != nil {
 			return nil, fmt.Errorf("scan inbox event: %w", err)
 		}
 		if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
 			return nil, fmt.Errorf("inbox event %s: decode headers: %w", e.ID, err)
+		}
+		// The driver reads an empty BLOB as a nil slice; only NULL means purged (or not
+		// selected), so an empty body must stay non-nil.
+		if body.Valid {
+			e.Body = body.V
+			if e.Body == nil {
+				e.Body = []byte{}
+			}
 		}
 		e.ReceivedAt = fromMicros(receivedAt)
 		e.Status = approval.InboxStatus(status)
