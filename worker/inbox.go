@@ -1,0 +1,196 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Defaults used when the corresponding InboxProcessor field is zero. DefaultLease and
+// DefaultPoll serve the Runner too.
+const (
+	DefaultLease         = 30 * time.Second
+	DefaultPoll          = time.Second
+	DefaultInboxBatch    = 20
+	DefaultInboxAttempts = 10
+)
+
+// DefaultInboxBackoff spaces the attempts of an inbox event whose store work failed.
+var DefaultInboxBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute, Multiplier: 2, Jitter: 0.2}
+
+// InboxProcessor applies stored webhook events (DESIGN.md invariant 3: work happens after the
+// acknowledgement, in a worker that claims stored events). Every replica runs one; claims are
+// leased in the store, so an event is applied once however many processors race for it, and
+// an event whose processor died is taken over when its lease ends.
+type InboxProcessor struct {
+	Store  approval.Store
+	Logger *slog.Logger // slog.Default() when nil
+
+	// Sources maps each configured source to the handlers (event types) it may trigger. An
+	// event from a source not listed triggers nothing and is ignored.
+	Sources map[string][]string
+
+	Lease       time.Duration // claim lease (DefaultLease when zero)
+	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
+	Batch       int           // events claimed at once (DefaultInboxBatch when zero)
+	Backoff     Backoff       // wait before retrying an event whose store work failed (DefaultInboxBackoff when zero)
+	MaxAttempts int           // attempts before an event is failed (DefaultInboxAttempts when zero)
+
+	Now  func() time.Time // time.Now when nil; for the next attempt's due time
+	Rand func() float64   // jitter source; nil means math/rand/v2
+}
+
+// Run processes events as they become due until ctx ends, then returns nil. It wakes on the
+// store's inbox signal and polls every Poll as well, since a signal is only a hint. A failed
+// pass is logged and retried at the next wake-up. Run returns an error only when the
+// processor is misconfigured.
+func (p *InboxProcessor) Run(ctx context.Context) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	signal, unsubscribe := p.Store.Subscribe(approval.TopicInbox)
+	defer unsubscribe()
+	ticker := time.NewTicker(orDefault(p.Poll, DefaultPoll))
+	defer ticker.Stop()
+	for {
+		n, err := p.ProcessOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			p.logger().ErrorContext(ctx, "inbox pass failed", "error", err)
+		}
+		if err == nil && n == p.batch() {
+			continue // a full batch: more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-signal:
+		case <-ticker.C:
+		}
+	}
+}
+
+// ProcessOnce claims a batch of due events and handles each, and returns how many it
+// claimed. Each event is handled on its own: one that fails is scheduled for a later attempt
+// (or failed, after MaxAttempts) and the others go on. The error reports a claim that
+// failed, or failures that could not even be recorded.
+//
+// Events already claimed are handled to the end even if ctx ends meanwhile: a store
+// transaction is short, and abandoning a claim would cost the event an attempt and a lease
+// of delay. Their work is bounded by the lease instead, after which the claim is void anyway.
+func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
+	events, err := p.Store.ClaimInbox(ctx, orDefault(p.Lease, DefaultLease), p.batch())
+	if err != nil {
+		return 0, fmt.Errorf("claim inbox events: %w", err)
+	}
+	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), orDefault(p.Lease, DefaultLease))
+	defer cancel()
+	var errs []error
+	for _, e := range events {
+		if err := p.handle(work, e); err != nil {
+			errs = append(errs, fmt.Errorf("inbox event %s (%s/%s): %w", e.ID, e.Source, e.EventID, err))
+		}
+	}
+	return len(events), errors.Join(errs...)
+}
+
+// handle applies one claimed event, and records a failed attempt when the store could not
+// apply it. It returns an error only when that record failed too.
+func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) error {
+	log := p.logger().With("inbox_event", e.ID, "source", e.Source, "event_id", e.EventID, "type", e.Type, "attempt", e.Attempts)
+	action := Handle(e, p.Sources[e.Source])
+	done, err := p.Store.ApplyInbox(ctx, e, action)
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "inbox event handled", "status", done.Status, "outcome", done.Outcome)
+		return nil
+	case approval.ErrorCode(err) == approval.ECONFLICT:
+		// The lease ran out and another processor holds the event now; it will apply it.
+		log.WarnContext(ctx, "inbox event claim lost before it was applied", "error", err)
+		return nil
+	}
+
+	// The rules never fail an event (a refused decision is a processed one), so this is the
+	// store itself failing: the database down, a transaction aborted. Trying again later may
+	// work; an event that keeps failing is parked as failed for an operator.
+	var retryAt *time.Time
+	if e.Attempts < p.maxAttempts() {
+		delay := Policy{Backoff: p.backoff()}.Delay(e.Attempts, 0, p.Rand)
+		at := p.now().Add(delay)
+		retryAt = &at
+	}
+	msg := fmt.Sprintf("attempt %d of %d: apply: %v", e.Attempts, p.maxAttempts(), err)
+	if ferr := p.Store.FailInbox(ctx, e, msg, retryAt); ferr != nil {
+		if approval.ErrorCode(ferr) == approval.ECONFLICT {
+			log.WarnContext(ctx, "inbox event claim lost before its failure was recorded", "error", err)
+			return nil
+		}
+		return fmt.Errorf("apply: %w; record the failure: %w", err, ferr)
+	}
+	if retryAt != nil {
+		log.WarnContext(ctx, "inbox event failed; will retry", "error", err, "retry_at", *retryAt)
+	} else {
+		log.ErrorContext(ctx, "inbox event failed for good", "error", err)
+	}
+	return nil
+}
+
+// validate reports a misconfigured processor.
+func (p *InboxProcessor) validate() error {
+	switch {
+	case p.Store == nil:
+		return errors.New("inbox processor: no store")
+	case p.Lease < 0 || p.Poll < 0 || p.Batch < 0 || p.MaxAttempts < 0:
+		return fmt.Errorf("inbox processor: negative lease %s, poll %s, batch %d or max attempts %d", p.Lease, p.Poll, p.Batch, p.MaxAttempts)
+	}
+	if err := (Policy{MaxAttempts: p.maxAttempts(), Backoff: p.backoff()}).Validate(); err != nil {
+		return fmt.Errorf("inbox processor: %w", err)
+	}
+	return nil
+}
+
+func (p *InboxProcessor) batch() int {
+	if p.Batch == 0 {
+		return DefaultInboxBatch
+	}
+	return p.Batch
+}
+
+func (p *InboxProcessor) maxAttempts() int {
+	if p.MaxAttempts == 0 {
+		return DefaultInboxAttempts
+	}
+	return p.MaxAttempts
+}
+
+func (p *InboxProcessor) backoff() Backoff {
+	if p.Backoff == (Backoff{}) {
+		return DefaultInboxBackoff
+	}
+	return p.Backoff
+}
+
+func (p *InboxProcessor) now() time.Time {
+	if p.Now == nil {
+		return time.Now()
+	}
+	return p.Now()
+}
+
+func (p *InboxProcessor) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.Default()
+	}
+	return p.Logger
+}
+
+// orDefault returns d, or def when d is zero.
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

@@ -1,0 +1,745 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/webhook"
+)
+
+// Defaults used when the corresponding Runner or Target field is zero.
+const (
+	DefaultConcurrency = 4
+	DefaultTimeout     = 30 * time.Second
+)
+
+// maxResult bounds the response body kept as an execution's result, and a lookup's.
+const maxResult = 1 << 20
+
+// Target is the downstream call that carries out one action (DESIGN.md "Execution targets").
+type Target struct {
+	Action string
+	URL    string
+	// Secret is the Standard Webhooks secret ("whsec_...") each call is signed with; empty
+	// sends the call unsigned.
+	Secret string
+	// Idempotent says the target honours the Idempotency-Key: a repeated call has no second
+	// effect, so a call whose outcome is uncertain may be sent again.
+	Idempotent bool
+	// LookupURL, when set, answers GET ?key=<operation_key> with 200 and the result when the
+	// operation happened and 404 when it did not, so an uncertain call can be reconciled.
+	LookupURL string
+	Timeout   time.Duration // of one call or lookup (DefaultTimeout when zero)
+	// Async says a 2xx only means "accepted": the outcome arrives later as a report
+	// (ReportExecution), and until then the execution stays running without a lease.
+	Async bool
+	// Policy gives the attempts and backoff (DefaultPolicy's when zero); its Idempotent and
+	// HasLookup are taken from the fields above.
+	Policy Policy
+}
+
+// Runner carries out approved actions (DESIGN.md invariant 5): it claims due executions from
+// the store, calls each action's target, and records the outcome. The store records every
+// attempt before the call is made, so an attempt cut short by a crash is known afterwards,
+// and every outcome is written only while the attempt still owns the execution. Every
+// replica runs one.
+type Runner struct {
+	Store   approval.Store
+	Logger  *slog.Logger      // slog.Default() when nil
+	Targets map[string]Target // by action
+
+	Lease       time.Duration // claim lease, renewed every Lease/3 while an attempt runs (DefaultLease when zero)
+	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
+	Batch       int           // executions claimed at once (Concurrency when zero)
+	Concurrency int           // calls in flight at once (DefaultConcurrency when zero)
+
+	// Client makes the calls. nil means a client of its own with default transport settings.
+	// Redirects are never followed, whatever the client says: a redirected POST is not the
+	// call that was approved.
+	Client     *http.Client
+	Failpoints *failpoint.Set   // nil: none
+	Now        func() time.Time // time.Now when nil; for signatures and retry times
+	Rand       func() float64   // jitter source; nil means math/rand/v2
+
+	clientOnce sync.Once
+	client     *http.Client
+}
+
+// errClaimLost cancels an attempt whose lease renewal found that a newer attempt owns the
+// execution: the call is abandoned and nothing is recorded.
+var errClaimLost = errors.New("execution claim lost")
+
+// The failpoints of an attempt (see package failpoint).
+const (
+	fpBeforeSend  = "execution.before-send"
+	fpAfterSend   = "execution.after-send"
+	fpAfterRecord = "execution.after-record"
+)
+
+// uncertainMark is written into the reason of every attempt that may have reached the target
+// without a known outcome. The audit trail is the only durable memory of earlier attempts,
+// and a later attempt reads it back (see history) to know whether the execution's effect may
+// already have happened.
+const uncertainMark = "may have reached the target"
+
+// Run executes due executions until ctx ends. It wakes on the store's executions signal and
+// polls every Poll as well, since a signal is only a hint, and claims only as many executions
+// as it has free slots, leaving the rest to other replicas.
+//
+// When ctx ends it stops claiming; claims whose call has not been sent are released; calls
+// in flight are allowed to finish (up to their timeout) and are recorded; then Run returns
+// nil. It returns an error only when the Runner is misconfigured.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	signal, unsubscribe := r.Store.Subscribe(approval.TopicExecutions)
+	defer unsubscribe()
+	ticker := time.NewTicker(orDefault(r.Poll, DefaultPoll))
+	defer ticker.Stop()
+
+	conc := r.concurrency()
+	slots := make(chan struct{}, conc)
+	finished := make(chan struct{}, conc) // one value per ended execution; never more than conc pending
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	running := 0
+	for {
+		if free := min(r.batch(), conc-running); free > 0 {
+			claims, err := r.claim(ctx, free)
+			if err != nil && ctx.Err() == nil {
+				r.logger().ErrorContext(ctx, "claim executions failed", "error", err)
+			}
+			for _, c := range claims {
+				running++
+				wg.Go(func() {
+					defer func() { finished <- struct{}{} }()
+					r.execute(ctx, c, slots)
+				})
+			}
+			if err == nil && len(claims) == free {
+				continue // slots left and the store had work: look again at once
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-finished:
+			running--
+		case <-signal:
+		case <-ticker.C:
+		}
+	}
+}
+
+// RunOnce claims up to Batch executions, executes them with up to Concurrency calls at once,
+// and returns how many it claimed once all are recorded. If ctx ends meanwhile, claims not
+// yet sent are released and calls in flight are finished and recorded, as in Run.
+func (r *Runner) RunOnce(ctx context.Context) (int, error) {
+	if err := r.validate(); err != nil {
+		return 0, err
+	}
+	claims, err := r.claim(ctx, r.batch())
+	if err != nil {
+		return 0, err
+	}
+	slots := make(chan struct{}, r.concurrency())
+	var wg sync.WaitGroup
+	for _, c := range claims {
+		wg.Go(func() { r.execute(ctx, c, slots) })
+	}
+	wg.Wait()
+	return len(claims), nil
+}
+
+func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, error) {
+	claims, err := r.Store.ClaimExecutions(ctx, r.lease(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim executions: %w", err)
+	}
+	return claims, nil
+}
+
+// execute runs one claimed attempt to its recorded end. ctx is the runner's: when it ends
+// before the call is sent the claim is released, but a call already sent runs on, on a
+// context of its own, so that its outcome is recorded rather than lost.
+func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, slots chan struct{}) {
+	a := &attempt{
+		r: r, c: c,
+		log: r.logger().With("execution", c.Record.ID, "approval", c.Record.ApprovalID,
+			"action", c.Record.Action, "attempt", c.Attempt),
+	}
+	work, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	a.work = work
+	stopKeeper := a.keepLease(cancel)
+	defer stopKeeper()
+
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	case <-ctx.Done():
+	}
+	// Checked again after a slot was won: the select picks at random when both are ready.
+	if ctx.Err() != nil {
+		stopKeeper()
+		a.release()
+		return
+	}
+
+	o, ok := a.run()
+	stopKeeper()
+	if !ok {
+		return
+	}
+	a.record(o)
+}
+
+// attempt is one claimed attempt of an execution, from the claim to the record.
+type attempt struct {
+	r    *Runner
+	c    *approval.ExecutionClaim
+	work context.Context // outlives the runner's ctx; cancelled when the claim is lost
+	log  *slog.Logger
+
+	hist      *history // loaded on first use
+	histError error
+}
+
+// run decides the attempt's outcome, calling the target (or its lookup URL) as needed. It
+// reports false when there is nothing to record: the claim was lost.
+func (a *attempt) run() (approval.AttemptOutcome, bool) {
+	t, ok := a.r.Targets[a.c.Record.Action]
+	if !ok {
+		return a.noTarget(), true
+	}
+	policy := t.policy()
+
+	// Was an earlier attempt perhaps effective? An interrupted one (its lease expired) surely
+	// may have been; for a target that can be asked, so may one recorded as uncertain.
+	uncertain := a.c.Recovered
+	if !uncertain && !t.Idempotent && t.LookupURL != "" {
+		uncertain = a.history().uncertain
+	}
+	if uncertain && !t.Idempotent {
+		if t.LookupURL == "" {
+			return approval.AttemptOutcome{
+				Status: approval.ExecutionNeedsReview,
+				Error:  fmt.Sprintf("attempt %d was interrupted", a.c.Attempt-1),
+				Reason: fmt.Sprintf("attempt %d was interrupted; the target cannot tell whether it ran, and sending it again could do it twice: an operator must check", a.c.Attempt-1),
+			}, true
+		}
+		o, settled := a.reconcile(t, policy)
+		if a.lost() {
+			return approval.AttemptOutcome{}, false
+		}
+		if settled {
+			return o, true
+		}
+	}
+	return a.send(t, policy)
+}
+
+// reconcile asks the lookup URL whether an earlier, uncertain attempt took effect. It reports
+// settled=false when the lookup found nothing and attempts remain, so the call is to be made.
+func (a *attempt) reconcile(t Target, policy Policy) (o approval.AttemptOutcome, settled bool) {
+	found, result, err := a.r.lookup(a.work, t, a.c.Record.OperationKey)
+	n := a.history().run
+	switch {
+	case err != nil && n >= policy.MaxAttempts:
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionNeedsReview,
+			Error:  err.Error(),
+			Reason: fmt.Sprintf("an earlier attempt %s, and asking the lookup URL whether it ran failed (%v) with no attempts left: an operator must check", uncertainMark, err),
+		}, true
+	case err != nil:
+		delay := policy.Delay(n, 0, a.r.Rand)
+		at := a.r.now().Add(delay)
+		return approval.AttemptOutcome{
+			Status:  approval.ExecutionQueued,
+			RetryAt: &at,
+			Error:   err.Error(),
+			Reason:  fmt.Sprintf("an earlier attempt %s, and asking the lookup URL whether it ran failed (%v); asking again in %s", uncertainMark, err, round(delay)),
+		}, true
+	case found && t.Async:
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionRunning,
+			Result: result,
+			Reason: "the lookup URL shows an earlier attempt was accepted by the target; waiting for its report",
+		}, true
+	case found:
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionSucceeded,
+			Result: result,
+			Reason: "the lookup URL shows an earlier attempt took effect; its result is recorded without calling again",
+		}, true
+	case n > policy.MaxAttempts:
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionFailed,
+			Error:  "not found by the lookup URL",
+			Reason: fmt.Sprintf("the lookup URL shows no earlier attempt took effect, and all %d attempts are used", policy.MaxAttempts),
+		}, true
+	}
+	a.log.InfoContext(a.work, "lookup found no effect; calling the target")
+	return approval.AttemptOutcome{}, false
+}
+
+// send makes the call and turns its result into the outcome to record.
+func (a *attempt) send(t Target, policy Policy) (approval.AttemptOutcome, bool) {
+	var res callResult
+	if err := a.r.Failpoints.Inject(fpBeforeSend); err != nil {
+		res = callResult{err: err} // nothing has left the process: safe to retry anywhere
+	} else {
+		res = a.r.call(a.work, t, a.c)
+		if err := a.r.Failpoints.Inject(fpAfterSend); err != nil {
+			// Stands for the process failing between the call and the record: the call has
+			// been made, its answer is gone.
+			res = callResult{err: err, mayHaveArrived: true}
+		}
+	}
+	if a.lost() {
+		return approval.AttemptOutcome{}, false
+	}
+	if res.buildErr != nil {
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionFailed,
+			Error:  res.buildErr.Error(),
+			Reason: fmt.Sprintf("the call could not be made (%v); this is a configuration or data problem that retrying cannot fix", res.buildErr),
+		}, true
+	}
+
+	outcome, detail := Classify(res.status, res.err, res.mayHaveArrived)
+	if outcome == Succeeded {
+		if t.Async {
+			return approval.AttemptOutcome{Status: approval.ExecutionRunning, Result: res.body,
+				Reason: "accepted by the target; waiting for its report"}, true
+		}
+		return approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: res.body,
+			Reason: "the target answered " + detail}, true
+	}
+	if outcome == Failed {
+		return approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: detail,
+			Reason: fmt.Sprintf("the target refused the call with %s; retrying cannot change that", detail)}, true
+	}
+
+	h := a.history()
+	n, of := h.run, policy.MaxAttempts
+	var retryAfter time.Duration
+	if outcome == Retryable && res.header != nil {
+		retryAfter, _ = ParseRetryAfter(res.header.Get("Retry-After"), a.r.now())
+	}
+	delay := policy.Delay(n, retryAfter, a.r.Rand)
+	at := a.r.now().Add(delay)
+	o := approval.AttemptOutcome{Error: detail}
+	switch next := policy.Decide(outcome, n, h.uncertain); {
+	case next == NextRetry && outcome == Retryable:
+		o.Status, o.RetryAt = approval.ExecutionQueued, &at
+		o.Reason = fmt.Sprintf("attempt %d of %d: %s; retrying in %s", n, of, detail, round(delay))
+	case next == NextRetry:
+		o.Status, o.RetryAt = approval.ExecutionQueued, &at
+		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); the target honours the Idempotency-Key, so the call is sent again in %s", n, of, uncertainMark, detail, round(delay))
+	case next == NextFail:
+		o.Status = approval.ExecutionFailed
+		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left", n, of, detail)
+	case next == NextLookup && outcome == Uncertain:
+		o.Status, o.RetryAt = approval.ExecutionQueued, &at
+		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); the lookup URL will be asked in %s whether it ran", n, of, uncertainMark, detail, round(delay))
+	case next == NextLookup:
+		o.Status, o.RetryAt = approval.ExecutionQueued, &at
+		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left, but an earlier attempt %s, so the lookup URL will be asked in %s whether it ran", n, of, detail, uncertainMark, round(delay))
+	case outcome == Uncertain:
+		o.Status = approval.ExecutionNeedsReview
+		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); %s, so an operator must check whether it ran", n, of, uncertainMark, detail, cannotSettle(t, n, of))
+	default:
+		o.Status = approval.ExecutionNeedsReview
+		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left, and an earlier attempt %s: an operator must check whether it ran", n, of, detail, uncertainMark)
+	}
+	return o, true
+}
+
+// cannotSettle says why an uncertain call of t cannot be settled automatically.
+func cannotSettle(t Target, n, of int) string {
+	if t.Idempotent && n >= of {
+		return "no attempts are left to send it again and the target has no lookup URL"
+	}
+	return "the target neither honours the Idempotency-Key nor has a lookup URL"
+}
+
+// noTarget is the outcome of a claim for an action this runner has no target for: a replica
+// configured differently from the one that approved it.
+func (a *attempt) noTarget() approval.AttemptOutcome {
+	action := a.c.Record.Action
+	if a.c.Recovered {
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionNeedsReview,
+			Error:  fmt.Sprintf("no target configured for action %q", action),
+			Reason: fmt.Sprintf("attempt %d was interrupted and no target is configured for action %q on this replica: an operator must check whether it ran", a.c.Attempt-1, action),
+		}
+	}
+	return approval.AttemptOutcome{
+		Status: approval.ExecutionFailed,
+		Error:  fmt.Sprintf("no target configured for action %q", action),
+		Reason: fmt.Sprintf("no target is configured for action %q on this replica; nothing was called", action),
+	}
+}
+
+// record writes the outcome, fenced by the attempt number.
+func (a *attempt) record(o approval.AttemptOutcome) {
+	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
+	defer cancel()
+	rec, err := a.r.Store.FinishAttempt(ctx, a.c.Record.ID, a.c.Attempt, o)
+	switch {
+	case approval.ErrorCode(err) == approval.ECONFLICT:
+		a.log.WarnContext(ctx, "attempt outcome not recorded: a newer attempt owns the execution", "status", o.Status, "reason", o.Reason, "error", err)
+		return
+	case err != nil:
+		// The lease will run out and the next claim will treat this attempt as interrupted,
+		// which is the truth as far as the store knows.
+		a.log.ErrorContext(ctx, "record attempt outcome failed", "status", o.Status, "reason", o.Reason, "error", err)
+		return
+	}
+	a.log.InfoContext(ctx, "execution attempt recorded", "status", rec.Status, "reason", o.Reason)
+	if err := a.r.Failpoints.Inject(fpAfterRecord); err != nil {
+		a.log.ErrorContext(ctx, "after recording the attempt", "error", err)
+	}
+}
+
+// release gives back a claim whose call was never sent, at shutdown.
+func (a *attempt) release() {
+	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
+	defer cancel()
+	if err := a.r.Store.ReleaseExecution(ctx, a.c.Record.ID, a.c.Attempt); err != nil {
+		// Not released: the lease runs out and the next claim recovers it, uncertain. That
+		// is slower and more cautious than needed, never wrong.
+		a.log.ErrorContext(ctx, "release execution claim failed", "error", err)
+		return
+	}
+	a.log.InfoContext(ctx, "execution claim released unsent at shutdown")
+}
+
+// keepLease renews the claim every Lease/3 until the returned stop function is called, and
+// cancels the attempt's work with errClaimLost when a renewal finds that the claim is gone.
+// stop waits for the renewing goroutine to end and may be called more than once.
+func (a *attempt) keepLease(cancel context.CancelCauseFunc) (stop func()) {
+	ctx, end := context.WithCancel(a.work)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		lease := a.r.lease()
+		ticker := time.NewTicker(lease / 3)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			err := a.r.Store.RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, lease)
+			switch {
+			case err == nil:
+			case ctx.Err() != nil:
+				return
+			case approval.ErrorCode(err) == approval.ECONFLICT:
+				a.log.WarnContext(ctx, "execution claim lost; abandoning the attempt", "error", err)
+				cancel(errClaimLost)
+				return
+			default:
+				// The claim is not known to be lost; the next renewal may get through before
+				// the lease ends.
+				a.log.WarnContext(ctx, "renew execution lease failed", "error", err)
+			}
+		}
+	})
+	return func() {
+		end()
+		wg.Wait()
+	}
+}
+
+// lost reports whether the claim was found lost while the attempt ran.
+func (a *attempt) lost() bool {
+	return errors.Is(context.Cause(a.work), errClaimLost)
+}
+
+// history is what the audit trail says about the execution's current run: the attempts since
+// it was approved, or since an operator last re-queued it.
+type history struct {
+	run       int  // this attempt's number within the run, from 1
+	uncertain bool // an earlier attempt of the run may have reached the target with no known outcome
+}
+
+// history reads the audit trail once. If it cannot, it assumes the worst the claim allows: an
+// earlier attempt may have had its effect, so nothing is failed or resent that should not be.
+func (a *attempt) history() history {
+	if a.hist != nil {
+		return *a.hist
+	}
+	h, err := a.readHistory()
+	if err != nil {
+		a.log.WarnContext(a.work, "read execution history failed; assuming an earlier attempt may have taken effect", "error", err)
+		h = history{run: a.c.Attempt, uncertain: true}
+	}
+	a.hist = &h
+	return h
+}
+
+func (a *attempt) readHistory() (history, error) {
+	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
+	defer cancel()
+	events, err := a.r.Store.Events(ctx, a.c.Record.ApprovalID)
+	if err != nil {
+		return history{}, fmt.Errorf("events of approval %s: %w", a.c.Record.ApprovalID, err)
+	}
+	var h history
+	open := false // an attempt has been claimed and has not yet ended
+	for _, e := range events {
+		switch e.Type {
+		case approval.EventExecutionRetried:
+			h, open = history{}, false
+		case approval.EventExecutionAttempt:
+			if open {
+				h.uncertain = true // the previous attempt never ended: its lease expired mid-call
+			}
+			h.run++
+			open = true
+		case approval.EventExecutionReleased:
+			h.run-- // given back unsent; the next claim reuses its number
+			open = false
+		case approval.EventExecutionRetry, approval.EventExecutionSucceeded, approval.EventExecutionFailed,
+			approval.EventExecutionNeedsReview, approval.EventExecutionResolved, approval.EventExecutionReported,
+			approval.EventExecutionCancelled:
+			if reason, _ := e.Detail["reason"].(string); open && strings.Contains(reason, uncertainMark) {
+				h.uncertain = true
+			}
+			open = false
+		}
+	}
+	// The last attempt event is this claim's own; it is the one still open.
+	if h.run < 1 {
+		return history{}, fmt.Errorf("the audit trail shows no claim of attempt %d", a.c.Attempt)
+	}
+	return h, nil
+}
+
+// callResult is what one call of a target returned.
+type callResult struct {
+	status         int // 0 when no response arrived
+	header         http.Header
+	body           json.RawMessage // the response body as JSON (see jsonResult)
+	err            error
+	mayHaveArrived bool
+	buildErr       error // the request could not be built: nothing was sent
+}
+
+// call POSTs the approval to the target. The request is made so that nothing but Decide ever
+// sends it twice: for a target that does not honour keys the body cannot be rewound, which
+// stops net/http from replaying the POST on its own when a reused connection breaks.
+func (r *Runner) call(ctx context.Context, t Target, c *approval.ExecutionClaim) callResult {
+	body, err := json.Marshal(struct {
+		Approval *approval.Approval `json:"approval"`
+	}{c.Approval})
+	if err != nil {
+		return callResult{buildErr: fmt.Errorf("encode the approval: %w", err)}
+	}
+	var reader io.Reader = bytes.NewReader(body)
+	if !t.Idempotent {
+		reader = io.MultiReader(reader) // hides Seek and Len, so no GetBody is made
+	}
+	ctx, cancel := context.WithTimeout(ctx, orDefault(t.Timeout, DefaultTimeout))
+	defer cancel()
+	var trace Trace
+	req, err := http.NewRequestWithContext(trace.WithContext(ctx), http.MethodPost, t.URL, reader)
+	if err != nil {
+		return callResult{buildErr: fmt.Errorf("build the request: %w", err)}
+	}
+	if !t.Idempotent {
+		req.GetBody = nil
+		req.ContentLength = int64(len(body))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", c.Record.OperationKey)
+	if t.Secret != "" {
+		// The message id stays the same for one attempt and differs between attempts, which
+		// are distinct messages even though they carry one operation key.
+		sig, err := webhook.SignStandard(t.Secret, c.Record.ID+"-"+strconv.Itoa(c.Attempt), r.now(), body)
+		if err != nil {
+			return callResult{buildErr: err}
+		}
+		for name, values := range sig {
+			req.Header[name] = values
+		}
+	}
+
+	resp, err := r.httpClient().Do(req)
+	if err != nil {
+		return callResult{err: err, mayHaveArrived: trace.MayHaveArrived(err)}
+	}
+	defer resp.Body.Close()
+	// A read error after the status is ignored: the target has answered, and Classify lets
+	// the status decide.
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxResult))
+	return callResult{status: resp.StatusCode, header: resp.Header, body: jsonResult(raw), mayHaveArrived: true}
+}
+
+// lookup asks t's lookup URL whether the operation under key happened, and returns its
+// result when it did.
+func (r *Runner) lookup(ctx context.Context, t Target, key string) (found bool, result json.RawMessage, err error) {
+	u, err := url.Parse(t.LookupURL)
+	if err != nil {
+		return false, nil, fmt.Errorf("lookup url: %w", err)
+	}
+	q := u.Query()
+	q.Set("key", key)
+	u.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(ctx, orDefault(t.Timeout, DefaultTimeout))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false, nil, fmt.Errorf("lookup: %w", err)
+	}
+	resp, err := r.httpClient().Do(req)
+	if err != nil {
+		return false, nil, fmt.Errorf("lookup: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResult))
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return false, nil, nil
+	case resp.StatusCode != http.StatusOK:
+		return false, nil, fmt.Errorf("lookup answered HTTP %d", resp.StatusCode)
+	case err != nil:
+		return false, nil, fmt.Errorf("lookup: read the answer: %w", err)
+	}
+	return true, jsonResult(raw), nil
+}
+
+// jsonResult makes a response body fit to keep as an execution's result, which is shown as
+// JSON: a JSON body as it is, an empty one as none, and anything else (plain text, or JSON cut
+// short at maxResult) as a JSON string of its text.
+func jsonResult(body []byte) json.RawMessage {
+	body = bytes.TrimSpace(body)
+	switch {
+	case len(body) == 0:
+		return nil
+	case json.Valid(body):
+		return body
+	}
+	s, _ := json.Marshal(string(body)) // a string always encodes; invalid UTF-8 becomes U+FFFD
+	return s
+}
+
+// validate reports a misconfigured runner.
+func (r *Runner) validate() error {
+	switch {
+	case r.Store == nil:
+		return errors.New("runner: no store")
+	case r.Lease < 0 || r.Poll < 0 || r.Batch < 0 || r.Concurrency < 0:
+		return fmt.Errorf("runner: negative lease %s, poll %s, batch %d or concurrency %d", r.Lease, r.Poll, r.Batch, r.Concurrency)
+	case r.lease() < 3*time.Millisecond:
+		return fmt.Errorf("runner: lease %s is too short to renew", r.Lease)
+	}
+	for action, t := range r.Targets {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("runner: target of action %q: %w", action, err)
+		}
+	}
+	return nil
+}
+
+func (t Target) validate() error {
+	if err := checkURL(t.URL); err != nil {
+		return fmt.Errorf("url: %w", err)
+	}
+	if t.LookupURL != "" {
+		if err := checkURL(t.LookupURL); err != nil {
+			return fmt.Errorf("lookup url: %w", err)
+		}
+	}
+	if t.Timeout < 0 {
+		return fmt.Errorf("timeout %s: must not be negative", t.Timeout)
+	}
+	return t.policy().Validate()
+}
+
+func checkURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil {
+		return err
+	} else if (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("%q is not an absolute http or https URL", u)
+	}
+	return nil
+}
+
+// policy is t's Policy with defaults filled in and the target's own facts.
+func (t Target) policy() Policy {
+	p := t.Policy
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultPolicy.MaxAttempts
+	}
+	if p.Backoff == (Backoff{}) {
+		p.Backoff = DefaultPolicy.Backoff
+	}
+	p.Idempotent = t.Idempotent
+	p.HasLookup = t.LookupURL != ""
+	return p
+}
+
+func (r *Runner) httpClient() *http.Client {
+	r.clientOnce.Do(func() {
+		c := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		if r.Client != nil {
+			copied := *r.Client
+			c = &copied
+		}
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		r.client = c
+	})
+	return r.client
+}
+
+func (r *Runner) lease() time.Duration { return orDefault(r.Lease, DefaultLease) }
+
+func (r *Runner) concurrency() int {
+	if r.Concurrency == 0 {
+		return DefaultConcurrency
+	}
+	return r.Concurrency
+}
+
+func (r *Runner) batch() int {
+	if r.Batch == 0 {
+		return r.concurrency()
+	}
+	return r.Batch
+}
+
+func (r *Runner) now() time.Time {
+	if r.Now == nil {
+		return time.Now()
+	}
+	return r.Now()
+}
+
+func (r *Runner) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.Default()
+	}
+	return r.Logger
+}
+
+// round shortens a jittered delay for a reason sentence.
+func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
