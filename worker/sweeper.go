@@ -16,8 +16,8 @@ const (
 	DefaultSweepBatch    = 100
 )
 
-// Sweeper moves overdue approvals to expired and purges idempotency records whose retention
-// or lease has ended. Every replica runs one: the store's conditional writes make concurrent
+// Sweeper moves overdue approvals to expired, purges idempotency records whose retention or
+// lease has ended, and purges finished inbox events past their retention. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
 	Store  approval.Store
@@ -31,6 +31,12 @@ type Sweeper struct {
 	// Grace is how long an abandoned in-flight idempotency record is kept after its lease
 	// ended; until then a retry takes the record over instead of starting afresh.
 	Grace time.Duration
+	// InboxIDs is how long a finished inbox event is kept, so that a provider's redelivery is
+	// still recognised as a duplicate; InboxBodies is how long its raw body is kept (zero: as
+	// long as the event; longer than InboxIDs has no effect, deleting the event takes the body
+	// with it). Zero InboxIDs leaves the inbox alone, for a sweeper given no retention.
+	InboxIDs    time.Duration
+	InboxBodies time.Duration
 }
 
 // Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
@@ -39,8 +45,9 @@ type Sweeper struct {
 func (s *Sweeper) Run(ctx context.Context) error {
 	if s.Store == nil {
 		return errors.New("sweeper: no store")
-	} else if s.Interval < 0 || s.Batch < 0 || s.Grace < 0 {
-		return fmt.Errorf("sweeper: negative interval %s, batch %d or grace %s", s.Interval, s.Batch, s.Grace)
+	} else if s.Interval < 0 || s.Batch < 0 || s.Grace < 0 || s.InboxIDs < 0 || s.InboxBodies < 0 {
+		return fmt.Errorf("sweeper: negative interval %s, batch %d, grace %s or inbox retention %s/%s",
+			s.Interval, s.Batch, s.Grace, s.InboxIDs, s.InboxBodies)
 	}
 	interval := s.Interval
 	if interval == 0 {
@@ -60,8 +67,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep makes one pass: it expires due approvals, then purges idempotency records, each in
-// batches until a batch comes back short. A failure of one does not skip the other.
+// Sweep makes one pass: it expires due approvals, purges idempotency records, then purges the
+// inbox (when InboxIDs is set), each in batches until a batch comes back short. A failure of
+// one does not skip the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
 	batch := s.Batch
 	if batch == 0 {
@@ -79,10 +87,24 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	if purgeErr != nil {
 		purgeErr = fmt.Errorf("purge idempotency records: %w", purgeErr)
 	}
-	if expired > 0 || purged > 0 {
-		s.logger().InfoContext(ctx, "swept", "expired", expired, "purged", purged)
+	var inboxPurged int
+	var inboxErr error
+	if s.InboxIDs > 0 {
+		bodies := s.InboxBodies
+		if bodies == 0 {
+			bodies = s.InboxIDs
+		}
+		inboxPurged, inboxErr = drain(ctx, batch, func(ctx context.Context) (int, error) {
+			return s.Store.PurgeInbox(ctx, s.InboxIDs, bodies, batch)
+		})
+		if inboxErr != nil {
+			inboxErr = fmt.Errorf("purge inbox: %w", inboxErr)
+		}
 	}
-	return errors.Join(expireErr, purgeErr)
+	if expired > 0 || purged > 0 || inboxPurged > 0 {
+		s.logger().InfoContext(ctx, "swept", "expired", expired, "purged", purged, "inbox_purged", inboxPurged)
+	}
+	return errors.Join(expireErr, purgeErr, inboxErr)
 }
 
 func (s *Sweeper) logger() *slog.Logger {

@@ -378,3 +378,72 @@ func countEvents(tb testing.TB, s approval.Store, id, typ string) int {
 	}
 	return n
 }
+
+func TestSweeper_PurgesInbox(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := context.Background()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		const keepIDs, keepBodies = 720 * time.Hour, 24 * time.Hour
+
+		record := func(eventID string) *approval.InboxEvent {
+			t.Helper()
+			e := &approval.InboxEvent{ID: approval.NewID("evt"), Source: "chat", EventID: eventID, Type: "chat.unknown",
+				Headers: map[string]string{"webhook-id": eventID}, Body: []byte(`{"type": "chat.unknown"}`), ReceivedAt: clk.Now()}
+			if dup, err := s.RecordInbox(ctx, e); err != nil || dup {
+				t.Fatalf("record %s: got duplicate %t, %v; want stored", eventID, dup, err)
+			}
+			return e
+		}
+		// Five finished events, with a batch of two, and one still pending.
+		var finished []*approval.InboxEvent
+		for i := range 5 {
+			finished = append(finished, record(fmt.Sprintf("msg_%d", i)))
+		}
+		claimed, err := s.ClaimInbox(ctx, lease, 10)
+		if err != nil || len(claimed) != 5 {
+			t.Fatalf("claim: got %d events, %v; want 5", len(claimed), err)
+		}
+		for _, e := range claimed {
+			if _, err := s.ApplyInbox(ctx, e, approval.InboxAction{Kind: approval.ActionIgnore, Reason: "unknown type"}); err != nil {
+				t.Fatalf("apply %s: %v", e.EventID, err)
+			}
+		}
+		pending := record("msg_pending")
+
+		sw := &worker.Sweeper{Store: s, Logger: discard, Batch: 2, InboxIDs: keepIDs, InboxBodies: keepBodies}
+		clk.Add(keepBodies + time.Second)
+		if err := sw.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		for _, e := range finished {
+			got, err := s.InboxEvent(ctx, e.ID)
+			if err != nil {
+				t.Fatalf("event %s after the body retention: %v", e.EventID, err)
+			}
+			if got.Body != nil {
+				t.Errorf("event %s after the body retention: got body %q, want none", e.EventID, got.Body)
+			}
+		}
+		// The id outlives the body: a redelivery is still a duplicate.
+		again := &approval.InboxEvent{ID: approval.NewID("evt"), Source: "chat", EventID: "msg_0", Type: "chat.unknown", ReceivedAt: clk.Now()}
+		if dup, err := s.RecordInbox(ctx, again); err != nil || !dup {
+			t.Errorf("redelivery after the body retention: got duplicate %t, %v; want duplicate", dup, err)
+		}
+
+		clk.Add(keepIDs)
+		if err := sw.Sweep(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		for _, e := range finished {
+			if _, err := s.InboxEvent(ctx, e.ID); approval.ErrorCode(err) != approval.ENOTFOUND {
+				t.Errorf("event %s after the id retention: got %v, want %s", e.EventID, err, approval.ENOTFOUND)
+			}
+		}
+		got, err := s.InboxEvent(ctx, pending.ID)
+		if err != nil || got.Status != approval.InboxPending || string(got.Body) != string(pending.Body) {
+			t.Errorf("pending event: got %+v, %v; want it kept with its body", got, err)
+		}
+	})
+}
