@@ -82,9 +82,8 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 }
 
 // ClaimInbox claims up to limit due pending events that no live lease holds; see
-// approval.InboxStore. Every event of one claim gets the same new lease token: together
-// with the event id it fences the claim, and a later claim of an event whose lease ran out
-// replaces it.
+// approval.InboxStore. Each event gets a new random lease token, made by SQLite row by row,
+// so that a later claim of an event whose lease ran out fences the earlier holder out.
 func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
 	if lease <= 0 || limit < 1 {
 		return nil, approval.Errorf(approval.EINVALID, "a claim needs a positive lease and limit")
@@ -99,15 +98,16 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	// the select and the update see no other writer between them.
 	rows, err := tx.QueryContext(ctx, `
 		UPDATE inbox_events
-		SET lease_token = ?1, lease_expires_at = ?2, attempts = attempts + 1
+		SET lease_token = 'lease_' || lower(hex(randomblob(16))), lease_expires_at = ?1,
+			attempts = attempts + 1
 		WHERE id IN (
 			SELECT id FROM inbox_events
-			WHERE status = 'pending' AND next_attempt_at <= ?3
-				AND (lease_token = '' OR lease_expires_at <= ?3)
+			WHERE status = 'pending' AND next_attempt_at <= ?2
+				AND (lease_token = '' OR lease_expires_at <= ?2)
 			ORDER BY received_at, id
-			LIMIT ?4)
+			LIMIT ?3)
 		RETURNING `+inboxColumns,
-		approval.NewID("lease"), micros(tx.now.Add(lease)), micros(tx.now), limit)
+		micros(tx.now.Add(lease)), micros(tx.now), limit)
 	if err != nil {
 		return nil, fail("claim inbox", err)
 	}
