@@ -17,9 +17,6 @@ import (
 // the first when it inserts the execution; the runner's claim takes both with SKIP LOCKED and
 // so never waits on either.
 
-// workerActor is the actor of the execution runner's transitions; the attempt is in the cause.
-const workerActor = "worker"
-
 // eventExecutionAccepted records that an asynchronous target accepted the call: the execution
 // stays running, without a lease, until its outcome is reported.
 const eventExecutionAccepted = "execution.accepted"
@@ -83,7 +80,7 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 		ids[i] = c.Record.ApprovalID
 		cause := approval.Cause{Kind: approval.CauseWorker, Attempt: c.Attempt}
 		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
-		if _, err := tx.appendEvent(ctx, c.Record.ApprovalID, approval.EventExecutionAttempt, workerActor, cause, detail); err != nil {
+		if _, err := tx.appendEvent(ctx, c.Record.ApprovalID, approval.EventExecutionAttempt, systemActor, cause, detail); err != nil {
 			return nil, err
 		}
 	}
@@ -193,7 +190,7 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 		detail["retry_at"] = *retryAt
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-	if _, err := tx.appendEvent(ctx, rec.ApprovalID, event, workerActor, cause, detail); err != nil {
+	if _, err := tx.appendEvent(ctx, rec.ApprovalID, event, systemActor, cause, detail); err != nil {
 		return nil, err
 	}
 	if o.Status == approval.ExecutionQueued {
@@ -233,7 +230,7 @@ func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) er
 		return translate("release execution", err)
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-	if _, err := tx.appendEvent(ctx, approvalID, approval.EventExecutionReleased, workerActor, cause, map[string]any{"execution_id": id}); err != nil {
+	if _, err := tx.appendEvent(ctx, approvalID, approval.EventExecutionReleased, systemActor, cause, map[string]any{"execution_id": id}); err != nil {
 		return err
 	}
 	if err := tx.notify(ctx, approval.TopicExecutions); err != nil {

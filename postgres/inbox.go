@@ -368,11 +368,12 @@ func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent
 }
 
 // PurgeInbox deletes up to limit finished events received more than keepIDs ago and clears
-// the bodies of up to limit more received more than keepBodies ago, and returns how many it
-// deleted. Pending events are kept whatever their age: they are not yet applied.
+// the bodies of up to limit more received more than keepBodies ago, and returns how many rows
+// it deleted or cleared (so a sweeper repeats while it gets limit or more). Pending events
+// are kept whatever their age: they are not yet applied.
 func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive")
+	if limit <= 0 || keepIDs < 0 || keepBodies < 0 {
+		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and retention periods not negative")
 	}
 	tx, err := s.begin(ctx)
 	if err != nil {
@@ -394,7 +395,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 	if err != nil {
 		return 0, translate("purge inbox events", err)
 	}
-	if _, err := tx.Exec(ctx, `
+	cleared, err := tx.Exec(ctx, `
 		WITH old AS (
 			SELECT id FROM inbox_events
 			WHERE status <> 'pending' AND body IS NOT NULL AND received_at < $1
@@ -403,13 +404,14 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 			FOR UPDATE SKIP LOCKED
 		)
 		UPDATE inbox_events i SET body = NULL FROM old WHERE i.id = old.id`,
-		tx.now.Add(-keepBodies), limit); err != nil {
+		tx.now.Add(-keepBodies), limit)
+	if err != nil {
 		return 0, translate("purge inbox bodies", err)
 	}
 	if err := tx.commit(ctx, "commit purge inbox"); err != nil {
 		return 0, err
 	}
-	return int(tag.RowsAffected()), nil
+	return int(tag.RowsAffected() + cleared.RowsAffected()), nil
 }
 
 // InboxCounts returns how many events are in each status, every status present.

@@ -1,0 +1,356 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/postgres"
+)
+
+// These tests run several Store values on one schema, as replicas of approvald do on one
+// database: what one commits must wake and bind the others through PostgreSQL alone.
+
+// signalWait bounds how long a test waits for a signal that must come. It is a failure
+// deadline, not a pause: a passing test never waits it out.
+const signalWait = 10 * time.Second
+
+func TestNotifyWakesAnotherStore(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.Postgres)
+	writer, listener := mustOpen(t, dsn), mustOpen(t, dsn)
+	if err := writer.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+
+	inbox, stop := listener.Subscribe(approval.TopicInbox)
+	defer stop()
+	mustSignal(t, inbox, "the listen connection's first signal")
+
+	for i := range 3 {
+		e := inboxEvent(fmt.Sprintf("evt-%d", i), time.Now())
+		if dup, err := writer.RecordInbox(t.Context(), e); err != nil || dup {
+			t.Fatalf("record inbox event %d: got (%v, %v), want (false, nil)", i, dup, err)
+		}
+		mustSignal(t, inbox, fmt.Sprintf("inbox event %d recorded by another store", i))
+	}
+}
+
+func TestNotifyIsPerSchema(t *testing.T) {
+	t.Parallel()
+	here, there := testdb.DSN(t, testdb.Postgres), testdb.DSN(t, testdb.Postgres)
+	listener := mustOpen(t, here)
+	other := mustOpen(t, there)
+	if err := other.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+
+	// The channel names differ by schema, so the LISTEN of one schema's store cannot hear
+	// another's NOTIFY: compare the channels both listen connections are on.
+	inbox, stop := listener.Subscribe(approval.TopicExecutions)
+	defer stop()
+	mustSignal(t, inbox, "the listen connection's first signal")
+	otherInbox, stopOther := other.Subscribe(approval.TopicExecutions)
+	defer stopOther()
+	mustSignal(t, otherInbox, "the other listen connection's first signal")
+
+	a, b := listenChannel(t, here, approval.TopicExecutions), listenChannel(t, there, approval.TopicExecutions)
+	if a == b {
+		t.Fatalf("schemas %s and %s: both listen on %q, want different channels", schemaOf(t, here), schemaOf(t, there), a)
+	}
+	for _, ch := range []string{a, b} {
+		if !listening(t, ch) {
+			t.Errorf("no backend is listening on %q", ch)
+		}
+	}
+}
+
+func TestNotifierReconnects(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.Postgres)
+	writer, listener := mustOpen(t, dsn), mustOpen(t, dsn)
+	listener.Logger = slog.New(slog.NewTextHandler(io.Discard, nil)) // the loss it reports is this test's doing
+	if err := writer.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	inbox, stop := listener.Subscribe(approval.TopicInbox)
+	defer stop()
+	mustSignal(t, inbox, "the listen connection's first signal")
+
+	// Kill the listen connection from the server side, as a failover or an idle timeout would.
+	channel := listenChannel(t, dsn, approval.TopicExecutions)
+	conn := mustConnect(t)
+	var killed bool
+	if err := conn.QueryRow(t.Context(), `
+		SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
+		WHERE query = 'LISTEN "' || $1 || '"'`,
+		channel).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listen connection: got (%v, %v), want (true, nil)", killed, err)
+	}
+
+	// Changes made while nobody listened are not heard, so the new connection wakes everyone.
+	mustSignal(t, inbox, "the signal of the re-established listen connection")
+	if _, err := writer.RecordInbox(t.Context(), inboxEvent("after-reconnect", time.Now())); err != nil {
+		t.Fatalf("record inbox event: %v", err)
+	}
+	mustSignal(t, inbox, "an inbox event recorded after the reconnect")
+}
+
+func TestCloseStopsListening(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.Postgres)
+	s, err := postgres.Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	ch, stop := s.Subscribe(approval.TopicApprovals)
+	mustSignal(t, ch, "the listen connection's first signal")
+	channel := listenChannel(t, dsn, approval.TopicExecutions)
+	if !listening(t, channel) {
+		t.Fatalf("no backend is listening on %q", channel)
+	}
+
+	// Close returns only after the listen goroutine has closed its connection.
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	stop()
+	stop() // ending a subscription twice is harmless
+	conn := mustConnect(t)
+	deadline := time.Now().Add(signalWait)
+	for listeningOn(t, conn, channel) {
+		// The server ends the backend just after the client's goodbye; give it that moment.
+		if time.Now().After(deadline) {
+			t.Fatalf("a backend still listens on %q after Close", channel)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A subscription to a closed store is inert, not a panic or a new connection.
+	late, stopLate := s.Subscribe(approval.TopicInbox)
+	defer stopLate()
+	select {
+	case <-late:
+		t.Fatal("subscription after Close: got a signal, want none")
+	default:
+	}
+}
+
+func TestClaimInboxAcrossStores(t *testing.T) {
+	t.Parallel()
+	const events, replicas = 200, 4
+	dsn := testdb.DSN(t, testdb.Postgres)
+	now := func() time.Time { return start }
+	stores := make([]*postgres.Store, replicas)
+	for i := range stores {
+		stores[i] = mustOpen(t, dsn)
+		stores[i].Now = now
+	}
+	if err := stores[0].Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	for i := range events {
+		if _, err := stores[i%replicas].RecordInbox(t.Context(), inboxEvent(fmt.Sprintf("evt-%03d", i), start)); err != nil {
+			t.Fatalf("record inbox event %d: %v", i, err)
+		}
+	}
+
+	claimed := make([][]string, replicas)
+	errs := make([]error, replicas)
+	race(replicas, func(i int) {
+		for {
+			got, err := stores[i].ClaimInbox(context.Background(), time.Hour, 7)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if len(got) == 0 {
+				return
+			}
+			for _, e := range got {
+				claimed[i] = append(claimed[i], e.EventID)
+			}
+		}
+	})
+	mustClaimEachOnce(t, "inbox event", events, claimed, errs)
+}
+
+func TestClaimExecutionsAcrossStores(t *testing.T) {
+	t.Parallel()
+	const executions, replicas = 200, 4
+	dsn := testdb.DSN(t, testdb.Postgres)
+	now := func() time.Time { return start }
+	stores := make([]*postgres.Store, replicas)
+	for i := range stores {
+		stores[i] = mustOpen(t, dsn)
+		stores[i].Now = now
+		stores[i].Targeted = func(string) bool { return true }
+	}
+	if err := stores[0].Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	for i := range executions {
+		if a := mustApprove(t, stores[i%replicas]); a.Execution == nil || a.Execution.Status != approval.ExecutionQueued {
+			t.Fatalf("approve %d: got execution %+v, want queued", i, a.Execution)
+		}
+	}
+
+	claimed := make([][]string, replicas)
+	errs := make([]error, replicas)
+	race(replicas, func(i int) {
+		for {
+			got, err := stores[i].ClaimExecutions(context.Background(), time.Hour, 7)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if len(got) == 0 {
+				return
+			}
+			for _, c := range got {
+				if c.Attempt != 1 || c.Recovered || c.Approval == nil || c.Approval.ID != c.Record.ApprovalID {
+					errs[i] = fmt.Errorf("claim of %s: got attempt %d, recovered %v, approval %v; want attempt 1 of its approval, not recovered", c.Record.ID, c.Attempt, c.Recovered, c.Approval)
+					return
+				}
+				claimed[i] = append(claimed[i], c.Record.ID)
+			}
+		}
+	})
+	mustClaimEachOnce(t, "execution", executions, claimed, errs)
+}
+
+// start is the fixed clock of the claim races: nothing expires while they run.
+var start = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
+
+// mustClaimEachOnce checks that the replicas between them claimed want distinct items, none
+// twice, and failed nowhere.
+func mustClaimEachOnce(tb testing.TB, what string, want int, claimed [][]string, errs []error) {
+	tb.Helper()
+	for i, err := range errs {
+		if err != nil {
+			tb.Fatalf("replica %d: claim %ss: %v", i, what, err)
+		}
+	}
+	by := make(map[string]int)
+	total := 0
+	for i, ids := range claimed {
+		total += len(ids)
+		for _, id := range ids {
+			if j, ok := by[id]; ok {
+				tb.Errorf("%s %s claimed by replicas %d and %d, want one claim", what, id, j, i)
+			}
+			by[id] = i
+		}
+		tb.Logf("replica %d claimed %d %ss", i, len(ids), what)
+	}
+	if total != want || len(by) != want {
+		tb.Fatalf("claimed %d %ss (%d distinct), want each of %d exactly once", total, what, len(by), want)
+	}
+}
+
+// mustApprove creates an approval as httpapi does and approves it; it returns the approval
+// as Decide answered.
+func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
+	tb.Helper()
+	ctx := tb.Context()
+	key := approval.NewID("op")
+	a, err := approval.NewApproval(approval.CreateRequest{
+		Action: "payout", Title: "Pay out order 9281", Approvers: []string{"alice"},
+	}, "ci-bot", key, "fp-"+key, s.Now())
+	if err != nil {
+		tb.Fatalf("new approval: %v", err)
+	}
+	claim, err := s.BeginIdempotent(ctx, approval.IdempotencyClaim{Requester: a.Requester, Key: key, Fingerprint: a.Fingerprint, Lease: time.Minute})
+	if err != nil {
+		tb.Fatalf("begin idempotent: %v", err)
+	}
+	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte("{}")}
+	if err := s.CreateApproval(ctx, a, claim, resp, time.Hour, approval.HTTPCause("create")); err != nil {
+		tb.Fatalf("create approval: %v", err)
+	}
+	approved, err := s.Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
+	if err != nil {
+		tb.Fatalf("approve %s: %v", a.ID, err)
+	}
+	return approved
+}
+
+func inboxEvent(eventID string, at time.Time) *approval.InboxEvent {
+	return &approval.InboxEvent{
+		ID: approval.NewID("inb"), Source: "chat", EventID: eventID, Type: approval.TypeApprovalDecision,
+		Headers: map[string]string{"webhook-id": eventID}, Body: []byte(`{"id":"` + eventID + `"}`),
+		ReceivedAt: at,
+	}
+}
+
+// mustSignal waits for one signal on ch.
+func mustSignal(tb testing.TB, ch <-chan struct{}, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+	case <-time.After(signalWait):
+		tb.Fatalf("no signal for %s within %v", what, signalWait)
+	}
+}
+
+// listenChannel returns the NOTIFY channel of topic for the schema of dsn, computed as the
+// store does (approvald_<topic>_<first 16 hex digits of md5(schema)>).
+func listenChannel(tb testing.TB, dsn, topic string) string {
+	tb.Helper()
+	var channel string
+	if err := mustConnect(tb).QueryRow(tb.Context(), `SELECT 'approvald_' || $1::text || '_' || left(md5($2), 16)`,
+		topic, schemaOf(tb, dsn)).Scan(&channel); err != nil {
+		tb.Fatalf("name channel: %v", err)
+	}
+	return channel
+}
+
+// listening reports whether some backend's last statement was LISTEN on channel. The listen
+// connection issues one LISTEN per topic, executions last, and then only waits, so this finds
+// it by the executions channel.
+func listening(tb testing.TB, channel string) bool {
+	tb.Helper()
+	return listeningOn(tb, mustConnect(tb), channel)
+}
+
+func listeningOn(tb testing.TB, conn *pgx.Conn, channel string) bool {
+	tb.Helper()
+	var n int
+	if err := conn.QueryRow(tb.Context(), `
+		SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN "' || $1 || '"'`,
+		channel).Scan(&n); err != nil {
+		tb.Fatalf("look for listeners: %v", err)
+	}
+	return n > 0
+}
+
+func schemaOf(tb testing.TB, dsn string) string {
+	tb.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("parse dsn: %v", err)
+	}
+	return u.Query().Get("search_path")
+}
+
+// mustConnect opens a plain connection to the test server, closed when the test ends.
+func mustConnect(tb testing.TB) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), testdb.PostgresURL(tb))
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
