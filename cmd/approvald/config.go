@@ -10,10 +10,14 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/approvald/approval/webhook"
+	"github.com/approvald/approval/worker"
 )
 
 // Defaults of a configuration with no file, no environment and no flags.
@@ -26,6 +30,8 @@ const (
 	DefaultWorkerPoll        = time.Second
 	DefaultIdempotencyLease  = 30 * time.Second
 	DefaultSourceTolerance   = 5 * time.Minute
+	DefaultSourceMaxBody     = 1 << 20
+	DefaultWorkerConcurrency = 4
 )
 
 // Errors returned by Validate, wrapped with the field they concern.
@@ -43,6 +49,7 @@ var (
 	ErrEmptySecret    = errors.New("secret is empty")
 	ErrUnknownHandler = errors.New("unknown handler")
 	ErrInvalidBackoff = errors.New("invalid backoff")
+	ErrInvalidSecret  = errors.New("must be whsec_ followed by base64")
 )
 
 // Webhook schemes a source may use.
@@ -69,12 +76,18 @@ type RetentionConfig struct {
 	Responses time.Duration `yaml:"responses"`
 	// InboxIDs is how long webhook event ids are remembered to acknowledge redeliveries.
 	InboxIDs time.Duration `yaml:"inbox_ids"`
+	// InboxBodies is how long the raw bodies of processed webhook events are kept, for
+	// operators to read; 0 means as long as InboxIDs. The id outlives the body because a
+	// redelivery is recognised by its id alone.
+	InboxBodies time.Duration `yaml:"inbox_bodies"`
 }
 
 // WorkersConfig tunes the background workers.
 type WorkersConfig struct {
 	Lease time.Duration `yaml:"lease"` // how long a claim on a piece of work lasts
 	Poll  time.Duration `yaml:"poll"`  // how often idle workers look for work
+	// Concurrency is how many downstream calls the execution runner makes at once.
+	Concurrency int `yaml:"concurrency"`
 }
 
 // IdempotencyConfig tunes creates under an Idempotency-Key.
@@ -90,9 +103,13 @@ type SourceConfig struct {
 	Secrets   []string      `yaml:"secrets"` // several at once while rotating
 	Tolerance time.Duration `yaml:"tolerance"`
 	Handlers  []string      `yaml:"handlers"`
+	// MaxBody bounds a delivery's body in bytes, checked before any HMAC work; 0 means
+	// DefaultSourceMaxBody.
+	MaxBody int64 `yaml:"max_body"`
 }
 
-// ActionConfig is the execution target of approvals whose action is Name.
+// ActionConfig is the execution target of approvals whose action is Name. Zero values of
+// Timeout, MaxAttempts and Backoff take the defaults (see Policy).
 type ActionConfig struct {
 	Name        string        `yaml:"name"`
 	URL         string        `yaml:"url"`
@@ -105,7 +122,9 @@ type ActionConfig struct {
 	Async       bool          `yaml:"async"`
 }
 
-// BackoffConfig is an exponential backoff with jitter.
+// BackoffConfig is an exponential backoff with jitter. Left out altogether it is
+// worker.DefaultPolicy's; given in part, a zero Initial, Max or Multiplier takes the default
+// and Jitter is taken as written (0: none).
 type BackoffConfig struct {
 	Initial    time.Duration `yaml:"initial"`
 	Max        time.Duration `yaml:"max"`
@@ -119,7 +138,7 @@ func DefaultConfig() Config {
 		Listen:      DefaultListen,
 		DatabaseURL: DefaultDatabaseURL,
 		Retention:   RetentionConfig{Responses: DefaultResponseRetention, InboxIDs: DefaultInboxIDRetention},
-		Workers:     WorkersConfig{Lease: DefaultWorkerLease, Poll: DefaultWorkerPoll},
+		Workers:     WorkersConfig{Lease: DefaultWorkerLease, Poll: DefaultWorkerPoll, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: DefaultIdempotencyLease},
 	}
 }
@@ -175,13 +194,16 @@ var envOverrides = []struct {
 	name     string
 	str      func(*Config) *string
 	duration func(*Config) *time.Duration
+	integer  func(*Config) *int
 }{
 	{name: "APPROVALD_LISTEN", str: func(c *Config) *string { return &c.Listen }},
 	{name: "APPROVALD_DATABASE_URL", str: func(c *Config) *string { return &c.DatabaseURL }},
 	{name: "APPROVALD_RETENTION_RESPONSES", duration: func(c *Config) *time.Duration { return &c.Retention.Responses }},
 	{name: "APPROVALD_RETENTION_INBOX_IDS", duration: func(c *Config) *time.Duration { return &c.Retention.InboxIDs }},
+	{name: "APPROVALD_RETENTION_INBOX_BODIES", duration: func(c *Config) *time.Duration { return &c.Retention.InboxBodies }},
 	{name: "APPROVALD_WORKERS_LEASE", duration: func(c *Config) *time.Duration { return &c.Workers.Lease }},
 	{name: "APPROVALD_WORKERS_POLL", duration: func(c *Config) *time.Duration { return &c.Workers.Poll }},
+	{name: "APPROVALD_WORKERS_CONCURRENCY", integer: func(c *Config) *int { return &c.Workers.Concurrency }},
 	{name: "APPROVALD_IDEMPOTENCY_LEASE", duration: func(c *Config) *time.Duration { return &c.Idempotency.Lease }},
 }
 
@@ -195,6 +217,14 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 		if o.str != nil {
 			*o.str(c) = v
+			continue
+		}
+		if o.integer != nil {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not a whole number", o.name, v)
+			}
+			*o.integer(c) = n
 			continue
 		}
 		d, err := time.ParseDuration(v)
@@ -230,6 +260,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s: %w", d.field, ErrNotPositive)
 		}
 	}
+	if c.Retention.InboxBodies < 0 {
+		return fmt.Errorf("retention.inbox_bodies: %w", ErrNegative)
+	}
+	if c.Workers.Concurrency <= 0 {
+		return fmt.Errorf("workers.concurrency: %w", ErrNotPositive)
+	}
 
 	seen := make(map[string]bool)
 	for i, s := range c.Sources {
@@ -248,8 +284,22 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s.secrets[%d]: %w", field, j, ErrEmptySecret)
 			}
 		}
+		// The scheme's own check of the secrets' form (a standard-webhooks secret is base64),
+		// so that a bad secret stops startup instead of failing every delivery. It names the
+		// secret by index, never by value.
+		v := webhook.Verifier{Scheme: webhook.Scheme(s.Scheme), Secrets: s.Secrets}
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("%s.%w", field, err)
+		}
 		if s.Tolerance <= 0 {
 			return fmt.Errorf("%s.tolerance: %w", field, ErrNotPositive)
+		}
+		if s.MaxBody < 0 {
+			return fmt.Errorf("%s.max_body: %w", field, ErrNegative)
+		}
+		if len(s.Handlers) == 0 {
+			// Without one, every event of the source would be stored and ignored.
+			return fmt.Errorf("%s.handlers: %w", field, ErrRequired)
 		}
 		for j, h := range s.Handlers {
 			if !slices.Contains(handlers, h) {
@@ -279,8 +329,70 @@ func (c *Config) Validate() error {
 		if err := a.Backoff.validate(); err != nil {
 			return fmt.Errorf("%s.backoff.%w", field, err)
 		}
+		if err := a.Policy().Validate(); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		if a.Secret != "" {
+			// Outbound calls are signed the Standard Webhooks way.
+			v := webhook.Verifier{Scheme: webhook.SchemeStandard, Secrets: []string{a.Secret}}
+			if err := v.Validate(); err != nil {
+				return fmt.Errorf("%s.secret: %w", field, ErrInvalidSecret)
+			}
+		}
 	}
 	return nil
+}
+
+// Policy returns the action's retry policy, defaults filled in.
+func (a ActionConfig) Policy() worker.Policy {
+	p := worker.Policy{
+		MaxAttempts: a.MaxAttempts,
+		Idempotent:  a.Idempotent,
+		HasLookup:   a.LookupURL != "",
+		Backoff:     worker.Backoff(a.Backoff),
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = worker.DefaultPolicy.MaxAttempts
+	}
+	def := worker.DefaultPolicy.Backoff
+	if a.Backoff == (BackoffConfig{}) {
+		p.Backoff = def
+		return p
+	}
+	if p.Backoff.Initial == 0 {
+		p.Backoff.Initial = def.Initial
+	}
+	if p.Backoff.Max == 0 {
+		p.Backoff.Max = max(def.Max, p.Backoff.Initial)
+	}
+	if p.Backoff.Multiplier == 0 {
+		p.Backoff.Multiplier = def.Multiplier
+	}
+	return p
+}
+
+// Target returns the execution runner's target for the action, the policy's defaults filled
+// in (a zero Timeout is the runner's worker.DefaultTimeout).
+func (a ActionConfig) Target() worker.Target {
+	return worker.Target{
+		Action:     a.Name,
+		URL:        a.URL,
+		Secret:     a.Secret,
+		Idempotent: a.Idempotent,
+		LookupURL:  a.LookupURL,
+		Timeout:    a.Timeout,
+		Async:      a.Async,
+		Policy:     a.Policy(),
+	}
+}
+
+// InboxBodyRetention returns how long processed inbox bodies are kept: InboxBodies, or
+// InboxIDs when it is 0.
+func (r RetentionConfig) InboxBodyRetention() time.Duration {
+	if r.InboxBodies == 0 {
+		return r.InboxIDs
+	}
+	return r.InboxBodies
 }
 
 func (b BackoffConfig) validate() error {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/approvald/approval/webhook"
+	"github.com/approvald/approval/worker"
 )
 
 // designYAML is the configuration file of DESIGN.md, plus the idempotency lease.
@@ -35,9 +38,9 @@ actions:
 `
 
 func TestParseConfig(t *testing.T) {
-	t.Setenv("CHAT_SECRET_NEW", "whsec_new")
-	t.Setenv("CHAT_SECRET_OLD", "whsec_old")
-	t.Setenv("DEPLOYER_SECRET", "s3cret")
+	t.Setenv("CHAT_SECRET_NEW", "whsec_bmV3LXNlY3JldA==")
+	t.Setenv("CHAT_SECRET_OLD", "whsec_b2xkLXNlY3JldA==")
+	t.Setenv("DEPLOYER_SECRET", "whsec_ZGVwbG95ZXI=")
 
 	got, err := ParseConfig(strings.NewReader(designYAML))
 	if err != nil {
@@ -47,19 +50,19 @@ func TestParseConfig(t *testing.T) {
 		Listen:      "127.0.0.1:8080",
 		DatabaseURL: "file:approvald.db",
 		Retention:   RetentionConfig{Responses: 24 * time.Hour, InboxIDs: 720 * time.Hour},
-		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second},
+		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
 		Sources: []SourceConfig{{
 			Name:      "chat",
 			Scheme:    "standard-webhooks",
-			Secrets:   []string{"whsec_new", "whsec_old"},
+			Secrets:   []string{"whsec_bmV3LXNlY3JldA==", "whsec_b2xkLXNlY3JldA=="},
 			Tolerance: 5 * time.Minute,
 			Handlers:  []string{"approval.decision"},
 		}},
 		Actions: []ActionConfig{{
 			Name:        "deploy",
 			URL:         "http://127.0.0.1:9000/deploy",
-			Secret:      "s3cret",
+			Secret:      "whsec_ZGVwbG95ZXI=",
 			Idempotent:  true,
 			LookupURL:   "http://127.0.0.1:9000/deploy/status",
 			Timeout:     10 * time.Second,
@@ -152,13 +155,15 @@ func TestParseConfig_Expansion(t *testing.T) {
 
 func TestConfig_ApplyEnv(t *testing.T) {
 	env := map[string]string{
-		"APPROVALD_LISTEN":              "0.0.0.0:9000",
-		"APPROVALD_DATABASE_URL":        "postgres://db/approvald",
-		"APPROVALD_RETENTION_RESPONSES": "1h",
-		"APPROVALD_RETENTION_INBOX_IDS": "48h",
-		"APPROVALD_WORKERS_LEASE":       "1m",
-		"APPROVALD_WORKERS_POLL":        "250ms",
-		"APPROVALD_IDEMPOTENCY_LEASE":   "10s",
+		"APPROVALD_LISTEN":                 "0.0.0.0:9000",
+		"APPROVALD_DATABASE_URL":           "postgres://db/approvald",
+		"APPROVALD_RETENTION_RESPONSES":    "1h",
+		"APPROVALD_RETENTION_INBOX_IDS":    "48h",
+		"APPROVALD_RETENTION_INBOX_BODIES": "12h",
+		"APPROVALD_WORKERS_LEASE":          "1m",
+		"APPROVALD_WORKERS_POLL":           "250ms",
+		"APPROVALD_WORKERS_CONCURRENCY":    "16",
+		"APPROVALD_IDEMPOTENCY_LEASE":      "10s",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -170,13 +175,19 @@ func TestConfig_ApplyEnv(t *testing.T) {
 	want := Config{
 		Listen:      "0.0.0.0:9000",
 		DatabaseURL: "postgres://db/approvald",
-		Retention:   RetentionConfig{Responses: time.Hour, InboxIDs: 48 * time.Hour},
-		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond},
+		Retention:   RetentionConfig{Responses: time.Hour, InboxIDs: 48 * time.Hour, InboxBodies: 12 * time.Hour},
+		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond, Concurrency: 16},
 		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
+
+	t.Setenv("APPROVALD_WORKERS_CONCURRENCY", "many")
+	if err := c.ApplyEnv(os.LookupEnv); err == nil || !strings.Contains(err.Error(), "APPROVALD_WORKERS_CONCURRENCY") {
+		t.Errorf("bad number: got error %v, want one naming APPROVALD_WORKERS_CONCURRENCY", err)
+	}
+	t.Setenv("APPROVALD_WORKERS_CONCURRENCY", "16")
 
 	t.Setenv("APPROVALD_WORKERS_POLL", "often")
 	if err := c.ApplyEnv(os.LookupEnv); err == nil || !strings.Contains(err.Error(), "APPROVALD_WORKERS_POLL") {
@@ -187,7 +198,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 func TestConfig_Validate(t *testing.T) {
 	const secret = "whsec_do-not-print-me"
 	source := func() SourceConfig {
-		return SourceConfig{Name: "chat", Scheme: "stripe", Secrets: []string{secret}, Tolerance: time.Minute}
+		return SourceConfig{Name: "chat", Scheme: "stripe", Secrets: []string{secret}, Tolerance: time.Minute, Handlers: []string{"approval.decision"}}
 	}
 	action := func() ActionConfig { return ActionConfig{Name: "deploy", URL: "https://deployer.internal/run"} }
 
@@ -205,6 +216,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"zero worker lease", func(c *Config) { c.Workers.Lease = 0 }, "workers.lease", ErrNotPositive},
 		{"zero poll", func(c *Config) { c.Workers.Poll = 0 }, "workers.poll", ErrNotPositive},
 		{"zero idempotency lease", func(c *Config) { c.Idempotency.Lease = 0 }, "idempotency.lease", ErrNotPositive},
+		{"negative body retention", func(c *Config) { c.Retention.InboxBodies = -time.Hour }, "retention.inbox_bodies", ErrNegative},
+		{"zero concurrency", func(c *Config) { c.Workers.Concurrency = 0 }, "workers.concurrency", ErrNotPositive},
 
 		{"source without name", func(c *Config) { c.Sources[0].Name = "" }, "sources[0].name", ErrRequired},
 		{"source name with slash", func(c *Config) { c.Sources[0].Name = "a/b" }, "sources[0].name", ErrInvalidName},
@@ -214,6 +227,12 @@ func TestConfig_Validate(t *testing.T) {
 		{"empty secret", func(c *Config) { c.Sources[0].Secrets = append(c.Sources[0].Secrets, "") }, "sources[0].secrets[1]", ErrEmptySecret},
 		{"zero tolerance", func(c *Config) { c.Sources[0].Tolerance = 0 }, "sources[0].tolerance", ErrNotPositive},
 		{"unknown handler", func(c *Config) { c.Sources[0].Handlers = []string{"approval.decision", "x"} }, "sources[0].handlers[1]", ErrUnknownHandler},
+		{"no handlers", func(c *Config) { c.Sources[0].Handlers = nil }, "sources[0].handlers", ErrRequired},
+		{"negative max body", func(c *Config) { c.Sources[0].MaxBody = -1 }, "sources[0].max_body", ErrNegative},
+		{"standard secret not base64", func(c *Config) {
+			c.Sources[0].Scheme = "standard-webhooks"
+			c.Sources[0].Secrets = []string{"whsec_c2VjcmV0", secret}
+		}, "sources[0].secrets[1]", webhook.ErrBadSecret},
 
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},
@@ -226,6 +245,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"backoff max below initial", func(c *Config) { c.Actions[0].Backoff = BackoffConfig{Initial: time.Minute, Max: time.Second} }, "actions[0].backoff.max", ErrInvalidBackoff},
 		{"backoff multiplier below 1", func(c *Config) { c.Actions[0].Backoff.Multiplier = 0.5 }, "actions[0].backoff.multiplier", ErrInvalidBackoff},
 		{"backoff jitter above 1", func(c *Config) { c.Actions[0].Backoff.Jitter = 1.5 }, "actions[0].backoff.jitter", ErrInvalidBackoff},
+		{"action secret not base64", func(c *Config) { c.Actions[0].Secret = secret }, "actions[0].secret", ErrInvalidSecret},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -267,5 +287,47 @@ func TestParseDatabaseURL(t *testing.T) {
 		if kind != tt.kind || !errors.Is(err, tt.err) {
 			t.Errorf("ParseDatabaseURL(%q): got %q, %v; want %q, %v", tt.url, kind, err, tt.kind, tt.err)
 		}
+	}
+}
+
+func TestActionConfig_Target(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		backoff BackoffConfig
+		want    worker.Backoff
+	}{
+		{"left out", BackoffConfig{}, worker.DefaultPolicy.Backoff},
+		{"jitter only", BackoffConfig{Jitter: 0.5}, worker.Backoff{Initial: time.Second, Max: 10 * time.Minute, Multiplier: 2, Jitter: 0.5}},
+		{"initial above default max", BackoffConfig{Initial: time.Hour}, worker.Backoff{Initial: time.Hour, Max: time.Hour, Multiplier: 2}},
+		{"all set", BackoffConfig{Initial: time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: 0.1},
+			worker.Backoff{Initial: time.Millisecond, Max: time.Second, Multiplier: 3, Jitter: 0.1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := ActionConfig{Name: "deploy", URL: "http://127.0.0.1:9000/", LookupURL: "http://127.0.0.1:9000/lookup", Backoff: tt.backoff}
+			got := a.Target()
+			want := worker.Target{
+				Action:    "deploy",
+				URL:       "http://127.0.0.1:9000/",
+				LookupURL: "http://127.0.0.1:9000/lookup",
+				Policy:    worker.Policy{MaxAttempts: worker.DefaultPolicy.MaxAttempts, HasLookup: true, Backoff: tt.want},
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+			if err := got.Policy.Validate(); err != nil {
+				t.Errorf("policy: %v", err)
+			}
+		})
+	}
+}
+
+func TestRetentionConfig_InboxBodyRetention(t *testing.T) {
+	r := RetentionConfig{InboxIDs: 720 * time.Hour}
+	if got := r.InboxBodyRetention(); got != 720*time.Hour {
+		t.Errorf("left out: got %s, want inbox_ids 720h", got)
+	}
+	r.InboxBodies = 24 * time.Hour
+	if got := r.InboxBodyRetention(); got != 24*time.Hour {
+		t.Errorf("set: got %s, want 24h", got)
 	}
 }

@@ -237,8 +237,11 @@ func TestMigrateAndVersion(t *testing.T) {
 
 // server is a running `approvald serve`.
 type server struct {
-	cmd    *exec.Cmd
-	addr   string
+	cmd  *exec.Cmd
+	addr string
+	// client has connections of its own, so that a connection kept alive to a process that
+	// has died is never handed to a request meant for another; nil uses http.DefaultClient.
+	client *http.Client
 	stdout *lineWriter
 	stderr *lineWriter
 
@@ -250,8 +253,35 @@ type server struct {
 // line. The process is killed when the test ends if it is still running.
 func startServe(t *testing.T, dsn string) *server {
 	t.Helper()
-	s := &server{stdout: newLineWriter(), stderr: newLineWriter(), exited: make(chan struct{})}
-	s.cmd = exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--database-url", dsn)
+	return startServeWith(t, dsn, serveOptions{})
+}
+
+// serveOptions are what a test may add to `approvald serve`.
+type serveOptions struct {
+	config string   // YAML, written to a file passed with --config; "" for none
+	env    []string // NAME=value entries added to the environment, e.g. APPROVALD_FAILPOINTS
+}
+
+// startServeWith is startServe with a configuration and environment.
+func startServeWith(t *testing.T, dsn string, opts serveOptions) *server {
+	t.Helper()
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--database-url", dsn}
+	if opts.config != "" {
+		path := filepath.Join(t.TempDir(), "approvald.yaml")
+		if err := os.WriteFile(path, []byte(opts.config), 0o600); err != nil {
+			t.Fatalf("write config: %v", err)
+		}
+		args = append(args, "--config", path)
+	}
+	s := &server{
+		client: &http.Client{Transport: &http.Transport{}},
+		stdout: newLineWriter(),
+		stderr: newLineWriter(),
+		exited: make(chan struct{}),
+	}
+	t.Cleanup(s.client.CloseIdleConnections)
+	s.cmd = exec.Command(binary, args...)
+	s.cmd.Env = append(os.Environ(), opts.env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start serve: %v", err)
@@ -334,9 +364,22 @@ type response struct {
 
 func (s *server) do(t *testing.T, method, path, token, key, body string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.addr+path, strings.NewReader(body))
+	r, err := s.try(method, path, token, key, body, nil)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try makes one request and returns its answer, or the error of a request that got none (the
+// process died under it). header, when not nil, is added to the request.
+func (s *server) try(method, path, token, key, body string, header http.Header) (response, error) {
+	req, err := http.NewRequest(method, "http://"+s.addr+path, strings.NewReader(body))
+	if err != nil {
+		return response{}, err
+	}
+	for name, values := range header {
+		req.Header[name] = values
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -347,16 +390,20 @@ func (s *server) do(t *testing.T, method, path, token, key, body string) respons
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := s.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
+		return response{}, fmt.Errorf("read body: %w", err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
 func (r response) wantStatus(t *testing.T, want int) {

@@ -202,8 +202,9 @@ type store interface {
 
 // openStore opens the store the database URL names and applies its migrations. Migrating is
 // idempotent, so every subcommand that touches the database does it first and works on a new
-// database.
-func openStore(ctx context.Context, databaseURL string) (store, error) {
+// database. targeted tells the store which actions have an execution target (serve's
+// configured actions); nil, for subcommands that decide nothing, means none.
+func openStore(ctx context.Context, databaseURL string, targeted func(action string) bool) (store, error) {
 	kind, err := ParseDatabaseURL(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -215,12 +216,14 @@ func openStore(ctx context.Context, databaseURL string) (store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
+		pg.Targeted = targeted
 		s = pg
 	default:
 		lite, err := sqlite.Open(ctx, databaseURL)
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
+		lite.Targeted = targeted
 		s = lite
 	}
 	if err := s.Migrate(ctx); err != nil {

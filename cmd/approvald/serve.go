@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
 
@@ -47,9 +49,10 @@ type ServeCommand struct {
 	stdout io.Writer // the bootstrap token, and nothing else
 	stderr io.Writer // JSON logs
 
-	config Config
-	logger *slog.Logger
-	store  store
+	config     Config
+	failpoints *failpoint.Set // from APPROVALD_FAILPOINTS; nil in production
+	logger     *slog.Logger
+	store      store
 
 	// connState, when set, is told of every connection state change, so that a test can
 	// know a request is in flight before it signals shutdown.
@@ -80,16 +83,35 @@ func (c *ServeCommand) ParseFlags(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	c.config = cfg
+	// A bad failpoint spec is a usage error: a crash test must not run a binary that silently
+	// ignores the point it means to kill.
+	fp, err := failpoint.FromEnv()
+	if err != nil {
+		return err
+	}
+	c.config, c.failpoints = cfg, fp
 	return nil
 }
 
 // Run opens and migrates the store, prints the bootstrap token on a new database, and serves
-// until ctx ends. Then it stops accepting connections, drains in-flight requests, and stops
-// the workers; Close closes the store.
+// the API and runs the workers (sweeper, inbox processor, execution runner) until ctx ends or
+// a worker fails. Then it stops accepting connections and drains in-flight requests, and only
+// then stops the workers, so that nothing a request committed is left without a worker in
+// this process to pick it up sooner than a replica would; the runner gives back claims it has
+// not sent. Close closes the store.
 func (c *ServeCommand) Run(ctx context.Context) error {
 	c.logger = newLogger(c.stderr)
-	s, err := openStore(ctx, c.config.DatabaseURL)
+	if c.failpoints != nil {
+		c.logger.Warn("failpoints armed: this process may fail or kill itself on purpose", "failpoints", c.failpoints.String())
+	}
+	targets := make(map[string]worker.Target, len(c.config.Actions))
+	for _, a := range c.config.Actions {
+		targets[a.Name] = a.Target()
+	}
+	// The approving transaction creates the execution queued when the action has a target
+	// here, not_configured otherwise. Replicas must share the actions for this to agree.
+	targeted := func(action string) bool { _, ok := targets[action]; return ok }
+	s, err := openStore(ctx, c.config.DatabaseURL, targeted)
 	if err != nil {
 		return err
 	}
@@ -106,6 +128,8 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 		Registry:          registry,
 		IdempotencyLease:  c.config.Idempotency.Lease,
 		ResponseRetention: c.config.Retention.Responses,
+		Sources:           c.sources(),
+		Failpoints:        c.failpoints,
 	})
 
 	ln, err := net.Listen("tcp", c.config.Listen)
@@ -134,25 +158,54 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	workerCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
 	var workers sync.WaitGroup
-	sweeper := &worker.Sweeper{
-		Store:    c.store,
-		Logger:   c.logger.With("worker", "sweeper"),
-		Interval: c.config.Workers.Poll,
-		Batch:    sweepBatch,
-		Grace:    c.config.Idempotency.Lease,
+	// A worker returns before workerCtx ends only when it cannot work at all; the process
+	// then stops rather than serve an API whose approvals would never execute.
+	workerFailed := make(chan error, 3)
+	startWorker := func(name string, run func(context.Context) error) {
+		workers.Go(func() {
+			if err := run(workerCtx); err != nil {
+				workerFailed <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
 	}
-	workers.Go(func() {
-		if err := sweeper.Run(workerCtx); err != nil {
-			c.logger.Error("sweeper stopped", "error", err)
-		}
-	})
+	startWorker("sweeper", (&worker.Sweeper{
+		Store:       c.store,
+		Logger:      c.logger.With("worker", "sweeper"),
+		Interval:    c.config.Workers.Poll,
+		Batch:       sweepBatch,
+		Grace:       c.config.Idempotency.Lease,
+		InboxIDs:    c.config.Retention.InboxIDs,
+		InboxBodies: c.config.Retention.InboxBodyRetention(),
+	}).Run)
+	startWorker("inbox processor", (&worker.InboxProcessor{
+		Store:   c.store,
+		Logger:  c.logger.With("worker", "inbox"),
+		Sources: c.sourceHandlers(),
+		Lease:   c.config.Workers.Lease,
+		Poll:    c.config.Workers.Poll,
+		// Batch, Backoff and MaxAttempts: the worker's defaults. An event whose store work
+		// keeps failing is retried with backoff, then marked failed for an operator.
+	}).Run)
+	startWorker("execution runner", (&worker.Runner{
+		Store:       c.store,
+		Logger:      c.logger.With("worker", "runner"),
+		Targets:     targets,
+		Lease:       c.config.Workers.Lease,
+		Poll:        c.config.Workers.Poll,
+		Batch:       c.config.Workers.Concurrency,
+		Concurrency: c.config.Workers.Concurrency,
+		Failpoints:  c.failpoints,
+	}).Run)
 
 	var serveErr error
+	listenerFailed := false
 	select {
 	case <-ctx.Done():
 		c.logger.Info("shutting down")
-	case serveErr = <-served: // the listener failed; there is nothing to drain
-		serveErr = fmt.Errorf("serve http: %w", serveErr)
+	case err := <-served: // the listener failed; there is nothing to drain
+		listenerFailed, serveErr = true, fmt.Errorf("serve http: %w", err)
+	case serveErr = <-workerFailed:
+		c.logger.Error("worker failed; shutting down", "error", serveErr)
 	}
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -163,16 +216,48 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 		srv.Close()
 		serveErr = errors.Join(serveErr, fmt.Errorf("drain http requests: %w", err))
 	}
-	if serveErr == nil {
+	if !listenerFailed {
 		<-served // http.ErrServerClosed, returned as soon as Shutdown began
 	}
 
 	stopWorkers()
 	workers.Wait()
+	close(workerFailed)
+	for err := range workerFailed { // a worker that failed while the others were stopping
+		serveErr = errors.Join(serveErr, err)
+	}
 	if serveErr == nil {
 		c.logger.Info("stopped")
 	}
 	return serveErr
+}
+
+// sources returns the webhook sources of the configuration for the intake.
+func (c *ServeCommand) sources() []httpapi.Source {
+	sources := make([]httpapi.Source, len(c.config.Sources))
+	for i, s := range c.config.Sources {
+		sources[i] = httpapi.Source{
+			Name: s.Name,
+			Verifier: webhook.Verifier{
+				Scheme:    webhook.Scheme(s.Scheme),
+				Secrets:   s.Secrets,
+				Tolerance: s.Tolerance,
+			},
+			MaxBody:  s.MaxBody,
+			Handlers: s.Handlers,
+		}
+	}
+	return sources
+}
+
+// sourceHandlers maps each source to the handlers its events may trigger, for the inbox
+// processor.
+func (c *ServeCommand) sourceHandlers() map[string][]string {
+	m := make(map[string][]string, len(c.config.Sources))
+	for _, s := range c.config.Sources {
+		m[s.Name] = s.Handlers
+	}
+	return m
 }
 
 // bootstrap makes the first admin token on a new database and prints it once. Of several
@@ -205,9 +290,10 @@ func (c *ServeCommand) Close() error {
 
 const serveUsage = `Usage: approvald serve [flags]
 
-Runs the HTTP API and the background workers. With no configuration it uses SQLite at
-./approvald.db and listens on 127.0.0.1:8080. On a new database it prints a bootstrap admin
-token, once, on stdout. SIGINT or SIGTERM stops it gracefully.
+Runs the HTTP API and the background workers (sweeper, inbox processor, execution runner).
+With no configuration it uses SQLite at ./approvald.db and listens on 127.0.0.1:8080. On a new
+database it prints a bootstrap admin token, once, on stdout. SIGINT or SIGTERM stops it
+gracefully. APPROVALD_FAILPOINTS arms failure points for crash tests (see the README).
 
 Flags:
 `
