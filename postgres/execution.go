@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,11 +42,12 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 	// without a lease is an accepted async call: lease_expires_at <= $1 is never true for it.
 	rows, err := tx.Query(ctx, `
 		WITH due AS (
-			SELECT x.id, x.status = 'running' AS recovered
+			SELECT x.id, x.status = 'running' AS recovered,
+				CASE WHEN x.status = 'queued' THEN x.next_attempt_at ELSE x.lease_expires_at END AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
 			WHERE (x.status = 'queued' AND x.next_attempt_at <= $1)
 				OR (x.status = 'running' AND x.lease_expires_at <= $1)
-			ORDER BY CASE WHEN x.status = 'queued' THEN x.next_attempt_at ELSE x.lease_expires_at END, x.id
+			ORDER BY due_at, x.id
 			LIMIT $2
 			FOR UPDATE OF x, a SKIP LOCKED
 		)
@@ -53,23 +56,35 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 			lease_expires_at = $3, updated_at = $1
 		FROM due
 		WHERE x.id = due.id
-		RETURNING `+executionColumns+`, due.recovered`,
+		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
 		tx.now, limit, tx.now.Add(lease))
 	if err != nil {
 		return nil, translate("claim executions", err)
 	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionClaim, error) {
-		var c approval.ExecutionClaim
+	type claimed struct {
+		*approval.ExecutionClaim
+		dueAt time.Time
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
 		var err error
-		c.Record, err = scanExecution(row, &c.Recovered)
+		c.Record, err = scanExecution(row, &c.Recovered, &c.dueAt)
 		if err != nil {
-			return nil, err
+			return c, err
 		}
 		c.Attempt = c.Record.Attempts
-		return &c, nil
+		return c, nil
 	})
 	if err != nil {
 		return nil, translate("claim executions", err)
+	}
+	// RETURNING has no order of its own: give the claims back oldest due first.
+	slices.SortFunc(list, func(a, b claimed) int {
+		return cmp.Or(a.dueAt.Compare(b.dueAt), strings.Compare(a.Record.ID, b.Record.ID))
+	})
+	claims := make([]*approval.ExecutionClaim, len(list))
+	for i, c := range list {
+		claims[i] = c.ExecutionClaim
 	}
 	if len(claims) == 0 {
 		return nil, tx.commit(ctx, "commit claim executions")
@@ -262,7 +277,7 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 	if err != nil {
 		return nil, "", err
 	}
-	if f.Status != "" && !validExecutionStatus(f.Status) {
+	if f.Status != "" && !slices.Contains(executionStatuses, f.Status) {
 		return nil, "", approval.Errorf(approval.EINVALID, "unknown execution status %q", f.Status)
 	}
 
@@ -622,14 +637,6 @@ var executionStatuses = []approval.ExecutionStatus{
 	approval.ExecutionNotConfigured,
 }
 
-func validExecutionStatus(s approval.ExecutionStatus) bool {
-	for _, st := range executionStatuses {
-		if s == st {
-			return true
-		}
-	}
-	return false
-}
 
 // executionColumns are the executions columns scanExecution reads, in order, from alias x.
 const executionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.status, x.attempts,
