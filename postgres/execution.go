@@ -637,7 +637,6 @@ var executionStatuses = []approval.ExecutionStatus{
 	approval.ExecutionNotConfigured,
 }
 
-
 // executionColumns are the executions columns scanExecution reads, in order, from alias x.
 const executionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.status, x.attempts,
 	x.last_error, x.result, x.next_attempt_at, x.lease_expires_at, x.applied_version,

@@ -64,6 +64,14 @@ type notifier struct {
 }
 
 func newNotifier(config *pgx.ConnConfig, logger func() *slog.Logger) *notifier {
+	config = config.Copy()
+	if config.RuntimeParams == nil {
+		config.RuntimeParams = make(map[string]string)
+	}
+	if config.RuntimeParams["application_name"] == "" {
+		// So that an operator can tell it apart in pg_stat_activity: it is idle by design.
+		config.RuntimeParams["application_name"] = "approvald listener"
+	}
 	return &notifier{config: config, logger: logger, subs: make(map[string]map[chan struct{}]struct{})}
 }
 

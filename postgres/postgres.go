@@ -2,7 +2,10 @@
 // replicated deployments: every coordination between replicas (one terminal decision, one
 // approval per operation key, one expiry event, one bootstrap token) is decided by a
 // conditional write, a unique constraint or a row lock inside the database, never by process
-// memory.
+// memory. Workers on every replica claim inbox events and executions with FOR UPDATE SKIP
+// LOCKED under leases, and every write of a claim's outcome is fenced by its token. Changes
+// are signalled with NOTIFY inside the changing transaction and heard, by every replica, on
+// one LISTEN connection per store.
 //
 // All SQL uses unqualified table names, so a search_path parameter in the URL places the
 // whole store in one schema (the tests give each test a fresh schema that way).
