@@ -91,10 +91,7 @@ func claimExecutions(ctx context.Context, tx *tx, lease time.Duration, limit int
 		).Scan(&attempt, &approvalID); err != nil {
 			return nil, fmt.Errorf("claim execution %s: %w", d.id, err)
 		}
-		var detail map[string]any
-		if d.recovered {
-			detail = map[string]any{"recovered": true}
-		}
+		detail := map[string]any{"execution_id": d.id, "recovered": d.recovered}
 		cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
 		if err := appendEvent(ctx, tx, approvalID, approval.EventExecutionAttempt, actorSystem, cause, detail); err != nil {
 			return nil, err
@@ -225,6 +222,9 @@ func finishAttempt(ctx context.Context, tx *tx, id string, attempt int, o approv
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
 	detail := map[string]any{"reason": o.Reason, "error": o.Error}
+	if retryAt != nil {
+		detail["retry_at"] = retryAt.UTC().Truncate(approval.Precision)
+	}
 	if err := appendEvent(ctx, tx, rec.ApprovalID, event, actorSystem, cause, detail); err != nil {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) er
 		return fail("release execution", err)
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReleased, actorSystem, cause, nil); err != nil {
+	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReleased, actorSystem, cause, map[string]any{"execution_id": id}); err != nil {
 		return fail("release execution", err)
 	}
 	tx.signal(approval.TopicExecutions)
@@ -357,9 +357,6 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 	if err != nil {
 		return nil, fail("retry execution", err)
 	}
-	if !s.targeted(rec.Action) {
-		return nil, approval.Errorf(approval.ECONFLICT, "action %q has no target to run execution %s against", rec.Action, id)
-	}
 	rec, err = moveExecution(ctx, tx, rec, approval.ExecutionQueued,
 		[]approval.ExecutionStatus{approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled},
 		approval.EventExecutionRetried, actor, cause, nil)
@@ -426,8 +423,8 @@ func (s *Store) CancelExecution(ctx context.Context, id, actor string, cause app
 }
 
 // moveExecution is an operator's transition of rec from one of the statuses in from to to,
-// with its event: ECONFLICT from any other status. A move to queued makes the execution due
-// now; every move clears any lease.
+// with its event (detail plus the execution id and the status it left): ECONFLICT from any
+// other status. A move to queued makes the execution due now; every move clears any lease.
 func moveExecution(ctx context.Context, tx *tx, rec *approval.ExecutionRecord, to approval.ExecutionStatus, from []approval.ExecutionStatus, event, actor string, cause approval.Cause, detail map[string]any) (*approval.ExecutionRecord, error) {
 	allowed := false
 	for _, st := range from {
@@ -454,6 +451,10 @@ func moveExecution(ctx context.Context, tx *tx, rec *approval.ExecutionRecord, t
 	} else if n != 1 {
 		return nil, fmt.Errorf("execution %s changed inside the write transaction", rec.ID)
 	}
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	detail["execution_id"], detail["previous_status"] = rec.ID, string(rec.Status)
 	if err := appendEvent(ctx, tx, rec.ApprovalID, event, actor, cause, detail); err != nil {
 		return nil, err
 	}
@@ -495,9 +496,9 @@ func report(ctx context.Context, tx *tx, r approval.ExecutionReport) (bool, *app
 	if err != nil {
 		return false, nil, err
 	}
-	detail := map[string]any{"status": string(r.Status), "version": r.Version, "applied_version": rec.AppliedVersion}
 	if r.Version <= rec.AppliedVersion {
 		// Invariant 4: an older outcome never overwrites a newer one; it is only recorded.
+		detail := map[string]any{"execution_id": rec.ID, "status": string(r.Status), "version": r.Version, "applied_version": rec.AppliedVersion}
 		if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReportStale, r.Actor, r.Cause, detail); err != nil {
 			return false, nil, err
 		}
@@ -505,13 +506,14 @@ func report(ctx context.Context, tx *tx, r approval.ExecutionReport) (bool, *app
 	}
 	if _, err := tx.ExecContext(ctx, `
 		UPDATE executions
-		SET status = ?, result = coalesce(?, result), applied_version = ?,
+		SET status = ?, result = ?, applied_version = ?,
 			next_attempt_at = NULL, lease_expires_at = NULL, updated_at = ?
 		WHERE id = ?`,
 		string(r.Status), nullBytes(r.Result), r.Version, micros(tx.now), rec.ID,
 	); err != nil {
 		return false, nil, fmt.Errorf("apply report: %w", err)
 	}
+	detail := map[string]any{"execution_id": rec.ID, "status": string(r.Status), "version": r.Version, "previous_status": string(rec.Status)}
 	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReported, r.Actor, r.Cause, detail); err != nil {
 		return false, nil, err
 	}
