@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
@@ -12,7 +11,7 @@ import (
 // TestConformance runs the shared store suite on PostgreSQL, one fresh schema per case.
 func TestConformance(t *testing.T) {
 	testdb.PostgresURL(t) // skip (or fail, when required) once, not in every case
-	storetest.Exercise(t, func(t *testing.T, now func() time.Time) approval.Store {
-		return testdb.Open(t, testdb.Postgres, now)
+	storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
+		return testdb.OpenWith(t, testdb.Postgres, testdb.Options{Now: o.Now, Targeted: o.Targeted})
 	})
 }

@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
@@ -11,7 +10,7 @@ import (
 
 // TestConformance runs the shared store suite on SQLite.
 func TestConformance(t *testing.T) {
-	storetest.Exercise(t, func(t *testing.T, now func() time.Time) approval.Store {
-		return testdb.Open(t, testdb.SQLite, now)
+	storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
+		return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now, Targeted: o.Targeted})
 	})
 }

@@ -237,6 +237,54 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantState(t, mustApproval(t, f.store, decided.ID), approval.StatusRejected, 2)
 	})
 
+	// An inbox decision may name the approval by its operation key instead of its id. Keys are
+	// unique per requester only, so a key two requesters used names no one approval.
+	s.run(t, "ByOperationKey", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		got, err := f.store.Decide(ctx, approval.DecideRequest{
+			OperationKey: a.OperationKey, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
+		})
+		if err != nil {
+			t.Fatalf("alice approves by operation key: %v", err)
+		}
+		if got.ID != a.ID {
+			t.Fatalf("decided by operation key %s: got approval %s, want %s", a.OperationKey, got.ID, a.ID)
+		}
+		wantState(t, got, approval.StatusApproved, 2)
+		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
+
+		_, err = f.store.Decide(ctx, approval.DecideRequest{
+			OperationKey: "no-such-operation", Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
+		})
+		wantCode(t, err, approval.ENOTFOUND)
+
+		// The same key under two requesters: ambiguous, refused, and neither approval touched.
+		b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		other := PendingApproval(t, f.clock.Now())
+		other.Requester, other.OperationKey, other.Fingerprint = "deployer", b.OperationKey, "fp-deployer-"+b.OperationKey
+		MustCreate(t, f.store, other)
+		_, err = f.store.Decide(ctx, approval.DecideRequest{
+			OperationKey: b.OperationKey, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
+		})
+		wantCode(t, err, approval.ECONFLICT)
+		wantState(t, mustApproval(t, f.store, b.ID), approval.StatusPending, 1)
+		wantState(t, mustApproval(t, f.store, other.ID), approval.StatusPending, 1)
+
+		// The id wins when both are given: the key is only looked at when the id is empty.
+		got, err = f.store.Decide(ctx, approval.DecideRequest{
+			ApprovalID: other.ID, OperationKey: "no-such-operation", Approver: "bob", Verdict: approval.VerdictReject, Cause: voteCause("bob"),
+		})
+		if err != nil {
+			t.Fatalf("bob rejects by id with a stray operation key: %v", err)
+		}
+		if got.ID != other.ID {
+			t.Fatalf("decided by id: got approval %s, want %s", got.ID, other.ID)
+		}
+		wantState(t, got, approval.StatusRejected, 2)
+		wantState(t, mustApproval(t, f.store, b.ID), approval.StatusPending, 1)
+	})
+
 	s.run(t, "NotFound", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		MustCreate(t, f.store, PendingApproval(t, f.clock.Now())) // a store that is not empty

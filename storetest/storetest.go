@@ -1,13 +1,14 @@
 // Package storetest is the conformance suite every approval.Store implementation must pass.
 // It is the executable form of the doc comments on approval.Store and of the DESIGN.md
 // invariants that rest on the store: one terminal decision (1), one approval per operation (2),
-// durable state only (6) and every transition explaining itself (7).
+// one intake per event (3), no step backwards (4), one effect per approved action (5), durable
+// state only (6) and every transition explaining itself (7).
 //
 // A store package wires it in one test:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Exercise(t, func(t *testing.T, now func() time.Time) approval.Store {
-//			return testdb.Open(t, testdb.SQLite, now)
+//		storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
+//			return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now, Targeted: o.Targeted})
 //		})
 //	}
 //
@@ -24,10 +25,20 @@ import (
 	"github.com/approvald/approval"
 )
 
+// Options are the settings Exercise asks open to give the store of each case.
+type Options struct {
+	// Now is the store's clock: a Clock the case moves by hand, so no case waits for real time
+	// to pass.
+	Now func() time.Time
+	// Targeted is the store's Targeted field: whether an action has a downstream target, and so
+	// whether approving creates a queued execution. The suite reports true for TargetedAction
+	// only.
+	Targeted func(action string) bool
+}
+
 // Exercise runs every case of the suite as a parallel subtest. Each case gets a fresh, empty
-// store from open, whose clock is the now it is given: a Clock the case moves by hand, so no
-// case waits for real time to pass.
-func Exercise(t *testing.T, open func(t *testing.T, now func() time.Time) approval.Store) {
+// store from open, set up with the Options it is given.
+func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 	t.Helper()
 	s := suite{open: open}
 	for _, group := range []struct {
@@ -40,6 +51,9 @@ func Exercise(t *testing.T, open func(t *testing.T, now func() time.Time) approv
 		{"Approvals", exerciseList},
 		{"Audit", exerciseAudit},
 		{"Tokens", exerciseTokens},
+		{"Inbox", exerciseInbox},
+		{"Executions", exerciseExecutions},
+		{"Notifier", exerciseNotifier},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
@@ -50,7 +64,7 @@ func Exercise(t *testing.T, open func(t *testing.T, now func() time.Time) approv
 
 // suite opens a fresh store for each case.
 type suite struct {
-	open func(t *testing.T, now func() time.Time) approval.Store
+	open func(t *testing.T, o Options) approval.Store
 }
 
 // fixture is what one case works with: its own store and the clock that store reads.
@@ -70,7 +84,7 @@ func (s suite) run(t *testing.T, name string, fn func(t *testing.T, f *fixture))
 	t.Run(name, func(t *testing.T) {
 		t.Parallel()
 		clock := NewClock(start)
-		fn(t, &fixture{store: s.open(t, clock.Now), clock: clock})
+		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now, Targeted: targeted}), clock: clock})
 	})
 }
 
@@ -97,6 +111,13 @@ func (c *Clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
+
+// TargetedAction is the one action with a downstream target in every case's store: approving
+// an approval for it queues an execution, while approving one for any other action (such as
+// PendingApproval's "deploy") records the execution as not_configured.
+const TargetedAction = "payout"
+
+func targeted(action string) bool { return action == TargetedAction }
 
 // The idempotency parameters MustCreate uses, as httpapi would.
 const (

@@ -47,6 +47,19 @@ func Each(t *testing.T, fn func(t *testing.T, kind string)) {
 // when nil). It is closed, and its PostgreSQL schema dropped, when the test ends.
 func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
 	tb.Helper()
+	return OpenWith(tb, kind, Options{Now: now})
+}
+
+// Options sets up a store opened by OpenWith. A nil field keeps the store's default.
+type Options struct {
+	Now      func() time.Time  // the store's clock (default time.Now)
+	Targeted func(string) bool // which actions have a downstream target (default none)
+}
+
+// OpenWith is Open with every store setting a test may need: a new, migrated, empty store of
+// the given kind, closed (and its PostgreSQL schema dropped) when the test ends.
+func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
+	tb.Helper()
 	dsn := DSN(tb, kind)
 	ctx := context.Background()
 	switch kind {
@@ -55,9 +68,10 @@ func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
 		if err != nil {
 			tb.Fatalf("open sqlite: %v", err)
 		}
-		if now != nil {
-			s.Now = now
+		if o.Now != nil {
+			s.Now = o.Now
 		}
+		s.Targeted = o.Targeted
 		if err := s.Migrate(ctx); err != nil {
 			tb.Fatalf("migrate sqlite: %v", err)
 		}
@@ -68,9 +82,10 @@ func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
 		if err != nil {
 			tb.Fatalf("open postgres: %v", err)
 		}
-		if now != nil {
-			s.Now = now
+		if o.Now != nil {
+			s.Now = o.Now
 		}
+		s.Targeted = o.Targeted
 		if err := s.Migrate(ctx); err != nil {
 			tb.Fatalf("migrate postgres: %v", err)
 		}

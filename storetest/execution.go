@@ -1,0 +1,866 @@
+package storetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// exerciseExecutions covers ExecutionStore: invariant 5, one effect per approved action (the
+// outbox, attempts fenced by their number, leases recovered), and invariant 4 for reported
+// outcomes.
+func exerciseExecutions(t *testing.T, s suite) {
+	s.run(t, "QueuedWithApproval", func(t *testing.T, f *fixture) {
+		a := PendingApproval(t, f.clock.Now())
+		a.Action = TargetedAction
+		if got := MustCreate(t, f.store, a); got.Execution != nil {
+			t.Fatalf("pending approval: got execution %+v, want none", got.Execution)
+		}
+		f.clock.Advance(time.Minute)
+		decided := mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
+		if decided.Execution == nil || decided.Execution.Status != approval.ExecutionQueued {
+			t.Fatalf("approval returned by the approving vote: got execution %+v, want a queued one", decided.Execution)
+		}
+
+		got := mustApproval(t, f.store, a.ID)
+		if got.Execution == nil || got.Execution.ID == "" || got.Execution.Status != approval.ExecutionQueued || got.Execution.Attempts != 0 {
+			t.Fatalf("approved approval: got execution %+v, want a queued one with an id and no attempts", got.Execution)
+		}
+		rec := mustExecution(t, f.store, got.Execution.ID)
+		if rec.ApprovalID != a.ID || rec.OperationKey != a.OperationKey || rec.Action != TargetedAction {
+			t.Fatalf("execution: got approval %s, key %s, action %s; want %s, %s, %s", rec.ApprovalID, rec.OperationKey, rec.Action, a.ID, a.OperationKey, TargetedAction)
+		}
+		wantExecution(t, rec, approval.ExecutionQueued, 0, "")
+		if rec.Attempts != 0 || rec.LeaseExpiresAt != nil || rec.NextAttemptAt == nil {
+			t.Fatalf("queued execution: got %d attempts, lease until %v, next attempt %v; want 0, none, due now", rec.Attempts, rec.LeaseExpiresAt, rec.NextAttemptAt)
+		}
+		wantTime(t, "next_attempt_at", *rec.NextAttemptAt, f.clock.Now())
+		wantTime(t, "created_at", rec.CreatedAt, f.clock.Now())
+
+		evs := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved, approval.EventExecutionQueued)
+		wantTime(t, "queued event", evs[3].At, f.clock.Now())
+
+		wantExecutionList(t, f.store, approval.ExecutionFilter{}, rec)
+		page, _ := mustList(t, f.store, approval.ApprovalFilter{})
+		if len(page) != 1 || page[0].Execution == nil || page[0].Execution.ID != rec.ID {
+			t.Fatalf("listed approval: got %d approvals, want one carrying execution %s", len(page), rec.ID)
+		}
+	})
+
+	// An action without a target is executed by the caller: the approval says so and nothing
+	// is queued.
+	s.run(t, "NotConfigured", func(t *testing.T, f *fixture) {
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
+		got := mustApproval(t, f.store, a.ID)
+		if got.Execution == nil || got.Execution.Status != approval.ExecutionNotConfigured {
+			t.Fatalf("approved approval without a target: got execution %+v, want not_configured", got.Execution)
+		}
+		js, err := json.Marshal(got.Execution)
+		if err != nil {
+			t.Fatalf("marshal execution: %v", err)
+		}
+		if string(js) != `{"status":"not_configured"}` {
+			t.Fatalf("execution JSON: got %s, want {\"status\":\"not_configured\"}", js)
+		}
+		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 0)
+	})
+
+	s.run(t, "NoExecutionUnlessApproved", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		create := func(mod func(a *approval.Approval)) *approval.Approval {
+			t.Helper()
+			a := PendingApproval(t, f.clock.Now())
+			a.Action = TargetedAction
+			if mod != nil {
+				mod(a)
+			}
+			return MustCreate(t, f.store, a)
+		}
+		rejected := create(nil)
+		mustDecide(t, f.store, rejected.ID, "bob", approval.VerdictReject)
+		cancelled := create(nil)
+		if _, err := f.store.Cancel(ctx, cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		halfway := create(func(a *approval.Approval) { a.RequiredApprovals = 2 })
+		mustDecide(t, f.store, halfway.ID, "alice", approval.VerdictApprove)
+		expired := create(func(a *approval.Approval) { a.ExpiresAt = a.CreatedAt.Add(time.Minute) })
+		f.clock.Advance(time.Minute)
+		mustExpire(t, f.store, 10)
+
+		for _, a := range []*approval.Approval{rejected, cancelled, halfway, expired} {
+			if got := mustApproval(t, f.store, a.ID); got.Execution != nil {
+				t.Fatalf("%s approval: got execution %+v, want none", got.Status, got.Execution)
+			}
+		}
+		wantExecutionList(t, f.store, approval.ExecutionFilter{})
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 0)
+	})
+
+	// Two approvers approving at once: one approval, so one execution, queued once.
+	s.run(t, "OneExecutionPerApproval", func(t *testing.T, f *fixture) {
+		const rounds = 20
+		for range rounds {
+			a := PendingApproval(t, f.clock.Now())
+			a.Action = TargetedAction
+			MustCreate(t, f.store, a)
+			race(2, func(i int) {
+				// One vote wins; the other finds the approval approved (ECONFLICT), which the
+				// checks below account for.
+				f.store.Decide(t.Context(), approval.DecideRequest{
+					ApprovalID: a.ID, Approver: a.Approvers[i], Verdict: approval.VerdictApprove, Cause: voteCause(a.Approvers[i]),
+				})
+			})
+			wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved, approval.EventExecutionQueued)
+		}
+		all, _, err := f.store.Executions(t.Context(), approval.ExecutionFilter{Limit: approval.MaxPageSize})
+		if err != nil {
+			t.Fatalf("executions: %v", err)
+		}
+		approvals := make(map[string]bool)
+		for _, rec := range all {
+			approvals[rec.ApprovalID] = true
+		}
+		if len(all) != rounds || len(approvals) != rounds {
+			t.Fatalf("executions: got %d for %d approvals, want %d for %d", len(all), len(approvals), rounds, rounds)
+		}
+	})
+
+	s.run(t, "ClaimAndRecover", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a, rec := mustApprovedExecution(t, f)
+		f.clock.Advance(time.Second)
+		claimed := mustClaimExecutions(t, f.store, 10)
+		wantClaims(t, "first claim", claimed, 1, rec)
+		c := claimed[0]
+		if c.Recovered || c.Record.Status != approval.ExecutionRunning || c.Record.Attempts != 1 {
+			t.Fatalf("first claim: got recovered %v, record %s with %d attempts; want false, running, 1", c.Recovered, c.Record.Status, c.Record.Attempts)
+		}
+		if c.Record.LeaseExpiresAt == nil {
+			t.Fatalf("first claim: got no lease expiry, want %v", f.clock.Now().Add(workLease))
+		}
+		wantTime(t, "lease_expires_at", *c.Record.LeaseExpiresAt, f.clock.Now().Add(workLease))
+		if c.Approval == nil || c.Approval.ID != a.ID || c.Approval.Action != TargetedAction || c.Approval.Status != approval.StatusApproved {
+			t.Fatalf("first claim: got approval %+v, want approved %s, the body of the call", c.Approval, a.ID)
+		}
+		if got := mustApproval(t, f.store, a.ID).Execution; got.Status != approval.ExecutionRunning || got.Attempts != 1 {
+			t.Fatalf("approval's execution while claimed: got %s with %d attempts, want running with 1", got.Status, got.Attempts)
+		}
+		// The attempt is on record before any call is made.
+		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt)
+		wantWorkerCause(t, evs[0], 1)
+		wantTime(t, "attempt event", evs[0].At, f.clock.Now())
+
+		f.clock.Advance(workLease - time.Microsecond)
+		wantClaims(t, "claim while the lease is live", mustClaimExecutions(t, f.store, 10), 0)
+		f.clock.Advance(2 * time.Microsecond)
+		claimed = mustClaimExecutions(t, f.store, 10)
+		wantClaims(t, "claim after the lease expired", claimed, 2, rec)
+		if !claimed[0].Recovered || claimed[0].Record.Attempts != 2 {
+			t.Fatalf("claim after the lease expired: got recovered %v, %d attempts; want true, 2", claimed[0].Recovered, claimed[0].Record.Attempts)
+		}
+		evs = wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAttempt)
+		wantWorkerCause(t, evs[1], 2)
+
+		// The first attempt's worker wakes up: its number is no longer current, so it can
+		// neither record an outcome nor keep its lease.
+		_, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`)})
+		wantCode(t, err, approval.ECONFLICT)
+		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
+		got := mustExecution(t, f.store, rec.ID)
+		wantExecution(t, got, approval.ExecutionRunning, 0, "")
+		if got.Attempts != 2 {
+			t.Fatalf("after a stale finish: got %d attempts, want 2", got.Attempts)
+		}
+
+		done, err := f.store.FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{
+			Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_123"}`), Reason: "200 from target",
+		})
+		if err != nil {
+			t.Fatalf("finish attempt 2: %v", err)
+		}
+		wantExecution(t, done, approval.ExecutionSucceeded, 0, `{"payout": "po_123"}`)
+		pub := mustApproval(t, f.store, a.ID).Execution
+		if pub.Status != approval.ExecutionSucceeded || pub.Attempts != 2 || !bytes.Equal(pub.Result, []byte(`{"payout": "po_123"}`)) {
+			t.Fatalf("approval's execution: got %s, %d attempts, result %s; want succeeded, 2, the target's body", pub.Status, pub.Attempts, pub.Result)
+		}
+		evs = wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
+		wantWorkerCause(t, evs[2], 2)
+
+		// Finished: never claimed again, and the attempt cannot finish twice.
+		f.clock.Advance(workLease + time.Second)
+		wantClaims(t, "claim after success", mustClaimExecutions(t, f.store, 10), 0)
+		_, err = f.store.FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
+		wantCode(t, err, approval.ECONFLICT)
+		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 0, `{"payout": "po_123"}`)
+	})
+
+	s.run(t, "AttemptOutcomes", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		var recs []*approval.ExecutionRecord
+		var approvals []*approval.Approval
+		for range 4 {
+			a, rec := mustApprovedExecution(t, f)
+			approvals, recs = append(approvals, a), append(recs, rec)
+			f.clock.Advance(time.Second)
+		}
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, recs...)
+		f.clock.Advance(time.Second)
+		retryAt := f.clock.Now().Add(time.Minute)
+		for i, tc := range []struct {
+			outcome approval.AttemptOutcome
+			event   string
+		}{
+			{approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"ok": true}`), Reason: "200 from target"}, approval.EventExecutionSucceeded},
+			{approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "400 Bad Request", Reason: "400 from target: not retryable"}, approval.EventExecutionFailed},
+			{approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "timeout after the request was sent", Reason: "uncertain and the target cannot be asked"}, approval.EventExecutionNeedsReview},
+			{approval.AttemptOutcome{Status: approval.ExecutionQueued, RetryAt: &retryAt, Error: "503 Service Unavailable", Reason: "503 from target, retry 2 of 10 in 1m"}, approval.EventExecutionRetry},
+		} {
+			got, err := f.store.FinishAttempt(ctx, recs[i].ID, 1, tc.outcome)
+			if err != nil {
+				t.Fatalf("finish attempt as %s: %v", tc.outcome.Status, err)
+			}
+			result := ""
+			if tc.outcome.Status == approval.ExecutionSucceeded {
+				result = string(tc.outcome.Result)
+			}
+			wantExecution(t, got, tc.outcome.Status, 0, result)
+			if got.LastError != tc.outcome.Error || got.Attempts != 1 {
+				t.Fatalf("finished as %s: got last error %q, %d attempts; want %q, 1", tc.outcome.Status, got.LastError, got.Attempts, tc.outcome.Error)
+			}
+			wantExecution(t, mustExecution(t, f.store, recs[i].ID), tc.outcome.Status, 0, result)
+			evs := wantExecutionEvents(t, f.store, approvals[i].ID, approval.EventExecutionAttempt, tc.event)
+			wantWorkerCause(t, evs[1], 1)
+			if !strings.Contains(fmt.Sprint(evs[1].Detail)+evs[1].Cause.Note, tc.outcome.Reason) {
+				t.Fatalf("event %s: got detail %v and note %q, want them to give the reason %q", evs[1].Type, evs[1].Detail, evs[1].Cause.Note, tc.outcome.Reason)
+			}
+		}
+
+		// The retry waits for RetryAt; the others are done.
+		queued := mustExecution(t, f.store, recs[3].ID)
+		if queued.NextAttemptAt == nil {
+			t.Fatalf("execution queued to retry: got no next attempt, want %v", retryAt)
+		}
+		wantTime(t, "next_attempt_at", *queued.NextAttemptAt, retryAt)
+		f.clock.Advance(retryAt.Sub(f.clock.Now()) - time.Microsecond)
+		wantClaims(t, "claim before the retry is due", mustClaimExecutions(t, f.store, 10), 0)
+		f.clock.Advance(time.Microsecond)
+		claimed := mustClaimExecutions(t, f.store, 10)
+		wantClaims(t, "claim when the retry is due", claimed, 2, recs[3])
+		if claimed[0].Recovered {
+			t.Fatalf("claim of a scheduled retry: got recovered, want not (the last attempt's outcome is known)")
+		}
+	})
+
+	s.run(t, "Renew", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		_, rec := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		claimedAt := f.clock.Now()
+
+		f.clock.Advance(20 * time.Second)
+		if err := f.store.RenewExecution(ctx, rec.ID, 1, time.Minute); err != nil {
+			t.Fatalf("renew attempt 1: %v", err)
+		}
+		renewedUntil := f.clock.Now().Add(time.Minute)
+		got := mustExecution(t, f.store, rec.ID)
+		if got.LeaseExpiresAt == nil {
+			t.Fatalf("renewed execution: got no lease expiry, want %v", renewedUntil)
+		}
+		wantTime(t, "renewed lease_expires_at", *got.LeaseExpiresAt, renewedUntil)
+		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 2, time.Minute), approval.ECONFLICT)
+
+		// Past the first lease, within the renewed one: still held.
+		f.clock.Advance(claimedAt.Add(workLease + time.Second).Sub(f.clock.Now()))
+		wantClaims(t, "claim after the first lease, within the renewed one", mustClaimExecutions(t, f.store, 10), 0)
+		f.clock.Advance(renewedUntil.Sub(f.clock.Now()) + time.Microsecond)
+		claimed := mustClaimExecutions(t, f.store, 10)
+		wantClaims(t, "claim after the renewed lease", claimed, 2, rec)
+		if !claimed[0].Recovered {
+			t.Fatalf("claim after the renewed lease expired: got not recovered, want recovered")
+		}
+		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, time.Minute), approval.ECONFLICT)
+	})
+
+	// A worker shutting down gives back a claim whose call it has not sent: the attempt does
+	// not count and the next claim is not a recovery.
+	s.run(t, "Release", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a, rec := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		f.clock.Advance(time.Second)
+		if err := f.store.ReleaseExecution(ctx, rec.ID, 1); err != nil {
+			t.Fatalf("release attempt 1: %v", err)
+		}
+		got := mustExecution(t, f.store, rec.ID)
+		wantExecution(t, got, approval.ExecutionQueued, 0, "")
+		if got.Attempts != 0 || got.NextAttemptAt == nil {
+			t.Fatalf("released execution: got %d attempts, next attempt %v; want 0, due now", got.Attempts, got.NextAttemptAt)
+		}
+		wantTime(t, "next_attempt_at of a released execution", *got.NextAttemptAt, f.clock.Now())
+		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionReleased)
+
+		claimed := mustClaimExecutions(t, f.store, 10)
+		wantClaims(t, "claim after the release", claimed, 1, rec)
+		if claimed[0].Recovered {
+			t.Fatalf("claim after a release: got recovered, want not (no call was sent)")
+		}
+		// A release naming another attempt gives nothing back.
+		f.store.ReleaseExecution(ctx, rec.ID, 2)
+		got = mustExecution(t, f.store, rec.ID)
+		if got.Status != approval.ExecutionRunning || got.Attempts != 1 {
+			t.Fatalf("after a release of another attempt: got %s with %d attempts, want running with 1", got.Status, got.Attempts)
+		}
+	})
+
+	s.run(t, "OperatorActions", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root", Note: "checked with the payments team"}
+		// finish claims the execution (which must be the only one due) and records outcome.
+		finish := func(status approval.ExecutionStatus) (*approval.Approval, *approval.ExecutionRecord) {
+			t.Helper()
+			a, rec := mustApprovedExecution(t, f)
+			wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+			if status == approval.ExecutionRunning {
+				return a, rec
+			}
+			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: status, Error: "boom", Reason: "test"}); err != nil {
+				t.Fatalf("finish attempt as %s: %v", status, err)
+			}
+			return a, rec
+		}
+		failedA, failed := finish(approval.ExecutionFailed)
+		_, failed2 := finish(approval.ExecutionFailed)
+		reviewA, review := finish(approval.ExecutionNeedsReview)
+		_, review2 := finish(approval.ExecutionNeedsReview)
+		_, succeeded := finish(approval.ExecutionSucceeded)
+		_, running := finish(approval.ExecutionRunning)
+		queuedA, queued := mustApprovedExecution(t, f)
+		missing := approval.NewID("exe")
+
+		// Each action refuses the states it does not apply to, and unknown ids.
+		for _, tc := range []struct {
+			name   string
+			do     func(id string) error
+			refuse []*approval.ExecutionRecord
+		}{
+			{"retry", func(id string) error {
+				_, err := f.store.RetryExecution(ctx, id, "root", cause)
+				return err
+			}, []*approval.ExecutionRecord{queued, running, succeeded}},
+			{"resolve", func(id string) error {
+				_, err := f.store.ResolveExecution(ctx, id, approval.ExecutionSucceeded, "done by hand", "root", cause)
+				return err
+			}, []*approval.ExecutionRecord{queued, running, succeeded}},
+			{"cancel", func(id string) error {
+				_, err := f.store.CancelExecution(ctx, id, "root", cause)
+				return err
+			}, []*approval.ExecutionRecord{running, succeeded, failed2, review2}},
+		} {
+			for _, rec := range tc.refuse {
+				status := mustExecution(t, f.store, rec.ID).Status
+				if got := approval.ErrorCode(tc.do(rec.ID)); got != approval.ECONFLICT {
+					t.Fatalf("%s of a %s execution: got code %q, want %q", tc.name, status, got, approval.ECONFLICT)
+				}
+				if after := mustExecution(t, f.store, rec.ID).Status; after != status {
+					t.Fatalf("refused %s of a %s execution: got status %s after it", tc.name, status, after)
+				}
+			}
+			if got := approval.ErrorCode(tc.do(missing)); got != approval.ENOTFOUND {
+				t.Fatalf("%s of an unknown execution: got code %q, want %q", tc.name, got, approval.ENOTFOUND)
+			}
+		}
+
+		// Cancel: queued only, and then it is not claimed.
+		f.clock.Advance(time.Second)
+		got, err := f.store.CancelExecution(ctx, queued.ID, "root", cause)
+		if err != nil {
+			t.Fatalf("cancel a queued execution: %v", err)
+		}
+		wantExecution(t, got, approval.ExecutionCancelled, 0, "")
+		evs := wantExecutionEvents(t, f.store, queuedA.ID, approval.EventExecutionCancelled)
+		wantEvent(t, evs[0], "root", cause, f.clock.Now())
+		_, err = f.store.CancelExecution(ctx, queued.ID, "root", cause)
+		wantCode(t, err, approval.ECONFLICT)
+		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.store, 10), 0)
+
+		// Retry: failed, needs_review and cancelled run again, under the same operation key,
+		// without a new approval. A second apart, so the claims below come in this order.
+		failedRetriedAt := f.clock.Now().Add(time.Second)
+		for _, rec := range []*approval.ExecutionRecord{failed, review2, queued} {
+			f.clock.Advance(time.Second)
+			got, err := f.store.RetryExecution(ctx, rec.ID, "root", cause)
+			if err != nil {
+				t.Fatalf("retry a %s execution: %v", mustExecution(t, f.store, rec.ID).Status, err)
+			}
+			wantExecution(t, got, approval.ExecutionQueued, 0, "")
+			if got.NextAttemptAt == nil {
+				t.Fatalf("retried execution: got no next attempt, want due now")
+			}
+			wantTime(t, "next_attempt_at of a retried execution", *got.NextAttemptAt, f.clock.Now())
+		}
+		evs = wantExecutionEvents(t, f.store, failedA.ID, approval.EventExecutionAttempt, approval.EventExecutionFailed, approval.EventExecutionRetried)
+		wantEvent(t, evs[2], "root", cause, failedRetriedAt)
+		wantClaims(t, "claim of the retried failure", mustClaimExecutions(t, f.store, 1), 2, failed)
+		wantClaims(t, "claim of the retried review", mustClaimExecutions(t, f.store, 1), 2, review2)
+		wantClaims(t, "claim of the retried cancel", mustClaimExecutions(t, f.store, 1), 1, queued)
+
+		// Resolve: needs_review and failed only, to what really happened.
+		const note = "payout po_77 found in the ledger"
+		got, err = f.store.ResolveExecution(ctx, review.ID, approval.ExecutionSucceeded, note, "root", cause)
+		if err != nil {
+			t.Fatalf("resolve an execution in needs_review: %v", err)
+		}
+		wantExecution(t, got, approval.ExecutionSucceeded, 0, "")
+		evs = wantExecutionEvents(t, f.store, reviewA.ID, approval.EventExecutionAttempt, approval.EventExecutionNeedsReview, approval.EventExecutionResolved)
+		if evs[2].Actor != "root" || evs[2].Cause.Kind != approval.CauseOperator || !strings.Contains(fmt.Sprint(evs[2].Detail)+evs[2].Cause.Note, note) {
+			t.Fatalf("resolved event: got actor %q, cause %+v, detail %v; want root, the operator's cause and the note %q", evs[2].Actor, evs[2].Cause, evs[2].Detail, note)
+		}
+		got, err = f.store.ResolveExecution(ctx, failed2.ID, approval.ExecutionFailed, "never sent", "root", cause)
+		if err != nil {
+			t.Fatalf("resolve a failed execution: %v", err)
+		}
+		wantExecution(t, got, approval.ExecutionFailed, 0, "")
+	})
+
+	// Invariant 4 for outcomes reported by the caller or the target: only a newer version
+	// moves the execution.
+	s.run(t, "Report", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		// By approval id, for an action without a target: the caller executed it.
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
+		byID := func(version int64, status approval.ExecutionStatus) approval.ExecutionReport {
+			return approval.ExecutionReport{
+				ApprovalID: a.ID, Status: status, Version: version, Result: []byte(fmt.Sprintf(`{"version": %d}`, version)),
+				Actor: "ci-bot", Cause: approval.HTTPCause(fmt.Sprintf("report-%d", version)),
+			}
+		}
+		f.clock.Advance(time.Second)
+		rec := mustReport(t, f.store, byID(2, approval.ExecutionSucceeded), true)
+		wantExecution(t, rec, approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		// Reported, the execution shows in full.
+		pub := mustApproval(t, f.store, a.ID).Execution
+		if js, _ := json.Marshal(pub); !strings.Contains(string(js), `"id":`) || pub.Status != approval.ExecutionSucceeded {
+			t.Fatalf("approval's execution after a report: got %s, want the full record, succeeded", js)
+		}
+		f.clock.Advance(time.Second)
+		wantExecution(t, mustReport(t, f.store, byID(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		f.clock.Advance(time.Second)
+		wantExecution(t, mustReport(t, f.store, byID(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
+		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReported)
+		for i, v := range []int{2, 1, 3} {
+			wantEvent(t, evs[i], "ci-bot", approval.HTTPCause(fmt.Sprintf("report-%d", v)), start.Add(time.Duration(i+1)*time.Second))
+		}
+
+		// By operation key, for a queued execution: an asynchronous target's report wins.
+		b, recB := mustApprovedExecution(t, f)
+		byKey := func(version int64, status approval.ExecutionStatus) approval.ExecutionReport {
+			return approval.ExecutionReport{
+				OperationKey: b.OperationKey, Status: status, Version: version, Result: []byte(fmt.Sprintf(`{"version": %d}`, version)),
+				Actor: "payments", Cause: approval.Cause{Kind: approval.CauseInbox, Source: "payments", EventID: fmt.Sprintf("res_%d", version)},
+			}
+		}
+		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionSucceeded), true), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.store, byKey(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		// The same version again is not newer.
+		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.store, byKey(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
+		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
+		wantExecutionEvents(t, f.store, b.ID, approval.EventExecutionReported, approval.EventExecutionReportStale,
+			approval.EventExecutionReportStale, approval.EventExecutionReported)
+
+		// Refused reports change nothing.
+		for _, tc := range []struct {
+			name string
+			r    approval.ExecutionReport
+			code string
+		}{
+			{"unknown approval", approval.ExecutionReport{ApprovalID: approval.NewID("apr"), Status: approval.ExecutionSucceeded, Version: 9}, approval.ENOTFOUND},
+			{"unknown operation key", approval.ExecutionReport{OperationKey: "no-such-operation", Status: approval.ExecutionSucceeded, Version: 9}, approval.ENOTFOUND},
+			{"status queued", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionQueued, Version: 9}, approval.EINVALID},
+			{"status running", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionRunning, Version: 9}, approval.EINVALID},
+			{"version 0", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionSucceeded, Version: 0}, approval.EINVALID},
+		} {
+			_, _, err := f.store.ReportExecution(ctx, tc.r)
+			if got := approval.ErrorCode(err); got != tc.code {
+				t.Fatalf("report with %s: got code %q (%v), want %q", tc.name, got, err, tc.code)
+			}
+		}
+		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
+
+		// An operation key two requesters used names no one execution.
+		c := PendingApproval(t, f.clock.Now())
+		c.Requester, c.OperationKey, c.Fingerprint = "deployer", b.OperationKey, "fp-deployer-"+b.OperationKey
+		MustCreate(t, f.store, c)
+		mustDecide(t, f.store, c.ID, "alice", approval.VerdictApprove)
+		_, _, err := f.store.ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
+		wantCode(t, err, approval.ECONFLICT)
+		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
+	})
+
+	s.run(t, "ReportsOutOfOrder", func(t *testing.T, f *fixture) {
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
+		for i, v := range []int64{3, 2, 1} {
+			r := approval.ExecutionReport{
+				ApprovalID: a.ID, Status: approval.ExecutionFailed, Version: v, Result: []byte(fmt.Sprintf(`{"version": %d}`, v)),
+				Actor: "ci-bot", Cause: approval.HTTPCause("report"),
+			}
+			if v == 3 {
+				r.Status = approval.ExecutionSucceeded
+			}
+			mustReport(t, f.store, r, i == 0)
+		}
+		wantExecution(t, mustExecution(t, f.store, mustApproval(t, f.store, a.ID).Execution.ID), approval.ExecutionSucceeded, 3, `{"version": 3}`)
+		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReportStale)
+	})
+
+	// Reports racing each other: whatever order they commit in, the newest wins, and every one
+	// is in the trail, applied or stale.
+	s.run(t, "ReportRace", func(t *testing.T, f *fixture) {
+		const reporters = 20
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
+		reports := make([]approval.ExecutionReport, reporters)
+		for i := range reports {
+			v := int64(i + 1)
+			status := approval.ExecutionFailed
+			if v%2 == 0 {
+				status = approval.ExecutionSucceeded
+			}
+			reports[i] = approval.ExecutionReport{
+				ApprovalID: a.ID, Status: status, Version: v, Result: []byte(fmt.Sprintf(`{"version": %d}`, v)),
+				Actor: "ci-bot", Cause: approval.HTTPCause(fmt.Sprintf("report-%d", v)),
+			}
+		}
+		applied := make([]bool, reporters)
+		errs := make([]error, reporters)
+		race(reporters, func(i int) {
+			applied[i], _, errs[i] = f.store.ReportExecution(t.Context(), reports[i])
+		})
+		nApplied := 0
+		for i := range reporters {
+			if errs[i] != nil {
+				t.Fatalf("report version %d: %v", i+1, errs[i])
+			}
+			if applied[i] {
+				nApplied++
+			}
+		}
+		if !applied[reporters-1] {
+			t.Fatalf("report version %d, the newest: got stale, want applied", reporters)
+		}
+		rec := mustExecution(t, f.store, mustApproval(t, f.store, a.ID).Execution.ID)
+		wantExecution(t, rec, approval.ExecutionSucceeded, reporters, fmt.Sprintf(`{"version": %d}`, reporters))
+
+		var reported, stale int
+		for _, ev := range mustEvents(t, f.store, a.ID) {
+			switch ev.Type {
+			case approval.EventExecutionReported:
+				reported++
+			case approval.EventExecutionReportStale:
+				stale++
+			}
+		}
+		if reported != nApplied || stale != reporters-nApplied {
+			t.Fatalf("trail: got %d reported and %d stale events, want %d and %d", reported, stale, nApplied, reporters-nApplied)
+		}
+		t.Logf("%d of %d racing reports applied", nApplied, reporters)
+	})
+
+	// Execution runners on every replica claim at once: each execution's first attempt goes to
+	// exactly one of them.
+	s.run(t, "ClaimRace", func(t *testing.T, f *fixture) {
+		const executions, claimers, batch = 30, 8, 2
+		for range executions {
+			mustApprovedExecution(t, f)
+		}
+		claimed := make([][]*approval.ExecutionClaim, claimers)
+		errs := make([]error, claimers)
+		race(claimers, func(i int) {
+			for {
+				got, err := f.store.ClaimExecutions(t.Context(), workLease, batch)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				claimed[i] = append(claimed[i], got...)
+			}
+		})
+		seen := make(map[string]int)
+		for i := range claimers {
+			if errs[i] != nil {
+				t.Fatalf("claimer %d: %v", i, errs[i])
+			}
+			for _, c := range claimed[i] {
+				seen[c.Record.ID]++
+				if c.Attempt != 1 || c.Recovered {
+					t.Fatalf("claimer %d got %s at attempt %d (recovered %v), want attempt 1", i, c.Record.ID, c.Attempt, c.Recovered)
+				}
+			}
+		}
+		if len(seen) != executions {
+			t.Fatalf("claimers together: got %d distinct executions, want %d", len(seen), executions)
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("execution %s: attempt 1 claimed %d times, want once", id, n)
+			}
+		}
+	})
+
+	s.run(t, "Counts", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		var recs []*approval.ExecutionRecord
+		for range 4 {
+			_, rec := mustApprovedExecution(t, f)
+			recs = append(recs, rec)
+			f.clock.Advance(time.Second)
+		}
+		untargeted := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustDecide(t, f.store, untargeted.ID, "alice", approval.VerdictApprove)
+
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 3), 1, recs[:3]...)
+		if _, err := f.store.FinishAttempt(ctx, recs[0].ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
+			t.Fatalf("finish attempt: %v", err)
+		}
+		f.clock.Advance(workLease / 2)
+		if err := f.store.RenewExecution(ctx, recs[1].ID, 1, 2*workLease); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		f.clock.Advance(workLease/2 + time.Second)
+		// recs[2]'s worker is gone: running, its lease over, not yet recovered.
+		counts, stuck, err := f.store.ExecutionCounts(ctx)
+		if err != nil {
+			t.Fatalf("execution counts: %v", err)
+		}
+		want := map[approval.ExecutionStatus]int{
+			approval.ExecutionSucceeded: 1, approval.ExecutionRunning: 2, approval.ExecutionQueued: 1, approval.ExecutionNotConfigured: 1,
+		}
+		for _, st := range []approval.ExecutionStatus{approval.ExecutionQueued, approval.ExecutionRunning, approval.ExecutionSucceeded,
+			approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled, approval.ExecutionNotConfigured} {
+			if counts[st] != want[st] {
+				t.Fatalf("execution counts: got %v, want %v", counts, want)
+			}
+		}
+		if stuck != 1 {
+			t.Fatalf("stuck executions: got %d, want 1 (running past its lease)", stuck)
+		}
+	})
+
+	s.run(t, "List", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		var recs []*approval.ExecutionRecord
+		for range 5 {
+			_, rec := mustApprovedExecution(t, f)
+			recs = append(recs, rec)
+			f.clock.Advance(time.Second)
+		}
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 2), 1, recs[:2]...)
+		for _, rec := range recs[:2] {
+			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
+				t.Fatalf("finish attempt: %v", err)
+			}
+		}
+		newest := slices.Clone(recs)
+		slices.Reverse(newest)
+
+		for _, tc := range []struct {
+			name   string
+			filter approval.ExecutionFilter
+			want   []*approval.ExecutionRecord
+		}{
+			{"all", approval.ExecutionFilter{}, newest},
+			{"queued", approval.ExecutionFilter{Status: approval.ExecutionQueued}, newest[:3]},
+			{"succeeded", approval.ExecutionFilter{Status: approval.ExecutionSucceeded}, newest[3:]},
+			{"needs_review", approval.ExecutionFilter{Status: approval.ExecutionNeedsReview}, nil},
+		} {
+			wantExecutionList(t, f.store, tc.filter, tc.want...)
+			for _, limit := range []int{1, 2} {
+				filter := tc.filter
+				filter.Limit = limit
+				got := walkExecutionPages(t, f.store, filter, len(tc.want))
+				wantExecutionIDs(t, fmt.Sprintf("%s, %d per page", tc.name, limit), got, tc.want)
+			}
+		}
+		for _, cursor := range []string{"not a cursor!", "Zm9v"} {
+			_, _, err := f.store.Executions(ctx, approval.ExecutionFilter{Cursor: cursor})
+			wantCode(t, err, approval.EINVALID)
+		}
+	})
+}
+
+// mustApprovedExecution creates an approval for TargetedAction and approves it, and returns it
+// with its queued execution.
+func mustApprovedExecution(tb testing.TB, f *fixture) (*approval.Approval, *approval.ExecutionRecord) {
+	tb.Helper()
+	a := PendingApproval(tb, f.clock.Now())
+	a.Action = TargetedAction
+	MustCreate(tb, f.store, a)
+	mustDecide(tb, f.store, a.ID, "alice", approval.VerdictApprove)
+	got := mustApproval(tb, f.store, a.ID)
+	if got.Execution == nil || got.Execution.ID == "" {
+		tb.Fatalf("approved %s: got execution %+v, want a queued one", TargetedAction, got.Execution)
+	}
+	return got, mustExecution(tb, f.store, got.Execution.ID)
+}
+
+func mustExecution(tb testing.TB, s approval.Store, id string) *approval.ExecutionRecord {
+	tb.Helper()
+	rec, err := s.Execution(tb.Context(), id)
+	if err != nil {
+		tb.Fatalf("execution %s: %v", id, err)
+	}
+	return rec
+}
+
+func mustClaimExecutions(tb testing.TB, s approval.Store, limit int) []*approval.ExecutionClaim {
+	tb.Helper()
+	claims, err := s.ClaimExecutions(tb.Context(), workLease, limit)
+	if err != nil {
+		tb.Fatalf("claim executions: %v", err)
+	}
+	return claims
+}
+
+// mustReport reports r and checks whether it was applied.
+func mustReport(tb testing.TB, s approval.Store, r approval.ExecutionReport, applied bool) *approval.ExecutionRecord {
+	tb.Helper()
+	got, rec, err := s.ReportExecution(tb.Context(), r)
+	if err != nil {
+		tb.Fatalf("report version %d: %v", r.Version, err)
+	}
+	if got != applied {
+		tb.Fatalf("report version %d: got applied %v, want %v", r.Version, got, applied)
+	}
+	if rec == nil {
+		tb.Fatalf("report version %d: got no execution, want its current state", r.Version)
+	}
+	return rec
+}
+
+// wantClaims checks a claim of executions: want, oldest due first, each running at the given
+// attempt.
+func wantClaims(tb testing.TB, what string, got []*approval.ExecutionClaim, attempt int, want ...*approval.ExecutionRecord) {
+	tb.Helper()
+	ids := make([]string, len(got))
+	for i, c := range got {
+		ids[i] = c.Record.ID
+	}
+	wantIDs := make([]string, len(want))
+	for i, rec := range want {
+		wantIDs[i] = rec.ID
+	}
+	if !slices.Equal(ids, wantIDs) {
+		tb.Fatalf("%s: got executions %v, want %v", what, ids, wantIDs)
+	}
+	for _, c := range got {
+		if c.Attempt != attempt || c.Record.Status != approval.ExecutionRunning {
+			tb.Fatalf("%s: got %s %s at attempt %d, want running at attempt %d", what, c.Record.ID, c.Record.Status, c.Attempt, attempt)
+		}
+	}
+}
+
+// wantExecution checks an execution's status, applied report version and result ("" for
+// none).
+func wantExecution(tb testing.TB, rec *approval.ExecutionRecord, status approval.ExecutionStatus, applied int64, result string) {
+	tb.Helper()
+	if rec.Status != status || rec.AppliedVersion != applied || !bytes.Equal(rec.Result, []byte(result)) {
+		tb.Fatalf("execution %s: got %s, applied version %d, result %q; want %s, %d, %q", rec.ID, rec.Status, rec.AppliedVersion, rec.Result, status, applied, result)
+	}
+}
+
+// wantExecutionEvents checks the audit trail of an approved approval past its queued
+// execution (for an action with a target) or past its approval (without one), and returns
+// those later events.
+func wantExecutionEvents(tb testing.TB, s approval.Store, approvalID string, want ...string) []approval.Event {
+	tb.Helper()
+	evs := mustEvents(tb, s, approvalID)
+	i := slices.IndexFunc(evs, func(ev approval.Event) bool { return ev.Type == approval.EventApproved })
+	if i < 0 {
+		tb.Fatalf("events of %s: got no %s", approvalID, approval.EventApproved)
+	}
+	if i+1 < len(evs) && evs[i+1].Type == approval.EventExecutionQueued {
+		i++
+	}
+	types := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	if !slices.Equal(types[i+1:], want) {
+		tb.Fatalf("events of %s: got %v, want %v after %s", approvalID, types, want, types[i])
+	}
+	return evs[i+1:]
+}
+
+// wantWorkerCause checks that an event names the worker attempt that caused it.
+func wantWorkerCause(tb testing.TB, ev approval.Event, attempt int) {
+	tb.Helper()
+	if ev.Cause.Kind != approval.CauseWorker || ev.Cause.Attempt != attempt {
+		tb.Fatalf("event %s: got cause %+v, want the worker's attempt %d", ev.Type, ev.Cause, attempt)
+	}
+}
+
+// wantExecutionList checks one page of Executions holding exactly want.
+func wantExecutionList(tb testing.TB, s approval.Store, f approval.ExecutionFilter, want ...*approval.ExecutionRecord) {
+	tb.Helper()
+	got, next, err := s.Executions(tb.Context(), f)
+	if err != nil {
+		tb.Fatalf("executions %+v: %v", f, err)
+	}
+	if next != "" {
+		tb.Fatalf("executions %+v: got next cursor %q on the only page, want none", f, next)
+	}
+	wantExecutionIDs(tb, fmt.Sprintf("executions %+v", f), got, want)
+}
+
+func wantExecutionIDs(tb testing.TB, what string, got, want []*approval.ExecutionRecord) {
+	tb.Helper()
+	ids := func(recs []*approval.ExecutionRecord) []string {
+		out := make([]string, len(recs))
+		for i, rec := range recs {
+			out[i] = rec.ID
+		}
+		return out
+	}
+	if g, w := ids(got), ids(want); !slices.Equal(g, w) {
+		tb.Fatalf("%s: got %v, want %v", what, g, w)
+	}
+}
+
+// walkExecutionPages follows cursors from the first page to the last, as walkPages does for
+// approvals.
+func walkExecutionPages(tb testing.TB, s approval.Store, f approval.ExecutionFilter, want int) []*approval.ExecutionRecord {
+	tb.Helper()
+	var all []*approval.ExecutionRecord
+	for {
+		page, next, err := s.Executions(tb.Context(), f)
+		if err != nil {
+			tb.Fatalf("executions %+v: %v", f, err)
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all
+		}
+		if len(page) != f.Limit {
+			tb.Fatalf("page after %q: got %d executions and a cursor, want a full page of %d", f.Cursor, len(page), f.Limit)
+		}
+		if len(all) >= want {
+			tb.Fatalf("pages of %d: got %d executions and still a cursor, want %d in all and no cursor after the last", f.Limit, len(all), want)
+		}
+		f.Cursor = next
+	}
+}

@@ -1,0 +1,121 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// A signal is only a hint and may be lost: PostgreSQL's listener, for one, may still be
+// connecting when Subscribe returns. So a case waiting for a signal makes a fresh change every
+// signalPatience until one is signalled, and fails only when none is within signalDeadline.
+// Neither bounds a correct store's speed; they only end a broken store's case.
+const (
+	signalPatience = 250 * time.Millisecond
+	signalDeadline = 15 * time.Second
+)
+
+// exerciseNotifier covers Notifier: a subscriber is woken after changes on its topic, stops
+// being woken when it unsubscribes, and Close ends it all. It never asserts that a signal does
+// not arrive, since signals may be spurious.
+func exerciseNotifier(t *testing.T, s suite) {
+	s.run(t, "Inbox", func(t *testing.T, f *fixture) {
+		ch, stop := f.store.Subscribe(approval.TopicInbox)
+		defer stop()
+		wantSignal(t, ch, approval.TopicInbox, recordChange(t, f))
+	})
+
+	s.run(t, "Executions", func(t *testing.T, f *fixture) {
+		ch, stop := f.store.Subscribe(approval.TopicExecutions)
+		defer stop()
+		wantSignal(t, ch, approval.TopicExecutions, func(int) { mustApprovedExecution(t, f) })
+	})
+
+	s.run(t, "Unsubscribe", func(t *testing.T, f *fixture) {
+		gone, stopGone := f.store.Subscribe(approval.TopicInbox)
+		kept, stopKept := f.store.Subscribe(approval.TopicInbox)
+		defer stopKept()
+		stopGone()
+		drain(gone)
+		// Once the remaining subscriber has been told of a change, the one that left must not
+		// have been (a closed channel is fine: it delivers nothing).
+		wantSignal(t, kept, approval.TopicInbox, recordChange(t, f))
+		select {
+		case _, ok := <-gone:
+			if ok {
+				t.Fatalf("unsubscribed channel: got a signal after unsubscribing, want none")
+			}
+		default:
+		}
+	})
+
+	// Close must end the listener the store started for its subscribers (or any goroutine a
+	// subscription owns) and return, even while subscriptions are open; ending a
+	// subscription after Close must not block either. The test's cleanup closes the store
+	// again, which, like closing a *sql.DB twice, must be harmless.
+	s.run(t, "CloseWithSubscribers", func(t *testing.T, f *fixture) {
+		inbox, stopInbox := f.store.Subscribe(approval.TopicInbox)
+		_, stopExecutions := f.store.Subscribe(approval.TopicExecutions)
+		wantSignal(t, inbox, approval.TopicInbox, recordChange(t, f)) // the listener is up
+		closed := make(chan error, 1)
+		go func() {
+			err := f.store.Close()
+			stopInbox()
+			stopExecutions()
+			closed <- err
+		}()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatalf("close with subscribers: %v", err)
+			}
+		case <-time.After(signalDeadline):
+			t.Fatalf("close with subscribers: still blocked after %v", signalDeadline)
+		}
+	})
+}
+
+// recordChange returns a change for wantSignal: storing a new inbox event.
+func recordChange(tb testing.TB, f *fixture) func(i int) {
+	return func(i int) {
+		mustRecordNew(tb, f.store, newInboxEvent(f.clock.Now(), "chat", fmt.Sprintf("evt_signal_%d", i), "ping", `{}`))
+	}
+}
+
+// wantSignal makes change(0), change(1), ... until ch is signalled.
+func wantSignal(tb testing.TB, ch <-chan struct{}, topic string, change func(i int)) {
+	tb.Helper()
+	deadline := time.NewTimer(signalDeadline)
+	defer deadline.Stop()
+	for i := 0; ; i++ {
+		change(i)
+		patience := time.NewTimer(signalPatience)
+		select {
+		case _, ok := <-ch:
+			patience.Stop()
+			if !ok {
+				tb.Fatalf("subscription to %s: channel closed, want a signal", topic)
+			}
+			return
+		case <-deadline.C:
+			tb.Fatalf("subscription to %s: no signal within %v over %d changes", topic, signalDeadline, i+1)
+		case <-patience.C:
+		}
+	}
+}
+
+// drain empties a subscription channel without waiting.
+func drain(ch <-chan struct{}) {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
