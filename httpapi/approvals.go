@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -181,37 +182,70 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, r, http.StatusOK, present(a))
 		return
 	}
+	s.longPoll(w, r, p, id, version, wait)
+}
 
+// finalReadTimeout bounds the read that answers a long-poll whose request context has ended.
+const finalReadTimeout = 2 * time.Second
+
+// longPoll answers the approval id once its version exceeds version, or after wait.
+//
+// It wakes on the store's approvals signal, which every committed change of any approval
+// raises, whichever replica or worker made it (PostgreSQL delivers it by NOTIFY), and re-reads
+// the approval. Signals are hints that can be lost, so it also re-reads every pollInterval.
+//
+// When the request's context ends first (the server shutting down cancels it, or the client
+// left) it still answers 200 with the approval, read on a context of its own: DESIGN.md
+// promises 200 either way, and if the client is really gone nothing is lost.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p principal, id string, version int64, wait time.Duration) {
+	// Subscribe before the first read, so that a change committed between the read and the
+	// wait still finds its signal in the channel.
+	changed, unsubscribe := s.store.Subscribe(approval.TopicApprovals)
+	defer unsubscribe()
+	s.longPolls.Add(1)
+	defer s.longPolls.Add(-1)
+
+	ctx := r.Context()
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	poll := time.NewTicker(s.pollInterval)
 	defer poll.Stop()
+waiting:
 	for {
-		changed, release := s.changes.watch(id)
-		a, err := s.readableApproval(r.Context(), p, id)
+		a, err := s.readableApproval(ctx, p, id)
 		if err != nil {
-			release()
+			if ctx.Err() != nil {
+				break waiting // the read was cut short by the context: answer below
+			}
 			s.writeError(w, r, err)
 			return
 		}
 		if a.Version > version {
-			release()
 			s.writeJSON(w, r, http.StatusOK, present(a))
 			return
 		}
 		select {
-		case <-changed:
+		case _, ok := <-changed:
+			if !ok {
+				changed = nil // the store closed the subscription; the next read will say why
+			}
 		case <-poll.C:
 		case <-timeout.C:
-			release()
 			s.writeJSON(w, r, http.StatusOK, present(a))
 			return
-		case <-r.Context().Done():
-			release() // the client went away; there is no one to answer
-			return
+		case <-ctx.Done():
+			break waiting
 		}
-		release()
 	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finalReadTimeout)
+	defer cancel()
+	a, err := s.readableApproval(ctx, p, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, present(a))
 }
 
 // parseWait reads the long-poll parameters: wait as a Go duration ("30s") or whole seconds,
@@ -281,11 +315,9 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of pending, approved, rejected, expired, cancelled", f.Status))
 		return
 	}
-	if raw := q.Get("limit"); raw != "" {
-		if f.Limit, err = strconv.Atoi(raw); err != nil || f.Limit < 1 || f.Limit > approval.MaxPageSize {
-			s.writeError(w, r, approval.Errorf(approval.EINVALID, "limit %q must be an integer from 1 to %d", raw, approval.MaxPageSize))
-			return
-		}
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	if !p.Role.ReadsAll() {
 		f.VisibleTo = p.Subject
@@ -343,10 +375,14 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 			Comment:    req.Comment,
 			Cause:      approval.HTTPCause(s.info(r).id),
 		})
-		// Wake long-polls even on a conflict: the store may just have expired the approval.
-		s.changes.notify(id)
 		if err != nil {
 			s.writeError(w, r, err)
+			return
+		}
+		// The decision is committed and the answer not yet written: the point where a crash
+		// loses the answer but not the decision, which the retry must then find.
+		if err := s.failpoints.Inject("approval.after-commit"); err != nil {
+			s.writeError(w, r, fmt.Errorf("decide approval %s: %w", id, err))
 			return
 		}
 		s.writeJSON(w, r, http.StatusOK, present(a))
@@ -371,7 +407,6 @@ func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a, err = s.store.Cancel(r.Context(), id, p.Subject, approval.HTTPCause(s.info(r).id))
-	s.changes.notify(id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -59,3 +59,22 @@ func (p principal) mayDecide() bool {
 func (p principal) mayCancel(a *approval.Approval) bool {
 	return p.Role == approval.RoleAdmin || (p.Role == approval.RoleRequester && a.Requester == p.Subject)
 }
+
+// authenticateOperator authenticates the request and lets operators and admins through:
+// executions and the inbox are theirs (DESIGN.md "Auth"). Anyone else is EFORBIDDEN.
+func (s *Server) authenticateOperator(r *http.Request) (principal, error) {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
+		return principal{}, err
+	}
+	if p.Role != approval.RoleOperator && p.Role != approval.RoleAdmin {
+		return principal{}, approval.Errorf(approval.EFORBIDDEN, "role %s may not manage executions or the inbox; use an operator or admin token", p.Role)
+	}
+	return p, nil
+}
+
+// mayReport reports whether p may report the execution outcome of a: its requester (who
+// executes actions without a target), an operator or an admin.
+func (p principal) mayReport(a *approval.Approval) bool {
+	return p.Role.ReadsAll() || (p.Role == approval.RoleRequester && a.Requester == p.Subject)
+}

@@ -155,10 +155,22 @@ func present(a *approval.Approval) *approval.Approval {
 	c.CreatedAt = a.CreatedAt.UTC()
 	if a.Execution != nil {
 		e := *a.Execution
+		e.Result = jsonResult(e.Result)
 		e.UpdatedAt = utcPtr(e.UpdatedAt)
 		c.Execution = &e
 	}
 	return &c
+}
+
+// jsonResult returns an execution result that can be embedded in an answer: the stored JSON
+// as it is, or, when a target answered something that is not JSON, that text as a JSON
+// string, so that one odd downstream body cannot make the approval unreadable.
+func jsonResult(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || json.Valid(raw) {
+		return raw
+	}
+	text, _ := json.Marshal(string(raw)) // a string always encodes; invalid UTF-8 becomes U+FFFD
+	return text
 }
 
 // presentEvents returns events in the shape of the API: [] rather than null, times in UTC.

@@ -35,15 +35,17 @@ var errorStatus = map[string]struct {
 	approval.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
 }
 
-// problem is an RFC 9457 problem detail, with two extensions: the request id, to quote when
-// reporting a problem, and on a conflict the current approval the caller lost against.
+// problem is an RFC 9457 problem detail, with extensions: the request id, to quote when
+// reporting a problem, and on a conflict the current approval or execution the caller lost
+// against.
 type problem struct {
-	Type      string             `json:"type"`
-	Title     string             `json:"title"`
-	Status    int                `json:"status"`
-	Detail    string             `json:"detail"`
-	RequestID string             `json:"request_id"`
-	Approval  *approval.Approval `json:"approval,omitempty"`
+	Type      string                    `json:"type"`
+	Title     string                    `json:"title"`
+	Status    int                       `json:"status"`
+	Detail    string                    `json:"detail"`
+	RequestID string                    `json:"request_id"`
+	Approval  *approval.Approval        `json:"approval,omitempty"`
+	Execution *approval.ExecutionRecord `json:"execution,omitempty"`
 }
 
 // writeError answers err as problem+json. Only *approval.Error messages reach the client;
@@ -78,6 +80,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="approvald"`)
 	}
 
+	if code == approval.ECONFLICT {
+		p.Execution = conflictExecution(err)
+	}
 	if e := approval.AsError(err); e != nil {
 		if e.Approval != nil && code == approval.ECONFLICT {
 			p.Approval = present(e.Approval)

@@ -3,7 +3,10 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -68,7 +71,7 @@ func TestLongPoll(t *testing.T) {
 				}
 				got <- resp
 			}()
-			waitForLongPoll(t, f, a.ID)
+			waitForLongPoll(t, f)
 			if resp := f.do("POST", "/v1/approvals/"+a.ID+"/approve", alice, ""); resp.status != http.StatusOK {
 				t.Fatalf("approve: %d %s", resp.status, resp.body)
 			}
@@ -93,13 +96,76 @@ func TestLongPoll(t *testing.T) {
 				}
 				got <- resp
 			}()
-			waitForLongPoll(t, f, a.ID)
+			waitForLongPoll(t, f)
 			// Another replica's change: straight to the store, this server is not told.
 			if _, err := f.store.Cancel(context.Background(), a.ID, "root", approval.HTTPCause("elsewhere")); err != nil {
 				t.Fatal(err)
 			}
 			if resp := <-got; resp == nil || resp.status != http.StatusOK || resp.approval(t).Status != approval.StatusCancelled {
 				t.Fatalf("long-poll: got %+v", resp)
+			}
+		})
+
+		t.Run("woken by the store's signal", func(t *testing.T) {
+			// Another replica or a worker changes the approval: only the store's approvals
+			// signal (NOTIFY on PostgreSQL) can wake the poll within an hour-long interval.
+			f := setup(t, kind, func(c *httpapi.Config) { c.LongPollInterval = time.Hour })
+			ci := f.token("ci-bot", approval.RoleRequester)
+			a := f.mustCreate(ci, "poll-signal", createBody("Poll", "alice"))
+			got := make(chan *response, 1)
+			go func() {
+				resp, err := f.send("GET", "/v1/approvals/"+a.ID+"?wait=60s&version=1", ci, "")
+				if err != nil {
+					t.Error(err)
+				}
+				got <- resp
+			}()
+			waitForLongPoll(t, f)
+			if _, err := f.store.Decide(context.Background(), approval.DecideRequest{
+				ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictReject, Cause: approval.HTTPCause("elsewhere"),
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if resp := <-got; resp == nil || resp.status != http.StatusOK || resp.approval(t).Status != approval.StatusRejected {
+				t.Fatalf("long-poll: got %+v", resp)
+			}
+		})
+
+		t.Run("cut short by shutdown", func(t *testing.T) {
+			// Server shutdown cancels the requests' base context: the long-poll still answers
+			// 200 with the approval, as DESIGN.md promises.
+			f := setup(t, kind, func(c *httpapi.Config) { c.LongPollInterval = time.Hour })
+			ci := f.token("ci-bot", approval.RoleRequester)
+			a := f.mustCreate(ci, "poll-shutdown", createBody("Poll", "alice"))
+			base, endRequests := context.WithCancel(context.Background())
+			defer endRequests()
+			srv := httptest.NewUnstartedServer(f.api)
+			srv.Config.BaseContext = func(net.Listener) context.Context { return base }
+			srv.Start()
+			defer srv.Close()
+
+			got := make(chan *response, 1)
+			go func() {
+				req, _ := http.NewRequest("GET", srv.URL+"/v1/approvals/"+a.ID+"?wait=60s&version=1", nil)
+				req.Header.Set("Authorization", "Bearer "+ci)
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Error(err)
+					got <- nil
+					return
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				got <- &response{status: resp.StatusCode, header: resp.Header, body: body}
+			}()
+			waitForLongPoll(t, f)
+			endRequests()
+			resp := <-got
+			if resp == nil || resp.status != http.StatusOK {
+				t.Fatalf("long-poll cut short: got %+v, want 200", resp)
+			}
+			if b := resp.approval(t); b.ID != a.ID || b.Version != 1 {
+				t.Fatalf("long-poll cut short: got %s version %d, want %s version 1", b.ID, b.Version, a.ID)
 			}
 		})
 
@@ -121,14 +187,14 @@ func TestLongPoll(t *testing.T) {
 				}
 				done <- err
 			}()
-			waitForLongPoll(t, f, a.ID)
+			waitForLongPoll(t, f)
 			cancel()
 			if err := <-done; err == nil {
 				t.Fatal("cancelled long-poll returned an answer")
 			}
 			// The handler notices the closed connection and stops watching.
 			deadline := time.Now().Add(20 * time.Second)
-			for f.api.LongPolls(a.ID) != 0 {
+			for f.api.LongPolls() != 0 {
 				if time.Now().After(deadline) {
 					t.Fatal("the long-poll kept waiting after its client went away")
 				}
@@ -157,13 +223,13 @@ func TestLongPoll(t *testing.T) {
 	})
 }
 
-// waitForLongPoll returns once a long-poll watches the approval id, so that the change the
-// test makes next lands while the request waits (or between its watch and its read, which
-// must not lose the wake-up either).
-func waitForLongPoll(t *testing.T, f *fixture, id string) {
+// waitForLongPoll returns once a long-poll of f's server has subscribed to changes, so that the
+// change the test makes next lands while the request waits (or between its subscription and
+// its read, which must not lose the wake-up either).
+func waitForLongPoll(t *testing.T, f *fixture) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for f.api.LongPolls(id) == 0 {
+	for f.api.LongPolls() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the long-poll never started waiting")
 		}

@@ -1,5 +1,5 @@
-// Package httpapi serves approvald's JSON API (DESIGN.md "HTTP API v1"), /healthz, /readyz and
-// /metrics. Every request gets a request id, one access log line and its metrics; every error
+// Package httpapi serves approvald's JSON API (DESIGN.md "HTTP API v1"), the signed webhook
+// intake (DESIGN.md "Webhook intake"), /healthz, /readyz and /metrics. Every request gets a request id, one access log line and its metrics; every error
 // is answered as RFC 9457 problem+json through one code-to-status table (problem.go).
 //
 // The package grows by resource: one file per resource holds its handlers, and the route table
@@ -9,11 +9,14 @@ package httpapi
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/webhook"
 )
 
 // Config configures a Server. Zero values pick the documented defaults.
@@ -32,6 +37,22 @@ type Config struct {
 	IdempotencyLease  time.Duration        // in-flight lease of a create; 0 = 30s
 	ResponseRetention time.Duration        // how long stored responses replay; 0 = 24h
 	LongPollInterval  time.Duration        // how often ?wait= re-reads the store; 0 = 200ms
+	Sources           []Source             // webhook sources, served at POST /v1/inbox/{name}
+	Failpoints        *failpoint.Set       // nil = none
+}
+
+// Source is one configured webhook sender (DESIGN.md "Webhook intake"). cmd/approvald builds
+// the list from the configuration file, whose Validate checks the verifiers and that names
+// are unique.
+type Source struct {
+	Name     string
+	Verifier webhook.Verifier // scheme, secrets (several while rotating), tolerance
+	MaxBody  int64            // largest accepted body in bytes; 0 = DefaultMaxWebhookBody
+	// Handlers lists the built-in handlers (approval.TypeApprovalDecision, ...) whose events
+	// this source may trigger. The inbox worker enforces it; the server only shows it to
+	// operators (GET /v1/sources), since the intake stores every verified event whatever its
+	// type.
+	Handlers []string
 }
 
 // Defaults of Config.
@@ -39,6 +60,7 @@ const (
 	DefaultIdempotencyLease  = 30 * time.Second
 	DefaultResponseRetention = 24 * time.Hour
 	DefaultLongPollInterval  = 200 * time.Millisecond
+	DefaultMaxWebhookBody    = 1 << 20
 )
 
 // Server is the HTTP API. It keeps no state that correctness depends on: any number of
@@ -50,14 +72,19 @@ type Server struct {
 	lease        time.Duration
 	retention    time.Duration
 	pollInterval time.Duration
+	sources      map[string]*Source // by name
+	sourceOrder  []*Source          // as configured, for GET /v1/sources
+	failpoints   *failpoint.Set
 
 	mux     *http.ServeMux
 	metrics *metrics
-	changes changes
+	// longPolls counts the ?wait= requests parked in their wait (a gauge on /metrics).
+	longPolls atomic.Int64
 }
 
 // New returns a Server for cfg. Its metrics are registered on cfg.Registry, so a registry
-// serves one Server.
+// serves one Server. Two sources with one name are a wiring bug (the configuration's Validate
+// refuses them), and New panics on them as ServeMux does on conflicting patterns.
 func New(cfg Config) *Server {
 	s := &Server{
 		store:        cfg.Store,
@@ -66,8 +93,22 @@ func New(cfg Config) *Server {
 		lease:        cmp.Or(cfg.IdempotencyLease, DefaultIdempotencyLease),
 		retention:    cmp.Or(cfg.ResponseRetention, DefaultResponseRetention),
 		pollInterval: cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
+		sources:      make(map[string]*Source, len(cfg.Sources)),
+		failpoints:   cfg.Failpoints,
 		mux:          http.NewServeMux(),
-		changes:      changes{waiting: make(map[string]*waiters)},
+	}
+	for i := range cfg.Sources {
+		src := cfg.Sources[i] // a copy: the caller's slice may change after New
+		src.Handlers = slices.Clone(src.Handlers)
+		src.Verifier.Secrets = slices.Clone(src.Verifier.Secrets)
+		if _, dup := s.sources[src.Name]; dup {
+			panic(fmt.Sprintf("httpapi: two webhook sources named %q", src.Name))
+		}
+		if src.MaxBody <= 0 {
+			src.MaxBody = DefaultMaxWebhookBody
+		}
+		s.sources[src.Name] = &src
+		s.sourceOrder = append(s.sourceOrder, &src)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -80,7 +121,7 @@ func New(cfg Config) *Server {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	s.metrics = newMetrics(reg, s.store, s.log)
+	s.metrics = newMetrics(reg, s.store, s.log, cfg.Sources, s.longPolls.Load)
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
@@ -106,6 +147,19 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodPost, "/v1/approvals/{id}/reject", s.handleDecide(approval.VerdictReject)},
 		{http.MethodPost, "/v1/approvals/{id}/cancel", http.HandlerFunc(s.handleCancelApproval)},
 		{http.MethodGet, "/v1/approvals/{id}/events", http.HandlerFunc(s.handleApprovalEvents)},
+		{http.MethodPost, "/v1/approvals/{id}/execution", http.HandlerFunc(s.handleReportExecution)},
+
+		{http.MethodPost, "/v1/inbox/{source}", http.HandlerFunc(s.handleIntake)},
+		{http.MethodGet, "/v1/inbox", http.HandlerFunc(s.handleListInbox)},
+		{http.MethodGet, "/v1/inbox/{id}", http.HandlerFunc(s.handleGetInboxEvent)},
+		{http.MethodPost, "/v1/inbox/{id}/retry", http.HandlerFunc(s.handleRetryInboxEvent)},
+		{http.MethodGet, "/v1/sources", http.HandlerFunc(s.handleListSources)},
+
+		{http.MethodGet, "/v1/executions", http.HandlerFunc(s.handleListExecutions)},
+		{http.MethodGet, "/v1/executions/{id}", http.HandlerFunc(s.handleGetExecution)},
+		{http.MethodPost, "/v1/executions/{id}/retry", http.HandlerFunc(s.handleRetryExecution)},
+		{http.MethodPost, "/v1/executions/{id}/resolve", http.HandlerFunc(s.handleResolveExecution)},
+		{http.MethodPost, "/v1/executions/{id}/cancel", http.HandlerFunc(s.handleCancelExecution)},
 
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},
 		{http.MethodGet, "/readyz", http.HandlerFunc(s.handleReadyz)},
@@ -115,22 +169,27 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 
 // register installs the route table on the mux. Each path also gets a method-less pattern that
 // answers 405 with Allow, and "/" answers 404, so that every answer, even to a request no route
-// matches, is problem+json and is counted under a pattern rather than a raw path.
+// matches, is problem+json and is counted under a pattern rather than a raw path. Paths that
+// differ only in the names of their wildcards (POST /v1/inbox/{source}, GET /v1/inbox/{id})
+// match the same requests, so they share one 405 pattern, registered under the first spelling.
 func (s *Server) register(routes []route) {
-	allowed := make(map[string][]string)
-	var paths []string
+	allowed := make(map[string][]string) // by shape
+	spelling := make(map[string]string)  // shape -> the first path of that shape
+	var shapes []string
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.path, rt.handler)
-		if _, ok := allowed[rt.path]; !ok {
-			paths = append(paths, rt.path)
+		shape := wildcard.ReplaceAllString(rt.path, "{}")
+		if _, ok := allowed[shape]; !ok {
+			shapes = append(shapes, shape)
+			spelling[shape] = rt.path
 		}
-		allowed[rt.path] = append(allowed[rt.path], rt.method)
+		allowed[shape] = append(allowed[shape], rt.method)
 		if rt.method == http.MethodGet {
-			allowed[rt.path] = append(allowed[rt.path], http.MethodHead) // ServeMux's GET matches HEAD
+			allowed[shape] = append(allowed[shape], http.MethodHead) // ServeMux's GET matches HEAD
 		}
 	}
-	for _, path := range paths {
-		allow := strings.Join(allowed[path], ", ")
+	for _, shape := range shapes {
+		path, allow := spelling[shape], strings.Join(allowed[shape], ", ")
 		s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			s.writeError(w, r, approval.Errorf(errMethod, "%s is not allowed on %s; allowed: %s", r.Method, path, allow))
@@ -140,6 +199,9 @@ func (s *Server) register(routes []route) {
 		s.writeError(w, r, approval.Errorf(approval.ENOTFOUND, "no route for %s %s", r.Method, r.URL.Path))
 	})
 }
+
+// wildcard matches a ServeMux path wildcard such as {id}.
+var wildcard = regexp.MustCompile(`\{[^}]*\}`)
 
 // ServeHTTP gives the request an id, runs the matching route and records the access log line
 // and the metrics.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -58,18 +59,23 @@ func TestServe_ShutdownEndsLongPolls(t *testing.T) {
 			return conn, err
 		},
 	}}
-	polled := make(chan error, 1)
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+	}
+	polled := make(chan answer, 1)
 	go func() {
 		req, _ := http.NewRequest("GET", "http://"+srv.addr+"/v1/approvals/"+a.ID+"?wait=60s&version=1", nil)
 		req.Header.Set("Authorization", "Bearer "+admin)
 		resp, err := client.Do(req)
 		if err != nil {
-			polled <- err
+			polled <- answer{err: err}
 			return
 		}
 		defer resp.Body.Close()
-		_, err = io.Copy(io.Discard, resp.Body)
-		polled <- err
+		body, err := io.ReadAll(resp.Body)
+		polled <- answer{status: resp.StatusCode, body: body, err: err}
 	}()
 	deadline := time.After(startTimeout)
 	var local string
@@ -99,10 +105,18 @@ func TestServe_ShutdownEndsLongPolls(t *testing.T) {
 	if err := cmd.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	// serve's part is that the long-poll is answered rather than left hanging or dropped;
-	// what it answers when cut short is the handler's.
-	if err := <-polled; err != nil {
-		t.Fatalf("long-poll: %v", err)
+	// The long-poll is answered rather than left hanging or dropped, and, as DESIGN.md
+	// promises, with 200 and the approval even though shutdown cut its wait short.
+	got := <-polled
+	if got.err != nil {
+		t.Fatalf("long-poll: %v", got.err)
+	}
+	if got.status != http.StatusOK {
+		t.Fatalf("long-poll: got %d %s, want 200", got.status, got.body)
+	}
+	var polledApproval struct{ ID string }
+	if err := json.Unmarshal(got.body, &polledApproval); err != nil || polledApproval.ID != a.ID {
+		t.Fatalf("long-poll: got %s (%v), want the approval %s", got.body, err, a.ID)
 	}
 	if !strings.Contains(stderr.String(), `"msg":"stopped"`) {
 		t.Errorf("no \"stopped\" log line:\n%s", stderr)

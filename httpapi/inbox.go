@@ -1,0 +1,331 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/webhook"
+)
+
+// intakeTimeout bounds storing one delivery. The store write runs to its end even if the
+// sender hangs up: a committed event is acknowledged as a duplicate on redelivery.
+const intakeTimeout = 10 * time.Second
+
+// keptHeaders are the delivery headers stored with an event: the ones that identify, sign and
+// date it under each scheme, and its content type, so that an operator can see what was
+// verified. Nothing else a sender or a proxy adds is kept.
+var keptHeaders = []string{
+	"webhook-id", "webhook-timestamp", "webhook-signature", // standard-webhooks
+	"Stripe-Signature",                                           // stripe
+	"X-GitHub-Delivery", "X-GitHub-Event", "X-Hub-Signature-256", // github
+	"Content-Type",
+}
+
+// maxEventTypeLength bounds a stored event type. Real types are short ("charge.refunded",
+// "approval.decision"); anything longer or not printable ASCII is stored as "" and so ignored
+// by the worker, while the body keeps whatever the sender meant.
+const maxEventTypeLength = 255
+
+// intakeAnswer is the answer to an accepted delivery: the stored event's id (for operators'
+// GET /v1/inbox/{id}) and whether it was already stored.
+type intakeAnswer struct {
+	ID        string `json:"id,omitempty"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// handleIntake is POST /v1/inbox/{source}: a signed webhook (DESIGN.md invariant 3). The
+// signature is the authentication, so no bearer token is asked for. The delivery is verified
+// over the raw body, stored under its (source, event id) and acknowledged only after the
+// commit; a redelivery is acknowledged as a duplicate. Nothing is stored for a refused
+// delivery, and no business work happens here: the inbox worker claims stored events.
+func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
+	src := s.sources[r.PathValue("source")]
+	if src == nil {
+		s.writeError(w, r, approval.Errorf(approval.ENOTFOUND, "no webhook source named %q", r.PathValue("source")))
+		return
+	}
+	e, err := s.verifyDelivery(w, r, src)
+	if err != nil {
+		s.metrics.received.WithLabelValues(src.Name, receivedRejected).Inc()
+		// The reason is caller-safe (it never holds a secret); the access line has the status.
+		s.info(r).log.Info("webhook refused", slog.String("source", src.Name), slog.String("reason", approval.ErrorMessage(err)))
+		s.writeError(w, r, err)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), intakeTimeout)
+	defer cancel()
+	fresh := e.ID
+	duplicate, err := s.store.RecordInbox(ctx, e)
+	if err != nil {
+		// Whatever went wrong, the sender must not take the event as delivered: a 503 makes
+		// every provider retry. The cause is logged here, not shown.
+		s.info(r).log.Error("store webhook event", slog.String("source", src.Name),
+			slog.String("event_id", e.EventID), slog.Any("error", err))
+		s.writeError(w, r, approval.Errorf(approval.EUNAVAILABLE, "the event could not be stored; retry later"))
+		return
+	}
+	answer, result := intakeAnswer{ID: e.ID, Duplicate: duplicate}, receivedStored
+	if duplicate {
+		result = receivedDuplicate
+		// A duplicate is answered with the stored event's id when the store reports it in
+		// e.ID; the id made for this delivery names nothing, so it is never shown.
+		if e.ID == fresh {
+			answer.ID = ""
+		}
+	}
+	s.metrics.received.WithLabelValues(src.Name, result).Inc()
+	s.writeJSON(w, r, http.StatusOK, answer)
+}
+
+// verifyDelivery reads and verifies a delivery from src and returns the event to store. The
+// body is read through a limit before any HMAC work, so an oversized body costs at most
+// MaxBody bytes of reading: ETOOLARGE. Verification errors are the Verifier's: EINVALID for
+// a missing or malformed header, EUNAUTHORIZED for a bad signature or timestamp.
+func (s *Server) verifyDelivery(w http.ResponseWriter, r *http.Request, src *Source) (*approval.InboxEvent, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, src.MaxBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, approval.Errorf(approval.ETOOLARGE, "body is larger than %d bytes", src.MaxBody)
+	} else if err != nil {
+		return nil, approval.Errorf(approval.EINVALID, "body could not be read: %v", err)
+	}
+	now := s.now()
+	d, err := src.Verifier.Verify(r.Header, body, now)
+	if err != nil {
+		return nil, err
+	}
+	return &approval.InboxEvent{
+		ID:         approval.NewID("inb"),
+		Source:     src.Name,
+		EventID:    d.EventID,
+		Type:       eventType(src.Verifier.Scheme, r.Header, body),
+		Headers:    keepHeaders(r.Header),
+		Body:       body,
+		ReceivedAt: now,
+	}, nil
+}
+
+// eventType reads the type that picks the event's handler: the top-level "type" of the JSON
+// body for Standard Webhooks and Stripe, the X-GitHub-Event header for GitHub. It is ""
+// when absent, unreadable or not a sane name; such events are stored and later ignored.
+func eventType(scheme webhook.Scheme, h http.Header, body []byte) string {
+	var typ string
+	if scheme == webhook.SchemeGitHub {
+		typ = h.Get("X-GitHub-Event")
+	} else {
+		var doc struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(body, &doc) != nil {
+			return ""
+		}
+		typ = doc.Type
+	}
+	if len(typ) > maxEventTypeLength {
+		return ""
+	}
+	for i := 0; i < len(typ); i++ {
+		if typ[i] < 0x21 || typ[i] > 0x7e {
+			return ""
+		}
+	}
+	return typ
+}
+
+// keepHeaders returns the first value of each of keptHeaders that the delivery carries. A
+// value that is not valid UTF-8 is left out: the headers are stored as text.
+func keepHeaders(h http.Header) map[string]string {
+	kept := make(map[string]string, len(keptHeaders))
+	for _, name := range keptHeaders {
+		if v := h.Get(name); v != "" && utf8.ValidString(v) {
+			kept[name] = v
+		}
+	}
+	return kept
+}
+
+// presentInboxEvent returns e in the shape of the API: times in UTC, {} rather than null
+// headers, and with the body when withBody is set.
+func presentInboxEvent(e *approval.InboxEvent, withBody bool) any {
+	c := *e
+	if c.Headers == nil {
+		c.Headers = map[string]string{}
+	}
+	c.ReceivedAt = e.ReceivedAt.UTC()
+	c.NextAttemptAt = utcPtr(e.NextAttemptAt)
+	c.ProcessedAt = utcPtr(e.ProcessedAt)
+	c.LastConflictAt = utcPtr(e.LastConflictAt)
+	if !withBody {
+		return &c
+	}
+	return &inboxEventDetail{InboxEvent: &c, Body: bodyText(e.Body), BodyBase64: bodyBase64(e.Body)}
+}
+
+// inboxEventDetail is the answer of GET /v1/inbox/{id}: the event with its body. The body is
+// stored byte for byte, so it is shown as a JSON string of those bytes when they are valid
+// UTF-8 (JSON deliveries always are), with body_base64 null; otherwise body is null and
+// body_base64 holds the bytes in standard base64. Both are null once retention has purged
+// the body. Lists leave both out.
+type inboxEventDetail struct {
+	*approval.InboxEvent
+	Body       *string `json:"body"`
+	BodyBase64 *string `json:"body_base64"`
+}
+
+// bodyText is the body as a string when it is valid UTF-8, nil otherwise or when purged.
+func bodyText(b []byte) *string {
+	if b == nil || !utf8.Valid(b) {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// bodyBase64 is the body in base64 when it is not valid UTF-8, nil otherwise.
+func bodyBase64(b []byte) *string {
+	if b == nil || utf8.Valid(b) {
+		return nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return &s
+}
+
+// inboxList is the answer of GET /v1/inbox.
+type inboxList struct {
+	Events     []any  `json:"events"`
+	NextCursor string `json:"next_cursor"`
+}
+
+// handleListInbox is GET /v1/inbox?status=&source=&limit=&cursor=: stored events newest
+// first, without their bodies. Operators and admins only.
+func (s *Server) handleListInbox(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.authenticateOperator(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	f := approval.InboxFilter{
+		Status: approval.InboxStatus(q.Get("status")),
+		Source: q.Get("source"),
+		Cursor: q.Get("cursor"),
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of pending, processed, ignored, stale, failed", f.Status))
+		return
+	}
+	var err error
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	events, next, err := s.store.InboxEvents(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := inboxList{Events: make([]any, len(events)), NextCursor: next}
+	for i, e := range events {
+		out.Events[i] = presentInboxEvent(e, false)
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// handleGetInboxEvent is GET /v1/inbox/{id}: one event with its raw body, including how many
+// redeliveries of its id carried a different body (conflicts). Operators and admins only.
+func (s *Server) handleGetInboxEvent(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.authenticateOperator(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e, err := s.store.InboxEvent(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, presentInboxEvent(e, true))
+}
+
+// handleRetryInboxEvent is POST /v1/inbox/{id}/retry: a failed event goes back to pending,
+// due now (409 for any other status). Operators and admins only.
+func (s *Server) handleRetryInboxEvent(w http.ResponseWriter, r *http.Request) {
+	p, err := s.authenticateOperator(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	e, err := s.store.RetryInbox(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.info(r).log.Info("inbox event re-queued", slog.String("event", id), slog.String("operator", p.Subject))
+	s.writeJSON(w, r, http.StatusOK, presentInboxEvent(e, false))
+}
+
+// sourceView is a configured webhook source as operators see it: never its secrets, only how
+// many there are (two while a secret rotates).
+type sourceView struct {
+	Name      string   `json:"name"`
+	Scheme    string   `json:"scheme"`
+	Secrets   int      `json:"secrets"`
+	Tolerance string   `json:"tolerance"`
+	MaxBody   int64    `json:"max_body"`
+	Handlers  []string `json:"handlers"`
+	Path      string   `json:"path"`
+}
+
+// handleListSources is GET /v1/sources: the configured webhook sources, by name. Operators and
+// admins only.
+func (s *Server) handleListSources(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.authenticateOperator(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := struct {
+		Sources []sourceView `json:"sources"`
+	}{Sources: make([]sourceView, 0, len(s.sourceOrder))}
+	for _, src := range s.sourceOrder {
+		tolerance := "none" // GitHub signs no timestamp
+		if src.Verifier.Scheme != webhook.SchemeGitHub {
+			tolerance = cmp.Or(src.Verifier.Tolerance, webhook.DefaultTolerance).String()
+		}
+		handlers := src.Handlers
+		if handlers == nil {
+			handlers = []string{}
+		}
+		out.Sources = append(out.Sources, sourceView{
+			Name:      src.Name,
+			Scheme:    string(src.Verifier.Scheme),
+			Secrets:   len(src.Verifier.Secrets),
+			Tolerance: tolerance,
+			MaxBody:   src.MaxBody,
+			Handlers:  handlers,
+			Path:      "/v1/inbox/" + src.Name,
+		})
+	}
+	s.writeJSON(w, r, http.StatusOK, out)
+}
+
+// parseLimit reads a page size: "" is the store's default (0), otherwise 1..MaxPageSize.
+func parseLimit(raw string) (int, error) {
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > approval.MaxPageSize {
+		return 0, approval.Errorf(approval.EINVALID, "limit %q must be an integer from 1 to %d", raw, approval.MaxPageSize)
+	}
+	return n, nil
+}
