@@ -1,0 +1,767 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/internal/downstream"
+	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/webhook"
+	"github.com/approvald/approval/worker"
+)
+
+// actionSecret signs the runner's calls; the reference target checks every signature.
+const actionSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// The kinds of target the tests configure.
+type targetKind int
+
+const (
+	idempotentTarget targetKind = iota // honours the Idempotency-Key
+	lookupTarget                       // does not honour it, but has a lookup URL
+	plainTarget                        // neither
+)
+
+func (k targetKind) String() string {
+	return [...]string{"idempotent", "lookup", "plain"}[k]
+}
+
+// runnerEnv is one test's world: a store whose "deploy" action has a target, the reference
+// downstream on loopback, and a controllable clock shared by both and by the runners.
+type runnerEnv struct {
+	clk    *clock
+	s      approval.Store
+	ds     *downstream.Server
+	target worker.Target
+}
+
+// newRunnerEnv sets up a target of the given kind. The downstream honours keys only for an
+// idempotent target, so that anywhere else a second call shows as a second effect.
+func newRunnerEnv(t *testing.T, kind string, tk targetKind) *runnerEnv {
+	t.Helper()
+	clk := newClock()
+	s := testdb.OpenWith(t, kind, testdb.Options{Now: clk.Now, Targeted: func(action string) bool { return action == "deploy" }})
+	ds := downstream.New(downstream.Options{HonourKeys: tk == idempotentTarget, Secrets: []string{actionSecret}, Now: clk.Now})
+	t.Cleanup(ds.Close)
+	target := worker.Target{
+		Action:     "deploy",
+		URL:        ds.URL(),
+		Secret:     actionSecret,
+		Idempotent: tk == idempotentTarget,
+		Timeout:    10 * time.Second,
+		Policy: worker.Policy{MaxAttempts: 5,
+			Backoff: worker.Backoff{Initial: time.Second, Max: time.Minute, Multiplier: 2, Jitter: 0.2}},
+	}
+	if tk == lookupTarget {
+		target.LookupURL = ds.LookupURL()
+	}
+	return &runnerEnv{clk: clk, s: s, ds: ds, target: target}
+}
+
+// runner returns a new runner (with a client of its own) for the env's target. Its jitter
+// source sits in the middle of the range, so every delay is exactly the policy's base.
+func (env *runnerEnv) runner() *worker.Runner {
+	return &worker.Runner{Store: env.s, Logger: discard, Targets: map[string]worker.Target{"deploy": env.target},
+		Lease: lease, Batch: 10, Concurrency: 4, Now: env.clk.Now, Rand: func() float64 { return 0.5 }}
+}
+
+// approved creates and approves an approval, and returns it with its queued execution.
+func (env *runnerEnv) approved(t *testing.T, key string) *approval.Approval {
+	t.Helper()
+	a := mustApprove(t, env.s, mustCreateApproval(t, env.s, env.clk, key, time.Hour))
+	if a.Execution == nil || a.Execution.Status != approval.ExecutionQueued {
+		t.Fatalf("approve %s: got execution %+v, want a queued one", key, a.Execution)
+	}
+	return a
+}
+
+func (env *runnerEnv) execution(t *testing.T, a *approval.Approval) *approval.ExecutionRecord {
+	t.Helper()
+	rec, err := env.s.Execution(context.Background(), a.Execution.ID)
+	if err != nil {
+		t.Fatalf("execution of %s: %v", a.OperationKey, err)
+	}
+	return rec
+}
+
+// want checks an execution's status and attempts.
+func (env *runnerEnv) want(t *testing.T, a *approval.Approval, status approval.ExecutionStatus, attempts int) *approval.ExecutionRecord {
+	t.Helper()
+	rec := env.execution(t, a)
+	if rec.Status != status || rec.Attempts != attempts {
+		t.Fatalf("execution of %s: got status %s after %d attempts (last error %q), want %s after %d",
+			a.OperationKey, rec.Status, rec.Attempts, rec.LastError, status, attempts)
+	}
+	return rec
+}
+
+// wantEffects checks what the downstream saw: effects under key, and requests in all.
+func (env *runnerEnv) wantEffects(t *testing.T, key string, effects, requests int) {
+	t.Helper()
+	if got := env.ds.Effects(key); got != effects {
+		t.Errorf("downstream: got %d effects under %s, want %d", got, key, effects)
+	}
+	if got := env.ds.Requests(); got != requests {
+		t.Errorf("downstream: got %d requests, want %d", got, requests)
+	}
+}
+
+// wantRetryIn checks that an execution is queued again, due exactly d from now.
+func (env *runnerEnv) wantRetryIn(t *testing.T, a *approval.Approval, attempts int, d time.Duration) {
+	t.Helper()
+	rec := env.want(t, a, approval.ExecutionQueued, attempts)
+	if want := env.clk.Now().Add(d); rec.NextAttemptAt == nil || !rec.NextAttemptAt.Equal(want) {
+		t.Errorf("execution of %s: got next attempt at %v, want %v (in %s)", a.OperationKey, rec.NextAttemptAt, want, d)
+	}
+}
+
+func mustRun(tb testing.TB, r *worker.Runner, want int) {
+	tb.Helper()
+	n, err := r.RunOnce(context.Background())
+	if err != nil {
+		tb.Fatalf("run: %v", err)
+	}
+	if n != want {
+		tb.Fatalf("run: got %d executions claimed, want %d", n, want)
+	}
+}
+
+func TestRunner_Succeeds(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		mustRun(t, r, 1)
+		mustRun(t, r, 0)
+
+		rec := env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 1, 1)
+		want, _ := json.Marshal(downstream.Result{Key: "deploy-1", Effect: 1})
+		if !jsonEqual(rec.Result, string(want)) {
+			t.Errorf("result: got %s, want %s", rec.Result, want)
+		}
+		// The target received the approval, signed (it checks), under the operation key.
+		var sent struct{ Approval approval.Approval }
+		if err := json.Unmarshal(env.ds.Body("deploy-1"), &sent); err != nil {
+			t.Fatalf("decode the body the target received: %v", err)
+		}
+		if sent.Approval.ID != a.ID || sent.Approval.Status != approval.StatusApproved {
+			t.Errorf("body: got approval %s in status %s, want %s approved", sent.Approval.ID, sent.Approval.Status, a.ID)
+		}
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionAttempt); n != 1 {
+			t.Errorf("got %d attempt events, want 1", n)
+		}
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionSucceeded); n != 1 {
+			t.Errorf("got %d succeeded events, want 1", n)
+		}
+	})
+}
+
+func TestRunner_RetriesWithBackoff(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		env.ds.FailWith(http.StatusServiceUnavailable, http.StatusServiceUnavailable)
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		mustRun(t, r, 1)
+		env.wantRetryIn(t, a, 1, time.Second)
+		if rec := env.execution(t, a); !strings.Contains(rec.LastError, "503") {
+			t.Errorf("last error: got %q, want it to name the 503", rec.LastError)
+		}
+		env.clk.Add(time.Second - time.Millisecond)
+		mustRun(t, r, 0) // not due yet
+		env.clk.Add(time.Millisecond)
+		mustRun(t, r, 1)
+		env.wantRetryIn(t, a, 2, 2*time.Second)
+		env.clk.Add(2 * time.Second)
+		mustRun(t, r, 1)
+
+		env.want(t, a, approval.ExecutionSucceeded, 3)
+		env.wantEffects(t, "deploy-1", 1, 3)
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionRetry); n != 2 {
+			t.Errorf("got %d retry events, want 2", n)
+		}
+	})
+}
+
+func TestRunner_HonoursRetryAfter(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		env.ds.FailWithRetryAfter(7*time.Second, http.StatusTooManyRequests)
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		mustRun(t, r, 1)
+		env.wantRetryIn(t, a, 1, 7*time.Second) // longer than the backoff's 1s
+		env.clk.Add(7 * time.Second)
+		mustRun(t, r, 1)
+		env.want(t, a, approval.ExecutionSucceeded, 2)
+		env.wantEffects(t, "deploy-1", 1, 2)
+	})
+}
+
+func TestRunner_RefusalFailsAtOnce(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, idempotentTarget)
+		env.ds.FailWith(http.StatusBadRequest)
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		mustRun(t, r, 1)
+		rec := env.want(t, a, approval.ExecutionFailed, 1)
+		if !strings.Contains(rec.LastError, "400") {
+			t.Errorf("last error: got %q, want it to name the 400", rec.LastError)
+		}
+		env.clk.Add(time.Hour)
+		mustRun(t, r, 0)
+		env.wantEffects(t, "deploy-1", 0, 1)
+	})
+}
+
+func TestRunner_MaxAttempts(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, idempotentTarget)
+		env.target.Policy.MaxAttempts = 3
+		env.ds.FailWith(http.StatusBadGateway, http.StatusBadGateway, http.StatusBadGateway, http.StatusBadGateway)
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		for range 3 {
+			mustRun(t, r, 1)
+			env.clk.Add(time.Hour)
+		}
+		mustRun(t, r, 0)
+		env.want(t, a, approval.ExecutionFailed, 3)
+		env.wantEffects(t, "deploy-1", 0, 3)
+		if reason := lastReason(t, env.s, a.ID); !strings.Contains(reason, "attempt 3 of 3") || !strings.Contains(reason, "no attempts are left") {
+			t.Errorf("reason: got %q, want it to say attempt 3 of 3 and no attempts are left", reason)
+		}
+	})
+}
+
+// A call that reached the target but lost its answer (the connection dropped after the
+// effect) is settled the way the target allows, and never becomes a second effect.
+func TestRunner_DropAfterEffect(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		t.Run("idempotent", func(t *testing.T) {
+			t.Parallel()
+			env := newRunnerEnv(t, kind, idempotentTarget)
+			env.ds.DropAfterEffect(1)
+			a := env.approved(t, "deploy-1")
+			r := env.runner()
+
+			mustRun(t, r, 1)
+			env.wantRetryIn(t, a, 1, time.Second) // sent again: the key makes that safe
+			env.clk.Add(time.Second)
+			mustRun(t, r, 1)
+			env.want(t, a, approval.ExecutionSucceeded, 2)
+			env.wantEffects(t, "deploy-1", 1, 2)
+		})
+
+		t.Run("plain", func(t *testing.T) {
+			t.Parallel()
+			env := newRunnerEnv(t, kind, plainTarget)
+			r := env.runner()
+			// A first call leaves a kept-alive connection in the runner's pool, so that the
+			// dropped call runs on a reused one: the case in which net/http would resend a
+			// replayable POST by itself.
+			warm := env.approved(t, "deploy-0")
+			mustRun(t, r, 1)
+			env.want(t, warm, approval.ExecutionSucceeded, 1)
+
+			env.ds.DropAfterEffect(1)
+			a := env.approved(t, "deploy-1")
+			mustRun(t, r, 1)
+			rec := env.want(t, a, approval.ExecutionNeedsReview, 1)
+			env.wantEffects(t, "deploy-1", 1, 2)
+			if !strings.Contains(rec.LastError, "may have arrived") {
+				t.Errorf("last error: got %q, want it to say the request may have arrived", rec.LastError)
+			}
+			env.clk.Add(time.Hour)
+			mustRun(t, r, 0) // needs_review waits for an operator
+		})
+
+		t.Run("lookup", func(t *testing.T) {
+			t.Parallel()
+			env := newRunnerEnv(t, kind, lookupTarget)
+			env.ds.DropAfterEffect(1)
+			a := env.approved(t, "deploy-1")
+			r := env.runner()
+
+			mustRun(t, r, 1)
+			env.wantRetryIn(t, a, 1, time.Second) // to ask the lookup URL, not to resend
+			env.clk.Add(time.Second)
+			mustRun(t, r, 1)
+			rec := env.want(t, a, approval.ExecutionSucceeded, 2)
+			env.wantEffects(t, "deploy-1", 1, 1)
+			if got := env.ds.Lookups(); got != 1 {
+				t.Errorf("got %d lookups, want 1", got)
+			}
+			want, _ := json.Marshal(downstream.Result{Key: "deploy-1", Effect: 1})
+			if !jsonEqual(rec.Result, string(want)) {
+				t.Errorf("result: got %s, want the lookup's %s", rec.Result, want)
+			}
+		})
+	})
+}
+
+// An attempt whose runner died mid-call (its claim abandoned, its lease expired) may have
+// reached the target; the next claim settles it as the target allows.
+func TestRunner_RecoversAbandonedClaim(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		for _, tt := range []struct {
+			target       targetKind
+			effectBefore bool // the dead runner's call reached the target
+			wantStatus   approval.ExecutionStatus
+			wantEffects  int
+			wantRequests int
+			wantLookups  int
+		}{
+			{idempotentTarget, false, approval.ExecutionSucceeded, 1, 1, 0},
+			{idempotentTarget, true, approval.ExecutionSucceeded, 1, 2, 0},
+			{lookupTarget, false, approval.ExecutionSucceeded, 1, 1, 1},
+			{lookupTarget, true, approval.ExecutionSucceeded, 1, 1, 1},
+			{plainTarget, false, approval.ExecutionNeedsReview, 0, 0, 0},
+		} {
+			t.Run(fmt.Sprintf("%s/effect=%t", tt.target, tt.effectBefore), func(t *testing.T) {
+				t.Parallel()
+				env := newRunnerEnv(t, kind, tt.target)
+				a := env.approved(t, "deploy-1")
+				claims, err := env.s.ClaimExecutions(context.Background(), lease, 10)
+				if err != nil || len(claims) != 1 {
+					t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+				}
+				if tt.effectBefore {
+					postDirect(t, env, claims[0])
+				}
+				r := env.runner()
+				mustRun(t, r, 0) // the dead runner's lease still holds
+				env.clk.Add(lease)
+				mustRun(t, r, 1)
+
+				rec := env.want(t, a, tt.wantStatus, 2)
+				env.wantEffects(t, "deploy-1", tt.wantEffects, tt.wantRequests)
+				if got := env.ds.Lookups(); got != tt.wantLookups {
+					t.Errorf("got %d lookups, want %d", got, tt.wantLookups)
+				}
+				if tt.wantStatus == approval.ExecutionNeedsReview && !strings.Contains(lastReason(t, env.s, a.ID), "attempt 1 was interrupted") {
+					t.Errorf("reason: got %q, want it to say attempt 1 was interrupted", lastReason(t, env.s, a.ID))
+				}
+				if tt.wantStatus == approval.ExecutionSucceeded && rec.Result == nil {
+					t.Error("result: got none, want the target's")
+				}
+			})
+		}
+	})
+}
+
+// A runner that stalls past its lease loses the execution to the next one; its own late
+// outcome is refused by the attempt fence.
+func TestRunner_StaleWorkerIsFenced(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, idempotentTarget)
+		a := env.approved(t, "deploy-1")
+
+		g := newGate()
+		logs := newRecorder()
+		stale := env.runner()
+		stale.Client, stale.Logger = &http.Client{Transport: g}, slog.New(logs)
+		done := make(chan error, 1)
+		go func() {
+			_, err := stale.RunOnce(context.Background())
+			done <- err
+		}()
+		<-g.entered // attempt 1 is claimed and its call is held on the way out
+
+		env.clk.Add(lease)
+		mustRun(t, env.runner(), 1) // attempt 2 takes over and succeeds
+		env.want(t, a, approval.ExecutionSucceeded, 2)
+
+		close(g.open) // attempt 1's call goes out late and its outcome comes back
+		if err := <-done; err != nil {
+			t.Fatalf("stale run: %v", err)
+		}
+		logs.wait(t, "attempt outcome not recorded: a newer attempt owns the execution")
+		env.want(t, a, approval.ExecutionSucceeded, 2)
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionSucceeded); n != 1 {
+			t.Errorf("got %d succeeded events, want 1", n)
+		}
+		// Both calls arrived; the key kept them to one effect.
+		env.wantEffects(t, "deploy-1", 1, 2)
+	})
+}
+
+// A renewal that finds the claim gone (here: an asynchronous report settled the execution)
+// abandons the call before it is sent, and records nothing.
+func TestRunner_LostClaimAbandonsCall(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		a := env.approved(t, "deploy-1")
+
+		g := newGate()
+		logs := newRecorder()
+		r := env.runner()
+		r.Client, r.Logger = &http.Client{Transport: g}, slog.New(logs)
+		r.Lease = 30 * time.Millisecond // renewed every 10ms of real time
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.RunOnce(context.Background())
+			done <- err
+		}()
+		<-g.entered
+
+		applied, _, err := env.s.ReportExecution(context.Background(), approval.ExecutionReport{ApprovalID: a.ID,
+			Status: approval.ExecutionSucceeded, Version: 1, Actor: "deployer", Cause: approval.Cause{Kind: approval.CauseOperator}})
+		if err != nil || !applied {
+			t.Fatalf("report: got applied %t, %v; want applied", applied, err)
+		}
+		if err := <-done; err != nil { // returns only once the held call is abandoned
+			t.Fatalf("run: %v", err)
+		}
+		logs.wait(t, "execution claim lost; abandoning the attempt")
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 0, 0)
+		for _, typ := range []string{approval.EventExecutionSucceeded, approval.EventExecutionRetry, approval.EventExecutionNeedsReview, approval.EventExecutionFailed} {
+			if n := countEvents(t, env.s, a.ID, typ); n != 0 {
+				t.Errorf("got %d %s events, want none from the abandoned attempt", n, typ)
+			}
+		}
+	})
+}
+
+func TestRunner_Failpoints(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		t.Run("before-send", func(t *testing.T) {
+			t.Parallel()
+			env := newRunnerEnv(t, kind, plainTarget)
+			a := env.approved(t, "deploy-1")
+			r := env.runner()
+			r.Failpoints = mustFailpoints(t, "execution.before-send=error@1")
+
+			mustRun(t, r, 1) // nothing sent: safe to retry even on a plain target
+			env.wantRetryIn(t, a, 1, time.Second)
+			if rec := env.execution(t, a); !strings.Contains(rec.LastError, failpoint.ErrInjected.Error()) {
+				t.Errorf("last error: got %q, want the injected error", rec.LastError)
+			}
+			env.wantEffects(t, "deploy-1", 0, 0)
+			env.clk.Add(time.Second)
+			mustRun(t, r, 1)
+			env.want(t, a, approval.ExecutionSucceeded, 2)
+			env.wantEffects(t, "deploy-1", 1, 1)
+		})
+
+		t.Run("after-send", func(t *testing.T) {
+			t.Parallel()
+			env := newRunnerEnv(t, kind, idempotentTarget)
+			a := env.approved(t, "deploy-1")
+			r := env.runner()
+			r.Failpoints = mustFailpoints(t, "execution.after-send=error@1")
+
+			mustRun(t, r, 1) // sent, answer lost: uncertain, and the key allows a resend
+			env.wantRetryIn(t, a, 1, time.Second)
+			env.clk.Add(time.Second)
+			mustRun(t, r, 1)
+			env.want(t, a, approval.ExecutionSucceeded, 2)
+			env.wantEffects(t, "deploy-1", 1, 2)
+		})
+
+		t.Run("after-record", func(t *testing.T) {
+			t.Parallel()
+			env := newRunnerEnv(t, kind, plainTarget)
+			a := env.approved(t, "deploy-1")
+			r := env.runner()
+			r.Failpoints = mustFailpoints(t, "execution.after-record=error")
+
+			mustRun(t, r, 1) // the outcome is already recorded; the error changes nothing
+			env.want(t, a, approval.ExecutionSucceeded, 1)
+			if got := r.Failpoints.Hits("execution.after-record"); got != 1 {
+				t.Errorf("after-record: got %d hits, want 1", got)
+			}
+		})
+	})
+}
+
+// An asynchronous target's 2xx is an acceptance: the execution waits, running and unclaimed,
+// for the target's report.
+func TestRunner_AsyncTarget(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, idempotentTarget)
+		env.target.Async = true
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		mustRun(t, r, 1)
+		env.want(t, a, approval.ExecutionRunning, 1)
+		if reason := lastReason(t, env.s, a.ID); reason != "accepted by the target; waiting for its report" {
+			t.Errorf("reason: got %q, want the acceptance", reason)
+		}
+		env.clk.Add(time.Hour)
+		mustRun(t, r, 0) // no lease to expire: never claimed again
+
+		applied, _, err := env.s.ReportExecution(context.Background(), approval.ExecutionReport{OperationKey: "deploy-1",
+			Status: approval.ExecutionSucceeded, Version: 1, Result: json.RawMessage(`{"done": true}`), Actor: "deployer",
+			Cause: approval.Cause{Kind: approval.CauseInbox, Source: "deployer", EventID: "msg_1"}})
+		if err != nil || !applied {
+			t.Fatalf("report: got applied %t, %v; want applied", applied, err)
+		}
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 1, 1)
+	})
+}
+
+// Runners on every replica race for the same executions: each action has exactly one effect.
+// The target honours keys in its configuration but the downstream does not, so any second
+// call would show.
+func TestRunner_RacingRunners(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		env.target.Idempotent = true
+		const executions, runners = 100, 4
+		var approvals []*approval.Approval
+		for i := range executions {
+			approvals = append(approvals, env.approved(t, fmt.Sprintf("deploy-%d", i)))
+		}
+
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range runners {
+			r := env.runner()
+			r.Batch = 5
+			wg.Go(func() {
+				<-start
+				for {
+					n, err := r.RunOnce(context.Background())
+					if err != nil {
+						t.Errorf("run: %v", err)
+						return
+					}
+					if n == 0 {
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		for _, a := range approvals {
+			env.want(t, a, approval.ExecutionSucceeded, 1)
+			if got := env.ds.Effects(a.OperationKey); got != 1 {
+				t.Errorf("downstream: got %d effects under %s, want 1", got, a.OperationKey)
+			}
+		}
+		if got := env.ds.Requests(); got != executions {
+			t.Errorf("downstream: got %d requests, want %d", got, executions)
+		}
+	})
+}
+
+// At shutdown, claims whose call has not been sent are given back at once, and a call in
+// flight is finished and recorded.
+func TestRunner_ShutdownReleasesUnsentClaims(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		var approvals []*approval.Approval
+		for i := range 3 {
+			approvals = append(approvals, env.approved(t, fmt.Sprintf("deploy-%d", i)))
+		}
+
+		g := newGate()
+		r := env.runner()
+		r.Client, r.Batch, r.Concurrency = &http.Client{Transport: g}, 3, 1
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		type result struct {
+			n   int
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			n, err := r.RunOnce(ctx)
+			done <- result{n, err}
+		}()
+		<-g.entered // one call is on its way; the two other claims wait for the slot
+		cancel()
+		close(g.open)
+		if res := <-done; res.err != nil || res.n != 3 {
+			t.Fatalf("run: got %d claimed, %v; want 3", res.n, res.err)
+		}
+
+		var sent, released int
+		for _, a := range approvals {
+			switch rec := env.execution(t, a); rec.Status {
+			case approval.ExecutionSucceeded:
+				sent++
+			case approval.ExecutionQueued:
+				released++
+				if rec.Attempts != 0 {
+					t.Errorf("released execution of %s: got %d attempts, want 0", a.OperationKey, rec.Attempts)
+				}
+				if n := countEvents(t, env.s, a.ID, approval.EventExecutionReleased); n != 1 {
+					t.Errorf("released execution of %s: got %d released events, want 1", a.OperationKey, n)
+				}
+			default:
+				t.Errorf("execution of %s: got status %s, want succeeded or queued", a.OperationKey, rec.Status)
+			}
+		}
+		if sent != 1 || released != 2 {
+			t.Errorf("got %d sent and %d released, want 1 and 2", sent, released)
+		}
+		if got := env.ds.Requests(); got != 1 {
+			t.Errorf("downstream: got %d requests, want 1", got)
+		}
+		// Released claims are due at once, for this replica's successor or another.
+		mustRun(t, env.runner(), 2)
+		if got := env.ds.TotalEffects(); got != 3 {
+			t.Errorf("downstream: got %d effects, want 3", got)
+		}
+	})
+}
+
+// Run wakes on the store's signal, and at shutdown finishes and records the call in flight
+// before it returns.
+func TestRunner_Run(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		g := newGate()
+		r := env.runner()
+		r.Client, r.Poll = &http.Client{Transport: g}, time.Hour
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+
+		// Approved after Run started: with an hour's poll, only the signal can wake it.
+		a := env.approved(t, "deploy-1")
+		<-g.entered
+		cancel()
+		close(g.open)
+		waitRun(t, done)
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 1, 1)
+	})
+}
+
+func TestRunner_RejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	s := testdb.Open(t, testdb.SQLite, nil)
+	good := worker.Target{URL: "http://127.0.0.1:9/deploy"}
+	for _, r := range []*worker.Runner{
+		{},
+		{Store: s, Lease: -time.Second},
+		{Store: s, Concurrency: -1},
+		{Store: s, Lease: time.Millisecond},
+		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: "/deploy"}}},
+		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: good.URL, LookupURL: "ftp://127.0.0.1/x"}}},
+		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: good.URL, Timeout: -time.Second}}},
+		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: good.URL, Policy: worker.Policy{MaxAttempts: -1}}}},
+	} {
+		if err := r.Run(context.Background()); err == nil {
+			t.Errorf("run %+v: got nil error, want one", r)
+		}
+		if _, err := r.RunOnce(context.Background()); err == nil {
+			t.Errorf("run once %+v: got nil error, want one", r)
+		}
+	}
+}
+
+// gate is an http.RoundTripper that holds each request until the test opens it, then sends
+// it on a real transport: a runner stalled mid-call, on demand.
+type gate struct {
+	next    http.RoundTripper
+	entered chan struct{} // one value per request that reached the gate
+	open    chan struct{} // closed to let requests through
+}
+
+func newGate() *gate {
+	return &gate{next: &http.Transport{}, entered: make(chan struct{}, 16), open: make(chan struct{})}
+}
+
+func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
+	g.entered <- struct{}{}
+	select {
+	case <-g.open:
+		return g.next.RoundTrip(req)
+	case <-req.Context().Done():
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, req.Context().Err()
+	}
+}
+
+// postDirect makes the call the claim's runner would have made, as if it had reached the
+// target just before the runner died.
+func postDirect(t *testing.T, env *runnerEnv, c *approval.ExecutionClaim) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"approval": c.Approval})
+	if err != nil {
+		t.Fatalf("encode: %v", err)
+	}
+	h, err := webhook.SignStandard(actionSecret, fmt.Sprintf("%s-%d", c.Record.ID, c.Attempt), env.clk.Now(), body)
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	req, err := http.NewRequest(http.MethodPost, env.ds.URL(), bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	req.Header = h
+	req.Header.Set("Idempotency-Key", c.Record.OperationKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("post: got HTTP %d, want 200", resp.StatusCode)
+	}
+}
+
+func mustFailpoints(tb testing.TB, spec string) *failpoint.Set {
+	tb.Helper()
+	s, err := failpoint.Parse(spec)
+	if err != nil {
+		tb.Fatalf("failpoints %q: %v", spec, err)
+	}
+	return s
+}
+
+// lastReason returns the reason of the approval's last execution event.
+func lastReason(tb testing.TB, s approval.Store, approvalID string) string {
+	tb.Helper()
+	events := mustEvents(tb, s, approvalID)
+	for i := len(events) - 1; i >= 0; i-- {
+		if reason, ok := events[i].Detail["reason"].(string); ok && strings.HasPrefix(events[i].Type, "execution.") {
+			return reason
+		}
+	}
+	tb.Fatalf("approval %s: no execution event with a reason", approvalID)
+	return ""
+}
