@@ -41,10 +41,13 @@ func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 	return s.notifier.subscribe(topic)
 }
 
-// Backoff between attempts to (re)establish the LISTEN connection.
+// Timing of the LISTEN connection: the backoff between attempts to (re)establish it, and how
+// long it may stay quiet before it is pinged, and how long the ping may take.
 const (
-	listenBackoffMin = 100 * time.Millisecond
-	listenBackoffMax = 5 * time.Second
+	listenBackoffMin  = 100 * time.Millisecond
+	listenBackoffMax  = 5 * time.Second
+	listenIdle        = 30 * time.Second
+	listenPingTimeout = 10 * time.Second
 )
 
 // notifier owns one dedicated LISTEN connection (not from the pool: a pooled connection
@@ -54,6 +57,8 @@ const (
 type notifier struct {
 	config *pgx.ConnConfig
 	logger func() *slog.Logger
+	// idle and pingTimeout are listenIdle and listenPingTimeout; tests shorten them.
+	idle, pingTimeout time.Duration
 
 	mu      sync.Mutex
 	subs    map[string]map[chan struct{}]struct{}
@@ -72,7 +77,10 @@ func newNotifier(config *pgx.ConnConfig, logger func() *slog.Logger) *notifier {
 		// So that an operator can tell it apart in pg_stat_activity: it is idle by design.
 		config.RuntimeParams["application_name"] = "approvald listener"
 	}
-	return &notifier{config: config, logger: logger, subs: make(map[string]map[chan struct{}]struct{})}
+	return &notifier{
+		config: config, logger: logger, idle: listenIdle, pingTimeout: listenPingTimeout,
+		subs: make(map[string]map[chan struct{}]struct{}),
+	}
 }
 
 func (n *notifier) subscribe(topic string) (<-chan struct{}, func()) {
@@ -187,12 +195,29 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 	}
 
 	for {
-		note, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, n.idle)
+		note, err := conn.WaitForNotification(waitCtx)
+		idle := waitCtx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			if topic, ok := byChannel[note.Channel]; ok {
+				n.signal(topic)
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case idle:
+			// A connection dropped without a word (a NAT or proxy forgetting it) would
+			// otherwise wait for ever: after a quiet spell, make sure the server still
+			// answers. pgx keeps a connection whose wait merely timed out usable.
+			pingCtx, cancel := context.WithTimeout(ctx, n.pingTimeout)
+			err := conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ping after %v without notifications: %w", n.idle, err)
+			}
+		default:
 			return fmt.Errorf("wait for notification: %w", err)
-		}
-		if topic, ok := byChannel[note.Channel]; ok {
-			n.signal(topic)
 		}
 	}
 }

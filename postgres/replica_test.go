@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +105,33 @@ func TestNotifierReconnects(t *testing.T) {
 		t.Fatalf("record inbox event: %v", err)
 	}
 	mustSignal(t, inbox, "an inbox event recorded after the reconnect")
+}
+
+func TestNotifierReplacesASilentlyDroppedConnection(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.Postgres)
+	writer := mustOpen(t, dsn)
+	if err := writer.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	// The listener reaches the server through a proxy that can stop passing bytes without
+	// closing anything, as a NAT or a load balancer that forgets a connection does.
+	proxy := startProxy(t, hostOf(t, dsn))
+	listener := mustOpen(t, withHost(t, dsn, proxy.addr()))
+	listener.Logger = slog.New(slog.NewTextHandler(io.Discard, nil)) // the loss it reports is this test's doing
+	listener.SetListenTimes(100*time.Millisecond, 100*time.Millisecond)
+
+	inbox, stop := listener.Subscribe(approval.TopicInbox)
+	defer stop()
+	mustSignal(t, inbox, "the listen connection's first signal")
+	proxy.blackhole()
+
+	// No error ever reaches the listener; only its idle ping finds the connection dead.
+	mustSignal(t, inbox, "the signal of the replacement listen connection")
+	if _, err := writer.RecordInbox(t.Context(), inboxEvent("after-blackhole", time.Now())); err != nil {
+		t.Fatalf("record inbox event: %v", err)
+	}
+	mustSignal(t, inbox, "an inbox event recorded after the replacement")
 }
 
 func TestCloseStopsListening(t *testing.T) {
@@ -353,4 +383,101 @@ func mustConnect(tb testing.TB) *pgx.Conn {
 	}
 	tb.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// proxy forwards TCP connections to a server until blackhole makes the connections open so
+// far swallow everything in both directions while staying open.
+type proxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	frozen []*atomic.Bool // one per connection pair accepted so far
+}
+
+func startProxy(tb testing.TB, target string) *proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("proxy listen: %v", err)
+	}
+	p := &proxy{ln: ln}
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	tb.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return // closed by the cleanup
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			frozen := new(atomic.Bool)
+			p.mu.Lock()
+			conns = append(conns, client, server)
+			p.frozen = append(p.frozen, frozen)
+			p.mu.Unlock()
+			wg.Go(func() { pipe(server, client, frozen) })
+			wg.Go(func() { pipe(client, server, frozen) })
+		}
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.frozen {
+		f.Store(true)
+	}
+}
+
+// pipe copies src to dst, dropping what it reads once frozen, until either side closes.
+func pipe(dst, src net.Conn, frozen *atomic.Bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if frozen.Load() {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func hostOf(tb testing.TB, dsn string) string {
+	tb.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("parse dsn: %v", err)
+	}
+	return u.Host
+}
+
+func withHost(tb testing.TB, dsn, host string) string {
+	tb.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		tb.Fatalf("parse dsn: %v", err)
+	}
+	u.Host = host
+	return u.String()
 }
