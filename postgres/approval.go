@@ -98,12 +98,9 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 // Approvals lists approvals newest first. The page's approvers and decisions are loaded with
 // one query each, whatever the page size.
 func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
-	limit := f.Limit
-	switch {
-	case limit == 0:
-		limit = approval.DefaultPageSize
-	case limit < 0 || limit > approval.MaxPageSize:
-		return nil, "", approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
+	limit, err := pageSize(f.Limit)
+	if err != nil {
+		return nil, "", err
 	}
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, "", approval.Errorf(approval.EINVALID, "unknown status %q", f.Status)
@@ -667,6 +664,17 @@ func (tx *tx) appendEvent(ctx context.Context, approvalID, typ, actor string, ca
 		return 0, translate("append event", err)
 	}
 	return seq, nil
+}
+
+// pageSize checks a listing's limit: 0 means the default page size.
+func pageSize(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return approval.DefaultPageSize, nil
+	case limit < 0 || limit > approval.MaxPageSize:
+		return 0, approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
+	}
+	return limit, nil
 }
 
 // A cursor is the base64url of "<created_at in Unix microseconds>:<id>" of the last approval

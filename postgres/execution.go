@@ -672,14 +672,3 @@ func utcPtr(t *time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
-
-// pageSize checks a listing's limit: 0 means the default page size.
-func pageSize(limit int) (int, error) {
-	switch {
-	case limit == 0:
-		return approval.DefaultPageSize, nil
-	case limit < 0 || limit > approval.MaxPageSize:
-		return 0, approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
-	}
-	return limit, nil
-}
