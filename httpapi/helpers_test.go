@@ -56,7 +56,10 @@ type fixture struct {
 func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	tb.Helper()
 	f := &fixture{tb: tb, clock: newClock(), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
-	f.store = testdb.Open(tb, kind, f.clock.Now)
+	f.store = testdb.OpenWith(tb, kind, testdb.Options{
+		Now:      f.clock.Now,
+		Targeted: func(action string) bool { return action == targetedAction },
+	})
 	cfg := httpapi.Config{
 		Store:    f.store,
 		Logger:   slog.New(slog.NewJSONHandler(f.logs, nil)),
@@ -201,9 +204,18 @@ func (r *response) problem(tb testing.TB, status int) problemBody {
 	return p
 }
 
-// createBody is a valid create request for the approvers.
+// targetedAction is the one action with a downstream target in every fixture's store:
+// approving it queues an execution, while any other action's execution is not_configured.
+const targetedAction = "payout"
+
+// createBody is a valid create request for the approvers, of an action with no target.
 func createBody(title string, approvers ...string) string {
-	b, _ := json.Marshal(map[string]any{"action": "deploy", "title": title, "approvers": approvers})
+	return actionBody("deploy", title, approvers...)
+}
+
+// actionBody is a valid create request of the action for the approvers.
+func actionBody(action, title string, approvers ...string) string {
+	b, _ := json.Marshal(map[string]any{"action": action, "title": title, "approvers": approvers})
 	return string(b)
 }
 
