@@ -115,7 +115,8 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) err
 
 	// The rules never fail an event (a refused decision is a processed one), so this is the
 	// store itself failing: the database down, a transaction aborted. Trying again later may
-	// work; an event that keeps failing is parked as failed for an operator.
+	// work; an event that keeps failing is parked as failed for an operator. An event the
+	// operator re-queued keeps its attempts, so it gets one more try.
 	var retryAt *time.Time
 	if e.Attempts < p.maxAttempts() {
 		delay := Policy{Backoff: p.backoff()}.Delay(e.Attempts, 0, p.Rand)

@@ -72,7 +72,7 @@ type Runner struct {
 	Client     *http.Client
 	Failpoints *failpoint.Set   // nil: none
 	Now        func() time.Time // time.Now when nil; for signatures and retry times
-	Rand       func() float64   // jitter source; nil means math/rand/v2
+	Rand       func() float64   // jitter source, called from several goroutines; nil means math/rand/v2
 
 	clientOnce sync.Once
 	client     *http.Client
@@ -215,8 +215,7 @@ type attempt struct {
 	work context.Context // outlives the runner's ctx; cancelled when the claim is lost
 	log  *slog.Logger
 
-	hist      *history // loaded on first use
-	histError error
+	hist *history // loaded on first use
 }
 
 // run decides the attempt's outcome, calling the target (or its lookup URL) as needed. It
