@@ -69,4 +69,5 @@ const (
 	EventExecutionCancelled   = "execution.cancelled"
 	EventExecutionReported    = "execution.reported"     // an async outcome applied
 	EventExecutionReportStale = "execution.report_stale" // an older async outcome, not applied
+	EventExecutionAccepted    = "execution.accepted"     // an async target accepted the call
 )

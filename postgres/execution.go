@@ -19,9 +19,6 @@ import (
 // the first when it inserts the execution; the runner's claim takes both with SKIP LOCKED and
 // so never waits on either.
 
-// eventExecutionAccepted records that an asynchronous target accepted the call: the execution
-// stays running, without a lease, until its outcome is reported.
-const eventExecutionAccepted = "execution.accepted"
 
 // ClaimExecutions claims up to limit due executions for the runner: queued ones whose next
 // attempt is due, and running ones whose lease has expired (recovered, their last attempt's
@@ -167,7 +164,7 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 		}
 		event = approval.EventExecutionRetry
 	case approval.ExecutionRunning:
-		event = eventExecutionAccepted
+		event = approval.EventExecutionAccepted
 	default:
 		return nil, approval.Errorf(approval.EINVALID, "an attempt cannot end in status %q", o.Status)
 	}

@@ -11,9 +11,6 @@ import (
 	"github.com/approvald/approval"
 )
 
-// eventExecutionAccepted is appended when a target accepted an asynchronous call: the
-// execution stays running, without a lease, until its outcome is reported.
-const eventExecutionAccepted = "execution.accepted"
 
 // ClaimExecutions claims up to limit executions that are queued and due, or running past
 // their lease; see approval.ExecutionStore. The write transaction is serialized on the one
@@ -180,7 +177,7 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 		}
 		event, retryAt = approval.EventExecutionRetry, o.RetryAt
 	case approval.ExecutionRunning:
-		event = eventExecutionAccepted
+		event = approval.EventExecutionAccepted
 	default:
 		return nil, approval.Errorf(approval.EINVALID, "an attempt cannot end in status %q", o.Status)
 	}
