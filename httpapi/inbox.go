@@ -56,9 +56,12 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := s.verifyDelivery(w, r, src)
 	if err != nil {
-		s.metrics.received.WithLabelValues(src.Name, receivedRejected).Inc()
-		// The reason is caller-safe (it never holds a secret); the access line has the status.
-		s.info(r).log.Info("webhook refused", slog.String("source", src.Name), slog.String("reason", approval.ErrorMessage(err)))
+		// A misconfigured verifier is our fault (500, logged by writeError), not a refusal.
+		if approval.ErrorCode(err) != approval.EINTERNAL {
+			s.metrics.received.WithLabelValues(src.Name, receivedRejected).Inc()
+			// The reason is caller-safe (it never holds a secret); the access line has the status.
+			s.info(r).log.Info("webhook refused", slog.String("source", src.Name), slog.String("reason", approval.ErrorMessage(err)))
+		}
 		s.writeError(w, r, err)
 		return
 	}

@@ -641,3 +641,27 @@ func TestIntakeNeedsNoToken(t *testing.T) {
 		t.Fatalf("answer lacks the event id: %s", raw)
 	}
 }
+
+// TestIntakeMisconfiguredSource: a source whose verifier cannot work is our fault, a 500 that
+// is not counted as the sender's refusal; a bad signature is.
+func TestIntakeMisconfiguredSource(t *testing.T) {
+	t.Parallel()
+	f := intakeSetup(t, testdb.SQLite, func(c *httpapi.Config) {
+		c.Sources = append(c.Sources, httpapi.Source{Name: "broken", Verifier: webhook.Verifier{Scheme: "svix", Secrets: []string{"x"}}})
+	})
+	h := signStandard(t, chatNewSecret, "msg_cfg", f.clock.Now(), decisionBody)
+	f.deliver("broken", h, decisionBody).problem(t, http.StatusInternalServerError)
+	f.deliver("chat", signStandard(t, chatOtherSecret, "msg_cfg", f.clock.Now(), decisionBody), decisionBody).problem(t, http.StatusUnauthorized)
+	metrics := string(f.do("GET", "/metrics", "", "").body)
+	for _, want := range []string{
+		`approvald_inbox_received_total{result="rejected",source="broken"} 0`,
+		`approvald_inbox_received_total{result="rejected",source="chat"} 1`,
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if got := f.inboxTotal(); got != 0 {
+		t.Fatalf("stored events: got %d, want 0", got)
+	}
+}
