@@ -195,6 +195,6 @@ func waitApproval(t *testing.T, srv *server, token, id string, done func(approva
 		if time.Now().After(deadline) {
 			t.Fatalf("approval %s: still %+v (execution %+v) after %s\nstderr:\n%s", id, a, a.Execution, waitTimeout, srv.stderr)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }

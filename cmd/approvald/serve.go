@@ -95,10 +95,9 @@ func (c *ServeCommand) ParseFlags(ctx context.Context, args []string) error {
 
 // Run opens and migrates the store, prints the bootstrap token on a new database, and serves
 // the API and runs the workers (sweeper, inbox processor, execution runner) until ctx ends or
-// a worker fails. Then it stops accepting connections and drains in-flight requests, and only
-// then stops the workers, so that nothing a request committed is left without a worker in
-// this process to pick it up sooner than a replica would; the runner gives back claims it has
-// not sent. Close closes the store.
+// a worker fails. Then it stops in order: HTTP intake first (no new connections, in-flight
+// requests drained), then the workers (the runner gives back claims it has not sent, and lets
+// calls in flight finish and be recorded); Close then closes the store both were using.
 func (c *ServeCommand) Run(ctx context.Context) error {
 	c.logger = newLogger(c.stderr)
 	if c.failpoints != nil {
