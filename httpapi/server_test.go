@@ -121,4 +121,8 @@ func TestUnknownRoutes(t *testing.T) {
 	if allow := f.do("GET", "/v1/approvals/apr_x/approve", "", "").header.Get("Allow"); allow != "POST" {
 		t.Fatalf("Allow: got %q, want POST", allow)
 	}
+	// POST /v1/inbox/{source} and GET /v1/inbox/{id} are one path with two wildcard names.
+	if allow := f.do("PUT", "/v1/inbox/x", "", "").header.Get("Allow"); allow != "POST, GET, HEAD" {
+		t.Fatalf("Allow: got %q, want POST, GET, HEAD", allow)
+	}
 }
