@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -142,6 +143,9 @@ actions:
 			resp.wantStatus(t, http.StatusOK)
 		}
 		doomed.waitKilled(t)
+		if i == 0 && !strings.Contains(doomed.stderr.String(), `"msg":"failpoints armed`) {
+			t.Errorf("a process with failpoints armed did not say so\nstderr:\n%s", doomed.stderr)
+		}
 
 		healer := startServeWith(t, dsn, healthy)
 		// The approver's retry: the vote is already in, so it is repeated, not recorded again.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -204,6 +205,27 @@ func TestUsageErrors(t *testing.T) {
 		}
 		if stderr == "" {
 			t.Errorf("approvald %s: nothing on stderr, want the problem", strings.Join(args, " "))
+		}
+	}
+}
+
+// A failpoint spec that names no known point, or is malformed, stops serve before it touches
+// the database: a crash test must never run a binary that silently ignores its failpoint.
+func TestServe_BadFailpointsExitTwo(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.SQLite)
+	for _, spec := range []string{"execution.after-sned=crash", "execution.after-send=explode", "execution.after-send"} {
+		cmd := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--database-url", dsn)
+		cmd.Env = append(os.Environ(), "APPROVALD_FAILPOINTS="+spec)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("APPROVALD_FAILPOINTS=%q: got %v, want exit 2", spec, err)
+		}
+		if !strings.Contains(stderr.String(), "APPROVALD_FAILPOINTS") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("APPROVALD_FAILPOINTS=%q: got stderr %q, want one line naming the variable", spec, stderr.String())
 		}
 	}
 }
