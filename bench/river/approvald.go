@@ -123,7 +123,7 @@ func runApprovald(ctx context.Context, cfg runConfig, admin *pgx.Conn) (res runR
 	if err != nil {
 		return res, err
 	}
-	return res, checkCalls(res, down.Counts(), cfg.N-succeeded)
+	return res, checkCalls(&res, down.Counts(), cfg.N-succeeded)
 }
 
 // approvaldConfig is the configuration of a run: approvald's defaults, but for the worker

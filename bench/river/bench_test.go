@@ -73,6 +73,10 @@ func TestDownstreamGate(t *testing.T) {
 		t.Fatalf("call after Open: %v", err)
 	}
 	got := d.Counts()
+	if got.Conns < 1 || got.Conns > 3 {
+		t.Errorf("connections: got %d, want 1 to 3 (one per concurrent call, then reused)", got.Conns)
+	}
+	got.Conns = 0
 	want := downstreamCounts{Arrived: 4, Answered: 4, Keys: 3, Repeated: 1}
 	if got != want {
 		t.Errorf("counts: got %+v, want %+v", got, want)

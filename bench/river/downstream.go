@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,8 @@ type downstream struct {
 
 	gate     chan struct{} // closed by Open
 	openOnce sync.Once
+
+	conns atomic.Int64 // connections accepted: a client that does not reuse them opens many
 
 	mu        sync.Mutex
 	arrived   int            // requests received
@@ -46,7 +49,15 @@ func startDownstream() (*downstream, error) {
 		keys:      make(map[string]int),
 		arrivedCh: make(chan struct{}, 1),
 	}
-	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}
+	d.srv = &http.Server{
+		Handler:           d,
+		ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				d.conns.Add(1)
+			}
+		},
+	}
 	go func() { d.done <- d.srv.Serve(ln) }()
 	return d, nil
 }
@@ -121,13 +132,14 @@ type downstreamCounts struct {
 	Arrived, Answered, NoKey int
 	Keys                     int // distinct keys answered
 	Repeated                 int // answers beyond the first for a key
+	Conns                    int // connections the callers opened
 }
 
 // Counts returns what the downstream has seen so far.
 func (d *downstream) Counts() downstreamCounts {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	c := downstreamCounts{Arrived: d.arrived, Answered: d.answered, NoKey: d.noKey, Keys: len(d.keys)}
+	c := downstreamCounts{Arrived: d.arrived, Answered: d.answered, NoKey: d.noKey, Keys: len(d.keys), Conns: int(d.conns.Load())}
 	for _, n := range d.keys {
 		c.Repeated += n - 1
 	}

@@ -72,6 +72,7 @@ type runResult struct {
 	System     string
 	N, Workers int
 	Held       int // calls waiting at the gate when the clock started
+	Conns      int // connections the workers opened to the downstream
 	Elapsed    time.Duration
 	// Claim to recorded completion per unit, over the units claimed after the clock
 	// started; Timed is how many those were.
@@ -179,7 +180,8 @@ func run(ctx context.Context, args []string) error {
 
 // checkCalls confirms that a run made exactly N calls, one per key, each with a key, and
 // that every unit finished as success.
-func checkCalls(res runResult, c downstreamCounts, unfinished int) error {
+func checkCalls(res *runResult, c downstreamCounts, unfinished int) error {
+	res.Conns = c.Conns
 	var problems []string
 	if c.Answered != res.N || c.Keys != res.N {
 		problems = append(problems, fmt.Sprintf("downstream answered %d calls for %d keys, want %d", c.Answered, c.Keys, res.N))

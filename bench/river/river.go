@@ -166,7 +166,7 @@ func runRiver(ctx context.Context, cfg runConfig, admin *pgx.Conn, system string
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".river_job WHERE state <> 'completed'").Scan(&notCompleted); err != nil {
 		return res, fmt.Errorf("count unfinished river jobs: %w", err)
 	}
-	return res, checkCalls(res, down.Counts(), notCompleted)
+	return res, checkCalls(&res, down.Counts(), notCompleted)
 }
 
 // insertChunk is how many jobs one InsertMany carries.

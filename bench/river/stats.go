@@ -40,15 +40,16 @@ func median(runs []runResult) runResult {
 	m.P99 = pick(func(r runResult) time.Duration { return r.P99 })
 	m.Held = int(pick(func(r runResult) time.Duration { return time.Duration(r.Held) }))
 	m.Timed = int(pick(func(r runResult) time.Duration { return time.Duration(r.Timed) }))
+	m.Conns = int(pick(func(r runResult) time.Duration { return time.Duration(r.Conns) }))
 	return m
 }
 
 func printHeader() {
-	fmt.Printf("%-20s %6s %7s %5s %9s %12s %9s %9s\n", "system", "N", "workers", "held", "seconds", "executions/s", "p50", "p99")
+	fmt.Printf("%-20s %6s %7s %5s %9s %12s %9s %9s %6s\n", "system", "N", "workers", "held", "seconds", "executions/s", "p50", "p99", "conns")
 }
 
 func printRow(label string, r runResult) {
-	fmt.Printf("%-20s %6d %7d %5d %9.3f %12.1f %9s %9s\n", label, r.N, r.Workers, r.Held, r.Elapsed.Seconds(), r.Rate(), ms(r.P50), ms(r.P99))
+	fmt.Printf("%-20s %6d %7d %5d %9.3f %12.1f %9s %9s %6d\n", label, r.N, r.Workers, r.Held, r.Elapsed.Seconds(), r.Rate(), ms(r.P50), ms(r.P99), r.Conns)
 }
 
 // ms formats a duration in milliseconds with two decimals.
