@@ -107,7 +107,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 	// Two approvers approving at once: one approval, so one execution, queued once.
 	s.run(t, "OneExecutionPerApproval", func(t *testing.T, f *fixture) {
-		const rounds = 20
+		const rounds = 15
 		for range rounds {
 			a := PendingApproval(t, f.clock.Now())
 			a.Action = TargetedAction
@@ -581,14 +581,16 @@ func exerciseExecutions(t *testing.T, s suite) {
 	// Execution runners on every replica claim at once: each execution's first attempt goes to
 	// exactly one of them.
 	s.run(t, "ClaimRace", func(t *testing.T, f *fixture) {
-		const executions, claimers, batch = 30, 8, 2
+		const executions, claimers, batch = 20, 8, 2
 		for range executions {
 			mustApprovedExecution(t, f)
 		}
 		claimed := make([][]*approval.ExecutionClaim, claimers)
 		errs := make([]error, claimers)
 		race(claimers, func(i int) {
-			for {
+			// Claim batches until a pass finds nothing, in at most one pass per execution and
+			// one more (as in the inbox's ClaimRace).
+			for range executions + 1 {
 				got, err := f.store.ClaimExecutions(t.Context(), workLease, batch)
 				if err != nil {
 					errs[i] = err
