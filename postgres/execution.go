@@ -19,7 +19,6 @@ import (
 // the first when it inserts the execution; the runner's claim takes both with SKIP LOCKED and
 // so never waits on either.
 
-
 // ClaimExecutions claims up to limit due executions for the runner: queued ones whose next
 // attempt is due, and running ones whose lease has expired (recovered, their last attempt's
 // outcome unknown), oldest due first. The attempt is counted and recorded before any call is

@@ -11,7 +11,6 @@ import (
 	"github.com/approvald/approval"
 )
 
-
 // ClaimExecutions claims up to limit executions that are queued and due, or running past
 // their lease; see approval.ExecutionStore. The write transaction is serialized on the one
 // write connection, so no two claims can take the same row.
