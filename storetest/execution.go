@@ -444,7 +444,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 				Actor: "ci-bot", Cause: approval.HTTPCause(fmt.Sprintf("report-%d", version)),
 			}
 		}
+		var reportedAt []time.Time // when each report below is made
 		f.clock.Advance(time.Second)
+		reportedAt = append(reportedAt, f.clock.Now())
 		rec := mustReport(t, f.store, byID(2, approval.ExecutionSucceeded), true)
 		wantExecution(t, rec, approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		// Reported, the execution shows in full.
@@ -453,13 +455,15 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("approval's execution after a report: got %s, want the full record, succeeded", js)
 		}
 		f.clock.Advance(time.Second)
+		reportedAt = append(reportedAt, f.clock.Now())
 		wantExecution(t, mustReport(t, f.store, byID(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		f.clock.Advance(time.Second)
+		reportedAt = append(reportedAt, f.clock.Now())
 		wantExecution(t, mustReport(t, f.store, byID(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
 		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReported)
 		for i, v := range []int{2, 1, 3} {
-			wantEvent(t, evs[i], "ci-bot", approval.HTTPCause(fmt.Sprintf("report-%d", v)), start.Add(time.Duration(i+1)*time.Second))
+			wantEvent(t, evs[i], "ci-bot", approval.HTTPCause(fmt.Sprintf("report-%d", v)), reportedAt[i])
 		}
 
 		// By operation key, for a queued execution: an asynchronous target's report wins.
