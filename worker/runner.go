@@ -42,7 +42,9 @@ type Target struct {
 	// LookupURL, when set, answers GET ?key=<operation_key> with 200 and the result when the
 	// operation happened and 404 when it did not, so an uncertain call can be reconciled.
 	LookupURL string
-	Timeout   time.Duration // of one call or lookup (DefaultTimeout when zero)
+	// Timeout bounds one call or lookup (DefaultTimeout when zero). A call is also cut short
+	// when the claim's lease is about to run out unrenewed; see Runner.Lease.
+	Timeout time.Duration
 	// Async says a 2xx only means "accepted": the outcome arrives later as a report
 	// (ReportExecution), and until then the execution stays running without a lease.
 	Async bool
@@ -61,7 +63,11 @@ type Runner struct {
 	Logger  *slog.Logger      // slog.Default() when nil
 	Targets map[string]Target // by action
 
-	Lease       time.Duration // claim lease, renewed every Lease/3 while an attempt runs (DefaultLease when zero)
+	// Lease is the claim lease (DefaultLease when zero), renewed every Lease/3 while an
+	// attempt runs and once more right before its call is sent. A call still in flight
+	// Lease/10 before the lease, as last renewed, would run out is cancelled: past that point
+	// another runner may claim the execution, and it must not find this call still going.
+	Lease       time.Duration
 	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
 	Batch       int           // executions claimed at once (Concurrency when zero)
 	Concurrency int           // calls in flight at once (DefaultConcurrency when zero)
@@ -81,6 +87,10 @@ type Runner struct {
 // errClaimLost cancels an attempt whose lease renewal found that a newer attempt owns the
 // execution: the call is abandoned and nothing is recorded.
 var errClaimLost = errors.New("execution claim lost")
+
+// errLeaseEnding cancels a call whose claim's lease is about to run out without having been
+// renewed (the store slow or unreachable): the outcome is recorded if the store allows.
+var errLeaseEnding = errors.New("the claim's lease was about to run out")
 
 // The failpoints of an attempt (see package failpoint).
 const (
@@ -119,7 +129,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	running := 0
 	for {
 		if free := min(r.batch(), conc-running); free > 0 {
-			claims, err := r.claim(ctx, free)
+			claims, claimedAt, err := r.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				r.logger().ErrorContext(ctx, "claim executions failed", "error", err)
 			}
@@ -127,7 +137,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				running++
 				wg.Go(func() {
 					defer func() { finished <- struct{}{} }()
-					r.execute(ctx, c, slots)
+					r.execute(ctx, c, claimedAt, slots)
 				})
 			}
 			if err == nil && len(claims) == free {
@@ -152,40 +162,45 @@ func (r *Runner) RunOnce(ctx context.Context) (int, error) {
 	if err := r.validate(); err != nil {
 		return 0, err
 	}
-	claims, err := r.claim(ctx, r.batch())
+	claims, claimedAt, err := r.claim(ctx, r.batch())
 	if err != nil {
 		return 0, err
 	}
 	slots := make(chan struct{}, r.concurrency())
 	var wg sync.WaitGroup
 	for _, c := range claims {
-		wg.Go(func() { r.execute(ctx, c, slots) })
+		wg.Go(func() { r.execute(ctx, c, claimedAt, slots) })
 	}
 	wg.Wait()
 	return len(claims), nil
 }
 
-func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, error) {
+// claim claims up to limit executions, and returns when it asked: the claims' leases run out
+// no sooner than a lease after that.
+func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, time.Time, error) {
+	asked := time.Now()
 	claims, err := r.Store.ClaimExecutions(ctx, r.lease(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("claim executions: %w", err)
+		return nil, asked, fmt.Errorf("claim executions: %w", err)
 	}
-	return claims, nil
+	return claims, asked, nil
 }
 
 // execute runs one claimed attempt to its recorded end. ctx is the runner's: when it ends
 // before the call is sent the claim is released, but a call already sent runs on, on a
-// context of its own, so that its outcome is recorded rather than lost.
-func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, slots chan struct{}) {
+// context of its own, so that its outcome is recorded rather than lost. claimedAt is when the
+// claim was asked for.
+func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claimedAt time.Time, slots chan struct{}) {
 	a := &attempt{
 		r: r, c: c,
 		log: r.logger().With("execution", c.Record.ID, "approval", c.Record.ApprovalID,
 			"action", c.Record.Action, "attempt", c.Attempt),
 	}
+	a.deadline.extend(claimedAt.Add(r.lease() - r.margin()))
 	work, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
-	a.work = work
-	stopKeeper := a.keepLease(cancel)
+	a.work, a.cancel = work, cancel
+	stopKeeper := a.keepLease()
 	defer stopKeeper()
 
 	select {
@@ -210,10 +225,13 @@ func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, slots 
 
 // attempt is one claimed attempt of an execution, from the claim to the record.
 type attempt struct {
-	r    *Runner
-	c    *approval.ExecutionClaim
-	work context.Context // outlives the runner's ctx; cancelled when the claim is lost
-	log  *slog.Logger
+	r      *Runner
+	c      *approval.ExecutionClaim
+	work   context.Context // outlives the runner's ctx; cancelled when the claim is lost
+	cancel context.CancelCauseFunc
+	log    *slog.Logger
+	// deadline cuts calls short before the lease runs out; renewals move it.
+	deadline deadline
 
 	hist *history // loaded on first use
 }
@@ -255,7 +273,9 @@ func (a *attempt) run() (approval.AttemptOutcome, bool) {
 // reconcile asks the lookup URL whether an earlier, uncertain attempt took effect. It reports
 // settled=false when the lookup found nothing and attempts remain, so the call is to be made.
 func (a *attempt) reconcile(t Target, policy Policy) (o approval.AttemptOutcome, settled bool) {
-	found, result, err := a.r.lookup(a.work, t, a.c.Record.OperationKey)
+	ctx, release := a.deadline.bind(a.work)
+	found, result, err := a.r.lookup(ctx, t, a.c.Record.OperationKey)
+	release()
 	n := a.history().run
 	switch {
 	case err != nil && n >= policy.MaxAttempts:
@@ -301,8 +321,12 @@ func (a *attempt) send(t Target, policy Policy) (approval.AttemptOutcome, bool) 
 	var res callResult
 	if err := a.r.Failpoints.Inject(fpBeforeSend); err != nil {
 		res = callResult{err: err} // nothing has left the process: safe to retry anywhere
+	} else if err := a.renewBeforeSend(); err != nil {
+		res = callResult{err: err} // not sent, as above; a lost claim returns below
 	} else {
-		res = a.r.call(a.work, t, a.c)
+		ctx, release := a.deadline.bind(a.work)
+		res = a.r.call(ctx, t, a.c)
+		release()
 		if err := a.r.Failpoints.Inject(fpAfterSend); err != nil {
 			// Stands for the process failing between the call and the record: the call has
 			// been made, its answer is gone.
@@ -429,15 +453,13 @@ func (a *attempt) release() {
 	a.log.InfoContext(ctx, "execution claim released unsent at shutdown")
 }
 
-// keepLease renews the claim every Lease/3 until the returned stop function is called, and
-// cancels the attempt's work with errClaimLost when a renewal finds that the claim is gone.
-// stop waits for the renewing goroutine to end and may be called more than once.
-func (a *attempt) keepLease(cancel context.CancelCauseFunc) (stop func()) {
+// keepLease renews the claim every Lease/3 until the returned stop function is called (see
+// renew). stop waits for the renewing goroutine to end and may be called more than once.
+func (a *attempt) keepLease() (stop func()) {
 	ctx, end := context.WithCancel(a.work)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		lease := a.r.lease()
-		ticker := time.NewTicker(lease / 3)
+		ticker := time.NewTicker(a.r.lease() / 3)
 		defer ticker.Stop()
 		for {
 			select {
@@ -445,18 +467,14 @@ func (a *attempt) keepLease(cancel context.CancelCauseFunc) (stop func()) {
 				return
 			case <-ticker.C:
 			}
-			err := a.r.Store.RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, lease)
+			err := a.renew(ctx)
 			switch {
 			case err == nil:
-			case ctx.Err() != nil:
-				return
-			case approval.ErrorCode(err) == approval.ECONFLICT:
-				a.log.WarnContext(ctx, "execution claim lost; abandoning the attempt", "error", err)
-				cancel(errClaimLost)
+			case ctx.Err() != nil, a.lost():
 				return
 			default:
 				// The claim is not known to be lost; the next renewal may get through before
-				// the lease ends.
+				// the lease ends, and if none does the deadline cuts the call short first.
 				a.log.WarnContext(ctx, "renew execution lease failed", "error", err)
 			}
 		}
@@ -467,9 +485,80 @@ func (a *attempt) keepLease(cancel context.CancelCauseFunc) (stop func()) {
 	}
 }
 
+// renewBeforeSend renews the lease right before the call is sent. Fencing guards the
+// database writes of a stale attempt, but not a call it has yet to make: if renewals were slow
+// and the lease lapsed while this attempt looked up or waited, a newer attempt may have claimed
+// the execution, found no effect and sent the call itself. Only a renewal that succeeds now
+// proves that none has, and holds the execution for a lease from now. An error means the call
+// must not be sent.
+func (a *attempt) renewBeforeSend() error {
+	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
+	defer cancel()
+	if err := a.renew(ctx); err != nil {
+		return fmt.Errorf("renew the claim before sending: %w", err)
+	}
+	return nil
+}
+
+// renew extends the claim's lease and moves the call deadline to a margin before the new end.
+// When the store says a newer attempt owns the execution it cancels the attempt's work with
+// errClaimLost.
+func (a *attempt) renew(ctx context.Context) error {
+	// Asked before the store's clock is read, so the deadline cannot fall after the lease.
+	asked := time.Now()
+	err := a.r.Store.RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, a.r.lease())
+	switch {
+	case err == nil:
+		a.deadline.extend(asked.Add(a.r.lease() - a.r.margin()))
+	case approval.ErrorCode(err) == approval.ECONFLICT:
+		a.log.WarnContext(ctx, "execution claim lost; abandoning the attempt", "error", err)
+		a.cancel(errClaimLost)
+	}
+	return err
+}
+
 // lost reports whether the claim was found lost while the attempt ran.
 func (a *attempt) lost() bool {
 	return errors.Is(context.Cause(a.work), errClaimLost)
+}
+
+// deadline is when an attempt's calls must have ended: a margin before the claim's lease, as
+// the store last confirmed it, runs out, in this process's clock. Past it another runner may
+// claim the execution, and a call of this attempt still in flight could then reach the target
+// beside that runner's. Each renewal moves it forward.
+type deadline struct {
+	mu    sync.Mutex
+	at    time.Time
+	timer *time.Timer // cancels the call in flight at at; nil between calls
+}
+
+// extend moves the deadline to at, if that is later.
+func (d *deadline) extend(at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !at.After(d.at) {
+		return
+	}
+	d.at = at
+	if d.timer != nil {
+		d.timer.Reset(time.Until(at))
+	}
+}
+
+// bind returns the context of one call: ctx, cancelled with errLeaseEnding once the deadline
+// passes. release ends it; an attempt makes one call at a time.
+func (d *deadline) bind(ctx context.Context) (_ context.Context, release func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	d.mu.Lock()
+	d.timer = time.AfterFunc(time.Until(d.at), func() { cancel(errLeaseEnding) })
+	d.mu.Unlock()
+	return ctx, func() {
+		d.mu.Lock()
+		d.timer.Stop()
+		d.timer = nil
+		d.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // history is what the audit trail says about the execution's current run: the attempts since
@@ -583,7 +672,11 @@ func (r *Runner) call(ctx context.Context, t Target, c *approval.ExecutionClaim)
 
 	resp, err := r.httpClient().Do(req)
 	if err != nil {
-		return callResult{err: err, mayHaveArrived: trace.MayHaveArrived(err)}
+		arrived := trace.MayHaveArrived(err)
+		if cause := context.Cause(ctx); errors.Is(cause, errLeaseEnding) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		return callResult{err: err, mayHaveArrived: arrived}
 	}
 	defer resp.Body.Close()
 	// A read error after the status is ignored: the target has answered, and Classify lets
@@ -610,6 +703,9 @@ func (r *Runner) lookup(ctx context.Context, t Target, key string) (found bool, 
 	}
 	resp, err := r.httpClient().Do(req)
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errLeaseEnding) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
 		return false, nil, fmt.Errorf("lookup: %w", err)
 	}
 	defer resp.Body.Close()
@@ -711,6 +807,10 @@ func (r *Runner) httpClient() *http.Client {
 }
 
 func (r *Runner) lease() time.Duration { return orDefault(r.Lease, DefaultLease) }
+
+// margin is how long before the end of a lease an attempt's call is cut short. It covers the
+// clocks of replicas disagreeing and the moment the call takes to stop.
+func (r *Runner) margin() time.Duration { return r.lease() / 10 }
 
 func (r *Runner) concurrency() int {
 	if r.Concurrency == 0 {

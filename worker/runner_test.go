@@ -411,6 +411,49 @@ func TestRunner_StaleWorkerIsFenced(t *testing.T) {
 	})
 }
 
+// A runner whose lease lapsed between its lookup and its call (its renewals too slow) must
+// not send: meanwhile a newer attempt may have claimed the execution, found no effect and sent
+// the call itself. The renewal made right before the call finds the claim lost.
+func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, lookupTarget)
+		a := env.approved(t, "deploy-1")
+		// A runner died mid-call, so each later claim is recovered and looks up first.
+		if claims, err := env.s.ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+		}
+		env.clk.Add(lease)
+
+		held := newAnswerGate(http.MethodGet)
+		logs := newRecorder()
+		slow := env.runner()
+		slow.Client, slow.Logger = &http.Client{Transport: held}, slog.New(logs)
+		done := make(chan error, 1)
+		go func() {
+			_, err := slow.RunOnce(context.Background())
+			done <- err
+		}()
+		<-held.entered // attempt 2 has heard 404 from the lookup and stalls before its call
+
+		env.clk.Add(lease)          // its lease lapses unrenewed
+		mustRun(t, env.runner(), 1) // attempt 3: looks up, hears 404, sends
+		env.want(t, a, approval.ExecutionSucceeded, 3)
+		env.wantEffects(t, "deploy-1", 1, 1)
+
+		close(held.open) // attempt 2 goes on with its 404
+		if err := <-done; err != nil {
+			t.Fatalf("slow run: %v", err)
+		}
+		env.wantEffects(t, "deploy-1", 1, 1)
+		env.want(t, a, approval.ExecutionSucceeded, 3)
+		logs.wait(t, "execution claim lost; abandoning the attempt")
+		if got := env.ds.Lookups(); got != 2 {
+			t.Errorf("got %d lookups, want 2", got)
+		}
+	})
+}
+
 // A renewal that finds the claim gone (here: an asynchronous report settled the execution)
 // abandons the call before it is sent, and records nothing.
 func TestRunner_LostClaimAbandonsCall(t *testing.T) {
@@ -423,7 +466,9 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 		logs := newRecorder()
 		r := env.runner()
 		r.Client, r.Logger = &http.Client{Transport: g}, slog.New(logs)
-		r.Lease = 30 * time.Millisecond // renewed every 10ms of real time
+		// Renewed every 100ms of real time. Each renewal moves the call's deadline too (to 30ms
+		// before the new end), so it cuts the call only if no renewal gets through for 270ms.
+		r.Lease = 300 * time.Millisecond
 		done := make(chan error, 1)
 		go func() {
 			_, err := r.RunOnce(context.Background())
@@ -714,6 +759,30 @@ func (g *gate) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, req.Context().Err()
 	}
+}
+
+// answerGate is an http.RoundTripper that makes requests of one method on a real transport
+// and holds each answer until the test opens it: a runner stalled right after hearing back.
+// Other requests pass straight through.
+type answerGate struct {
+	method  string
+	next    http.RoundTripper
+	entered chan struct{} // one value per held answer
+	open    chan struct{} // closed to hand answers over
+}
+
+func newAnswerGate(method string) *answerGate {
+	return &answerGate{method: method, next: &http.Transport{}, entered: make(chan struct{}, 16), open: make(chan struct{})}
+}
+
+func (g *answerGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := g.next.RoundTrip(req)
+	if req.Method != g.method {
+		return resp, err
+	}
+	g.entered <- struct{}{}
+	<-g.open
+	return resp, err
 }
 
 // postDirect makes the call the claim's runner would have made, as if it had reached the
