@@ -50,9 +50,11 @@ func (p principal) mayRead(a *approval.Approval) bool {
 	return p.Role.ReadsAll() || a.VisibleTo(p.Subject)
 }
 
-// mayDecide reports whether p's role may vote at all; the store checks that p is listed.
+// mayDecide reports whether p's role may vote at all: approvers decide where listed, admins
+// may do everything (DESIGN.md "Auth"); requesters and operators may not. The store checks
+// that p is listed.
 func (p principal) mayDecide() bool {
-	return p.Role != approval.RoleRequester
+	return p.Role == approval.RoleApprover || p.Role == approval.RoleAdmin
 }
 
 // mayCancel reports whether p may cancel a: its requester (with a requester token) or an admin.

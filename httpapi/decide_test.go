@@ -115,6 +115,12 @@ func TestDecideRules(t *testing.T) {
 			t.Fatalf("vote after the decision: got %+v", p.Approval)
 		}
 
+		// An operator token may not vote even where its subject is listed: deciding belongs to
+		// approvers and admins.
+		ops := f.token("ops", approval.RoleOperator)
+		listed := f.mustCreate(ci, "ops-listed", createBody("Ops listed", "ops", "alice"))
+		f.do("POST", "/v1/approvals/"+listed.ID+"/approve", ops, "").problem(t, http.StatusForbidden)
+
 		// An admin who requested and is listed may still not approve their own request.
 		own := f.mustCreate(root, "own", createBody("Own", "root", "alice"))
 		f.do("POST", "/v1/approvals/"+own.ID+"/approve", root, "").problem(t, http.StatusForbidden)

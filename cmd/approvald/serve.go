@@ -25,6 +25,10 @@ import (
 const (
 	// readHeaderTimeout bounds a client that opens a connection and sends headers slowly.
 	readHeaderTimeout = 10 * time.Second
+	// readTimeout bounds reading a whole request, body included: the webhook intake needs no
+	// token, so without it anyone could hold goroutines and buffers open by trickling a body.
+	// It does not limit writing, so long-polls are unaffected.
+	readTimeout = 30 * time.Second
 	// idleTimeout closes keep-alive connections nobody uses.
 	idleTimeout = 2 * time.Minute
 	// shutdownTimeout bounds the drain of in-flight requests after SIGTERM, well inside the
@@ -146,6 +150,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return requestCtx },
 		ErrorLog:          slog.NewLogLogger(c.logger.Handler(), slog.LevelWarn),
