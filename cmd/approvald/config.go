@@ -157,8 +157,28 @@ func ParseConfig(r io.Reader) (Config, error) {
 		return Config{}, err
 	}
 
+	c, err := decodeConfig(expanded)
+	if err != nil {
+		// The decoder quotes the values it could not use, and after expansion those may be
+		// secrets. Report the error of the file as written, where the value is still the
+		// ${VAR} reference; if only the expanded text fails, name no value at all.
+		if _, rawErr := decodeConfig(string(text)); rawErr != nil {
+			return Config{}, rawErr
+		}
+		return Config{}, errors.New("parse config: a value is invalid after ${ENV} expansion (check the variables the file references)")
+	}
+	for i := range c.Sources {
+		if c.Sources[i].Tolerance == 0 {
+			c.Sources[i].Tolerance = DefaultSourceTolerance
+		}
+	}
+	return c, nil
+}
+
+// decodeConfig decodes one YAML document over the defaults, refusing unknown fields.
+func decodeConfig(text string) (Config, error) {
 	c := DefaultConfig()
-	dec := yaml.NewDecoder(strings.NewReader(expanded))
+	dec := yaml.NewDecoder(strings.NewReader(text))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) { // EOF: an empty file
 		return Config{}, fmt.Errorf("parse config: %w", err)
@@ -166,11 +186,6 @@ func ParseConfig(r io.Reader) (Config, error) {
 	var extra any
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return Config{}, errors.New("parse config: more than one YAML document")
-	}
-	for i := range c.Sources {
-		if c.Sources[i].Tolerance == 0 {
-			c.Sources[i].Tolerance = DefaultSourceTolerance
-		}
 	}
 	return c, nil
 }

@@ -135,6 +135,28 @@ func TestParseConfig_Errors(t *testing.T) {
 	}
 }
 
+// TestParseConfig_ErrorsHideSecrets: the YAML decoder quotes values it cannot use; after ${ENV}
+// expansion those can be secrets, so errors must quote the file as written, never the value.
+func TestParseConfig_ErrorsHideSecrets(t *testing.T) {
+	const secret = "ghs_do-not-print-me"
+	t.Setenv("APPROVALD_TEST_SECRET", secret)
+	t.Setenv("APPROVALD_TEST_SECRET_MAP", "{a: "+secret+"}")
+	for _, text := range []string{
+		// A scalar where a list belongs: fails before and after expansion.
+		"sources: [{name: gh, scheme: github, secrets: ${APPROVALD_TEST_SECRET}}]\n",
+		// Only the expanded text fails: the value turns into a mapping.
+		"sources: [{name: gh, scheme: github, secrets: [${APPROVALD_TEST_SECRET_MAP}]}]\n",
+	} {
+		_, err := ParseConfig(strings.NewReader(text))
+		if err == nil {
+			t.Fatalf("%q: got no error", text)
+		}
+		if strings.Contains(err.Error(), secret[:5]) { // the decoder quotes only a prefix of long values
+			t.Errorf("%q: error %q shows the secret", text, err)
+		}
+	}
+}
+
 func TestParseConfig_Expansion(t *testing.T) {
 	t.Setenv("APPROVALD_TEST_LISTEN_PORT", "9090")
 	t.Setenv("SET_BUT_EMPTY", "")
