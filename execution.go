@@ -22,9 +22,18 @@ type ExecutionRecord struct {
 	NextAttemptAt  *time.Time      `json:"next_attempt_at"`
 	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
 	// AppliedVersion is the highest report version applied (invariant 4); 0 before any.
-	AppliedVersion int64     `json:"applied_version"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	AppliedVersion int64 `json:"applied_version"`
+	// Uncertain says that some attempt since the last operator retry may have reached the
+	// target without a known outcome: one recorded with AttemptOutcome.Uncertain, or one whose
+	// lease expired mid-call (a Recovered claim). The runner then neither resends to a target
+	// that does not honour keys nor reports the execution failed without asking the target.
+	// It is sticky: only RetryExecution and ResolveExecution clear it.
+	Uncertain bool `json:"uncertain"`
+	// AttemptBase is Attempts as it was at the last operator retry (0 before any): the retry
+	// policy counts the attempts of the current run, Attempts - AttemptBase.
+	AttemptBase int       `json:"attempt_base"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
 }
 
 // Public returns the execution as it is shown inside an approval.
@@ -51,6 +60,9 @@ type AttemptOutcome struct {
 	Result  []byte // the target's response body on success
 	Error   string // last_error
 	Reason  string // why this status, for the audit trail ("503 from target, retry 2 of 10 in 4s")
+	// Uncertain says the attempt may have reached the target without a known outcome (a
+	// timeout or a reset after the request may have arrived). It sets the record's Uncertain.
+	Uncertain bool
 }
 
 // ExecutionFilter selects executions for Executions.
@@ -72,14 +84,19 @@ type ExecutionFilter struct {
 type ExecutionStore interface {
 	// ClaimExecutions claims up to limit executions that are queued and due, or running with
 	// an expired lease (Recovered; a running execution without a lease is an accepted async
-	// call waiting for its report and is never claimed), oldest due first: status running, attempts+1, lease until
-	// now+lease, event "execution.attempt" with cause {kind: worker, attempt}. The attempt is
-	// recorded before any call is made. PostgreSQL uses FOR UPDATE SKIP LOCKED.
+	// call waiting for its report and is never claimed), oldest due first: status running,
+	// attempts+1, lease until now+lease, event "execution.attempt" with cause {kind: worker,
+	// attempt}. A Recovered claim also sets Uncertain: the interrupted attempt may have been
+	// sent. The attempt is recorded before any call is made. PostgreSQL uses FOR UPDATE SKIP
+	// LOCKED.
 	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error)
 	// RenewExecution extends a running claim's lease; ECONFLICT if the claim was lost.
 	RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error
 	// FinishAttempt records an attempt's outcome only if attempt is still the execution's
-	// current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it).
+	// current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it). The
+	// lease is cleared. Status running records an asynchronous call the target accepted: it
+	// waits, never claimed again, for ReportExecution. o.Uncertain sets Uncertain; nothing
+	// here clears it.
 	FinishAttempt(ctx context.Context, id string, attempt int, o AttemptOutcome) (*ExecutionRecord, error)
 	// ReleaseExecution gives a claim back on graceful shutdown before its call was sent:
 	// queued, due now, the attempt not counted.
@@ -90,10 +107,13 @@ type ExecutionStore interface {
 	// Executions lists executions newest first.
 	Executions(ctx context.Context, f ExecutionFilter) ([]*ExecutionRecord, string, error)
 	// RetryExecution re-queues a failed, needs_review or cancelled execution, due now (same
-	// operation key, no new approval). ECONFLICT otherwise.
+	// operation key, no new approval), as a new run: AttemptBase becomes Attempts and
+	// Uncertain is cleared, the operator having settled what earlier attempts did. ECONFLICT
+	// otherwise.
 	RetryExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
 	// ResolveExecution records what really happened (succeeded or failed) for an execution in
-	// needs_review or failed, with the operator's note. ECONFLICT otherwise.
+	// needs_review or failed, with the operator's note, and clears Uncertain. ECONFLICT
+	// otherwise.
 	ResolveExecution(ctx context.Context, id string, status ExecutionStatus, note, actor string, cause Cause) (*ExecutionRecord, error)
 	// CancelExecution cancels a queued execution. ECONFLICT otherwise.
 	CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)

@@ -36,6 +36,7 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 	// SKIP LOCKED on the execution and its approval: replicas claim disjoint rows and never
 	// wait on each other, nor on an operator or a report holding the approval. A running row
 	// without a lease is an accepted async call: lease_expires_at <= $1 is never true for it.
+	// A recovered claim's predecessor may have sent its call, so the outcome is uncertain.
 	rows, err := tx.Query(ctx, `
 		WITH due AS (
 			SELECT x.id, x.status = 'running' AS recovered,
@@ -49,7 +50,7 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 		)
 		UPDATE executions x
 		SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
-			lease_expires_at = $3, updated_at = $1
+			lease_expires_at = $3, uncertain = x.uncertain OR due.recovered, updated_at = $1
 		FROM due
 		WHERE x.id = due.id
 		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
@@ -183,14 +184,15 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 		return nil, err
 	}
 	// The lease is cleared in every case: a retry waits for next_attempt_at, and an accepted
-	// async call stays running without one until its report comes.
+	// async call stays running without one until its report comes. Uncertainty, once
+	// recorded, stays.
 	rec, err := scanExecution(tx.QueryRow(ctx, `
 		UPDATE executions x
 		SET status = $3, last_error = $4, result = COALESCE($5, x.result), next_attempt_at = $6,
-			lease_expires_at = NULL, updated_at = $7
+			lease_expires_at = NULL, uncertain = x.uncertain OR $8, updated_at = $7
 		WHERE x.id = $1 AND x.attempts = $2 AND x.status = 'running'
 		RETURNING `+executionColumns,
-		id, attempt, string(o.Status), o.Error, o.Result, retryAt, tx.now))
+		id, attempt, string(o.Status), o.Error, o.Result, retryAt, tx.now, o.Uncertain))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, lostClaim(id, attempt)
 	} else if err != nil {
@@ -328,7 +330,8 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 }
 
 // RetryExecution re-queues a failed, needs_review or cancelled execution, due now, under the
-// same operation key. Attempts keep counting, so every attempt number stays a unique fence.
+// same operation key. Attempts keep counting, so every attempt number stays a unique fence;
+// the new run's attempts are counted from attempt_base, and nothing of it is uncertain yet.
 func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
@@ -347,7 +350,8 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 	}
 	rec, err := scanExecution(tx.QueryRow(ctx, `
 		UPDATE executions x
-		SET status = 'queued', next_attempt_at = $2, lease_expires_at = NULL, updated_at = $2
+		SET status = 'queued', next_attempt_at = $2, lease_expires_at = NULL, uncertain = false,
+			attempt_base = x.attempts, updated_at = $2
 		WHERE x.id = $1
 		RETURNING `+executionColumns,
 		id, tx.now))
@@ -368,7 +372,7 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 }
 
 // ResolveExecution records an operator's finding of what really happened to an execution in
-// needs_review or failed.
+// needs_review or failed; nothing about it is uncertain any more.
 func (s *Store) ResolveExecution(ctx context.Context, id string, status approval.ExecutionStatus, note, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	if status != approval.ExecutionSucceeded && status != approval.ExecutionFailed {
 		return nil, approval.Errorf(approval.EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
@@ -388,7 +392,8 @@ func (s *Store) ResolveExecution(ctx context.Context, id string, status approval
 	}
 	rec, err := scanExecution(tx.QueryRow(ctx, `
 		UPDATE executions x
-		SET status = $2, next_attempt_at = NULL, lease_expires_at = NULL, updated_at = $3
+		SET status = $2, next_attempt_at = NULL, lease_expires_at = NULL, uncertain = false,
+			updated_at = $3
 		WHERE x.id = $1
 		RETURNING `+executionColumns,
 		id, string(status), tx.now))
@@ -636,7 +641,7 @@ var executionStatuses = []approval.ExecutionStatus{
 // executionColumns are the executions columns scanExecution reads, in order, from alias x.
 const executionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.status, x.attempts,
 	x.last_error, x.result, x.next_attempt_at, x.lease_expires_at, x.applied_version,
-	x.created_at, x.updated_at`
+	x.uncertain, x.attempt_base, x.created_at, x.updated_at`
 
 // scanExecution reads executionColumns, then any extra destinations the query selects after
 // them.
@@ -646,7 +651,7 @@ func scanExecution(row pgx.Row, extra ...any) (*approval.ExecutionRecord, error)
 	var result []byte
 	dest := append([]any{&r.ID, &r.ApprovalID, &r.OperationKey, &r.Action, &status, &r.Attempts,
 		&r.LastError, &result, &r.NextAttemptAt, &r.LeaseExpiresAt, &r.AppliedVersion,
-		&r.CreatedAt, &r.UpdatedAt}, extra...)
+		&r.Uncertain, &r.AttemptBase, &r.CreatedAt, &r.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}

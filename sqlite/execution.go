@@ -76,14 +76,15 @@ func claimExecutions(ctx context.Context, tx *tx, lease time.Duration, limit int
 			approvalID string
 		)
 		// The new attempts value is the claim's fencing token, and the attempt is on record
-		// (with its event) before the runner makes any call.
+		// (with its event) before the runner makes any call. A recovered claim's predecessor
+		// may have sent its call: the execution's outcome is uncertain from now on.
 		if err := tx.QueryRowContext(ctx, `
 			UPDATE executions
 			SET status = 'running', attempts = attempts + 1, lease_expires_at = ?,
-				next_attempt_at = NULL, updated_at = ?
+				next_attempt_at = NULL, uncertain = uncertain OR ?, updated_at = ?
 			WHERE id = ?
 			RETURNING attempts, approval_id`,
-			micros(tx.now.Add(lease)), micros(tx.now), d.id,
+			micros(tx.now.Add(lease)), d.recovered, micros(tx.now), d.id,
 		).Scan(&attempt, &approvalID); err != nil {
 			return nil, fmt.Errorf("claim execution %s: %w", d.id, err)
 		}
@@ -199,13 +200,13 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 func finishAttempt(ctx context.Context, tx *tx, id string, attempt int, o approval.AttemptOutcome, event string, retryAt *time.Time) (*approval.ExecutionRecord, error) {
 	// The condition on attempts is the fence: a runner whose lease expired and whose
 	// execution was claimed again (attempts+1), or settled by a report, writes nothing. A
-	// nil result keeps the one already stored.
+	// nil result keeps the one already stored; uncertainty, once recorded, stays.
 	res, err := tx.ExecContext(ctx, `
 		UPDATE executions
 		SET status = ?, last_error = ?, result = coalesce(?, result), next_attempt_at = ?,
-			lease_expires_at = NULL, updated_at = ?
+			lease_expires_at = NULL, uncertain = uncertain OR ?, updated_at = ?
 		WHERE id = ? AND attempts = ? AND status = 'running'`,
-		string(o.Status), o.Error, nullBytes(o.Result), nullMicros(retryAt), micros(tx.now), id, attempt)
+		string(o.Status), o.Error, nullBytes(o.Result), nullMicros(retryAt), o.Uncertain, micros(tx.now), id, attempt)
 	if err != nil {
 		return nil, fmt.Errorf("update execution: %w", err)
 	}
@@ -420,7 +421,9 @@ func (s *Store) CancelExecution(ctx context.Context, id, actor string, cause app
 
 // moveExecution is an operator's transition of rec from one of the statuses in from to to,
 // with its event (detail plus the execution id and the status it left): ECONFLICT from any
-// other status. A move to queued makes the execution due now; every move clears any lease.
+// other status. A move to queued makes the execution due now; every move clears any lease. A
+// retry starts a new run (its attempts counted from here) and a resolution says what
+// happened, so both leave nothing uncertain.
 func moveExecution(ctx context.Context, tx *tx, rec *approval.ExecutionRecord, to approval.ExecutionStatus, from []approval.ExecutionStatus, event, actor string, cause approval.Cause, detail map[string]any) (*approval.ExecutionRecord, error) {
 	allowed := false
 	for _, st := range from {
@@ -433,12 +436,20 @@ func moveExecution(ctx context.Context, tx *tx, rec *approval.ExecutionRecord, t
 	if to == approval.ExecutionQueued {
 		next = &tx.now
 	}
+	uncertain, base := rec.Uncertain, rec.AttemptBase
+	switch event {
+	case approval.EventExecutionRetried:
+		uncertain, base = false, rec.Attempts
+	case approval.EventExecutionResolved:
+		uncertain = false
+	}
 	// The status condition repeats the check above in the write itself.
 	res, err := tx.ExecContext(ctx, `
 		UPDATE executions
-		SET status = ?, next_attempt_at = ?, lease_expires_at = NULL, updated_at = ?
+		SET status = ?, next_attempt_at = ?, lease_expires_at = NULL, uncertain = ?,
+			attempt_base = ?, updated_at = ?
 		WHERE id = ? AND status = ?`,
-		string(to), nullMicros(next), micros(tx.now), rec.ID, string(rec.Status))
+		string(to), nullMicros(next), uncertain, base, micros(tx.now), rec.ID, string(rec.Status))
 	if err != nil {
 		return nil, fmt.Errorf("update execution: %w", err)
 	}
@@ -641,7 +652,7 @@ func findExecution(ctx context.Context, tx *tx, id string) (*approval.ExecutionR
 // executionColumns are the columns scanExecution reads, in order.
 const executionColumns = `e.id, e.approval_id, e.operation_key, e.action, e.status, e.attempts,
 	e.last_error, e.result, e.next_attempt_at, e.lease_expires_at, e.applied_version,
-	e.created_at, e.updated_at`
+	e.uncertain, e.attempt_base, e.created_at, e.updated_at`
 
 // findExecutions returns the executions matching where (with args), followed by tail.
 func findExecutions(ctx context.Context, tx *tx, where string, args []any, tail string) ([]*approval.ExecutionRecord, error) {
@@ -674,7 +685,7 @@ func scanExecution(rows *sql.Rows) (*approval.ExecutionRecord, error) {
 	)
 	if err := rows.Scan(&rec.ID, &rec.ApprovalID, &rec.OperationKey, &rec.Action, &status,
 		&rec.Attempts, &rec.LastError, &result, &next, &lease, &rec.AppliedVersion,
-		&createdAt, &updatedAt); err != nil {
+		&rec.Uncertain, &rec.AttemptBase, &createdAt, &updatedAt); err != nil {
 		return nil, fmt.Errorf("scan execution: %w", err)
 	}
 	rec.Status = approval.ExecutionStatus(status)

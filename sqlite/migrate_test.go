@@ -43,3 +43,80 @@ func TestMigrate_UpgradesFromPhaseOne(t *testing.T) {
 		t.Fatalf("old approval after approve: got %s with execution %+v, want approved with a queued execution", a.Status, a.Execution)
 	}
 }
+
+// A database upgraded in the middle of executions keeps what the runner knew of their earlier
+// attempts, which before 0003 lived in the audit trail only.
+func TestMigrate_BackfillsExecutionUncertainty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	execRaw(t, path, `PRAGMA journal_mode = WAL`)
+	execRaw(t, path, `CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT`)
+	for _, name := range []string{"0001_init", "0002_inbox_executions"} {
+		script, err := os.ReadFile(filepath.Join("migrations", name+".sql"))
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		execRaw(t, path, string(script))
+		execRaw(t, path, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, 0)`, name)
+	}
+	// Each approval's execution with its trail of (type, detail) events after the approval.
+	executions := []struct {
+		id, status string
+		attempts   int
+		events     [][2]string
+	}{
+		// Queued to ask the lookup URL after an uncertain attempt.
+		{"exe_uncertain", "queued", 1, [][2]string{
+			{"execution.attempt", `{"recovered": false}`},
+			{"execution.retry_scheduled", `{"reason": "attempt 1 of 5 may have reached the target (timeout); the lookup URL will be asked in 1s whether it ran"}`},
+		}},
+		// Running after a claim that recovered an interrupted attempt, one release between.
+		{"exe_recovered", "running", 2, [][2]string{
+			{"execution.attempt", `{"recovered": false}`},
+			{"execution.released", `{}`},
+			{"execution.attempt", `{"recovered": false}`},
+			{"execution.attempt", `{"recovered": true}`},
+		}},
+		// Re-queued by an operator after an uncertain attempt: a new run, nothing uncertain.
+		{"exe_retried", "queued", 2, [][2]string{
+			{"execution.attempt", `{"recovered": false}`},
+			{"execution.needs_review", `{"reason": "attempt 1 of 5 may have reached the target (reset)"}`},
+			{"execution.retried", `{}`},
+			{"execution.attempt", `{"recovered": false}`},
+			{"execution.retry_scheduled", `{"reason": "attempt 1 of 5: HTTP 503 Service Unavailable; retrying in 1s"}`},
+		}},
+	}
+	for _, x := range executions {
+		approvalID := "apr_" + x.id
+		execRaw(t, path, `INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title,
+			required_approvals, status, expires_at, created_at, version)
+			VALUES (?, 'ci-bot', ?, 'fp', 'deploy', 'old', 1, 'approved', 9000000000000000, 0, 2)`, approvalID, x.id)
+		execRaw(t, path, `INSERT INTO executions (id, approval_id, operation_key, action, status, attempts,
+			next_attempt_at, lease_expires_at, created_at, updated_at)
+			VALUES (?, ?, ?, 'deploy', ?, ?, 0, 0, 0, 0)`, x.id, approvalID, x.id, x.status, x.attempts)
+		for i, ev := range append([][2]string{{"approval.approved", `{}`}}, x.events...) {
+			execRaw(t, path, `INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+				VALUES (?, ?, ?, 0, 'system', '{"kind": "worker"}', ?)`, approvalID, i+1, ev[0], ev[1])
+		}
+	}
+
+	s := MustOpen(t, path)
+	for _, want := range []struct {
+		id        string
+		uncertain bool
+		base      int
+	}{
+		{"exe_uncertain", true, 0},
+		{"exe_recovered", true, 0},
+		{"exe_retried", false, 1},
+	} {
+		rec, err := s.Execution(ctx, want.id)
+		if err != nil {
+			t.Fatalf("execution %s: %v", want.id, err)
+		}
+		if rec.Uncertain != want.uncertain || rec.AttemptBase != want.base {
+			t.Errorf("execution %s after the upgrade: got uncertain %v, attempt base %d; want %v, %d", want.id, rec.Uncertain, rec.AttemptBase, want.uncertain, want.base)
+		}
+	}
+}

@@ -321,6 +321,87 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 	})
 
+	// What the runner knows of earlier attempts is state, not a reading of the audit trail:
+	// Uncertain (an attempt may have reached the target) is set by an uncertain outcome or a
+	// recovered claim and only an operator clears it; AttemptBase starts a new run's count.
+	s.run(t, "Uncertainty", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root"}
+		_, rec := mustApprovedExecution(t, f)
+		want := func(what string, got *approval.ExecutionRecord, uncertain bool, base int) {
+			t.Helper()
+			if got.Uncertain != uncertain || got.AttemptBase != base {
+				t.Fatalf("%s: got uncertain %v, attempt base %d; want %v, %d", what, got.Uncertain, got.AttemptBase, uncertain, base)
+			}
+			if stored := mustExecution(t, f.store, rec.ID); stored.Uncertain != uncertain || stored.AttemptBase != base {
+				t.Fatalf("%s, read back: got uncertain %v, attempt base %d; want %v, %d", what, stored.Uncertain, stored.AttemptBase, uncertain, base)
+			}
+		}
+		want("approved", rec, false, 0)
+		// claim claims the execution (the only one due) at attempt and returns its record.
+		claim := func(what string, attempt int, recovered bool) *approval.ExecutionRecord {
+			t.Helper()
+			claimed := mustClaimExecutions(t, f.store, 10)
+			wantClaims(t, what, claimed, attempt, rec)
+			if claimed[0].Recovered != recovered {
+				t.Fatalf("%s: got recovered %v, want %v", what, claimed[0].Recovered, recovered)
+			}
+			return claimed[0].Record
+		}
+		finish := func(attempt int, o approval.AttemptOutcome) *approval.ExecutionRecord {
+			t.Helper()
+			if o.Status == approval.ExecutionQueued {
+				at := f.clock.Now()
+				o.RetryAt = &at // due at once
+			}
+			got, err := f.store.FinishAttempt(ctx, rec.ID, attempt, o)
+			if err != nil {
+				t.Fatalf("finish attempt %d as %s: %v", attempt, o.Status, err)
+			}
+			return got
+		}
+		retry := approval.AttemptOutcome{Status: approval.ExecutionQueued, Error: "timeout", Reason: "test"}
+
+		want("claim 1", claim("claim 1", 1, false), false, 0)
+		want("retry 1, sure", finish(1, retry), false, 0)
+		want("claim 2", claim("claim 2", 2, false), false, 0)
+		retry.Uncertain = true
+		want("retry 2, uncertain", finish(2, retry), true, 0)
+		// Sticky: later claims and outcomes that are themselves certain keep it.
+		want("claim 3", claim("claim 3", 3, false), true, 0)
+		want("review 3, sure", finish(3, approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "boom", Reason: "test"}), true, 0)
+
+		// An operator's retry starts a new run: counted from attempt 3, nothing uncertain.
+		got, err := f.store.RetryExecution(ctx, rec.ID, "root", cause)
+		if err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		want("operator retry", got, false, 3)
+		want("claim 4", claim("claim 4", 4, false), false, 3)
+		// Released unsent: neither changes, and the next claim reuses the number.
+		if err := f.store.ReleaseExecution(ctx, rec.ID, 4); err != nil {
+			t.Fatalf("release attempt 4: %v", err)
+		}
+		want("released", mustExecution(t, f.store, rec.ID), false, 3)
+		want("claim 4 again", claim("claim 4 again", 4, false), false, 3)
+		// A claim whose lease ran out may have sent its call: the recovery makes it uncertain.
+		f.clock.Advance(workLease)
+		want("claim 5, recovered", claim("claim 5, recovered", 5, true), true, 3)
+		want("failed 5", finish(5, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "refused", Reason: "test"}), true, 3)
+
+		// An operator's resolution settles what happened.
+		got, err = f.store.ResolveExecution(ctx, rec.ID, approval.ExecutionFailed, "never reached the ledger", "root", cause)
+		if err != nil {
+			t.Fatalf("resolve: %v", err)
+		}
+		want("resolved", got, false, 3)
+		got, err = f.store.RetryExecution(ctx, rec.ID, "root", cause)
+		if err != nil {
+			t.Fatalf("retry after the resolution: %v", err)
+		}
+		want("second operator retry", got, false, 5)
+	})
+
 	s.run(t, "OperatorActions", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root", Note: "checked with the payments team"}

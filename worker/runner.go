@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -99,11 +98,10 @@ const (
 	fpAfterRecord = "execution.after-record"
 )
 
-// uncertainMark is written into the reason of every attempt that may have reached the target
-// without a known outcome. The audit trail is the only durable memory of earlier attempts,
-// and a later attempt reads it back (see history) to know whether the execution's effect may
-// already have happened.
-const uncertainMark = "may have reached the target"
+// mayHaveReached is how a reason tells an operator that an attempt may have reached the
+// target without a known outcome. It is prose only: what later attempts go by is the
+// execution's Uncertain, which the store keeps.
+const mayHaveReached = "may have reached the target"
 
 // Run executes due executions until ctx ends. It wakes on the store's executions signal and
 // polls every Poll as well, since a signal is only a hint, and claims only as many executions
@@ -232,8 +230,6 @@ type attempt struct {
 	log    *slog.Logger
 	// deadline cuts calls short before the lease runs out; renewals move it.
 	deadline deadline
-
-	hist *history // loaded on first use
 }
 
 // run decides the attempt's outcome, calling the target (or its lookup URL) as needed. It
@@ -245,19 +241,11 @@ func (a *attempt) run() (approval.AttemptOutcome, bool) {
 	}
 	policy := t.policy()
 
-	// Was an earlier attempt perhaps effective? An interrupted one (its lease expired) surely
-	// may have been; for a target that can be asked, so may one recorded as uncertain.
-	uncertain := a.c.Recovered
-	if !uncertain && !t.Idempotent && t.LookupURL != "" {
-		uncertain = a.history().uncertain
-	}
-	if uncertain && !t.Idempotent {
+	// Was an earlier attempt of this run perhaps effective? The store keeps the answer: one
+	// recorded as uncertain, or one interrupted (this claim recovered its expired lease).
+	if a.c.Record.Uncertain && !t.Idempotent {
 		if t.LookupURL == "" {
-			return approval.AttemptOutcome{
-				Status: approval.ExecutionNeedsReview,
-				Error:  fmt.Sprintf("attempt %d was interrupted", a.c.Attempt-1),
-				Reason: fmt.Sprintf("attempt %d was interrupted; the target cannot tell whether it ran, and sending it again could do it twice: an operator must check", a.c.Attempt-1),
-			}, true
+			return a.cannotAsk(), true
 		}
 		o, settled := a.reconcile(t, policy)
 		if a.lost() {
@@ -270,19 +258,36 @@ func (a *attempt) run() (approval.AttemptOutcome, bool) {
 	return a.send(t, policy)
 }
 
+// cannotAsk is the outcome of a claim after an attempt that may have reached a target that
+// neither honours keys nor can be asked: sending again could do it twice.
+func (a *attempt) cannotAsk() approval.AttemptOutcome {
+	if a.c.Recovered {
+		return approval.AttemptOutcome{
+			Status: approval.ExecutionNeedsReview,
+			Error:  fmt.Sprintf("attempt %d was interrupted", a.c.Attempt-1),
+			Reason: fmt.Sprintf("attempt %d was interrupted; the target cannot tell whether it ran, and sending it again could do it twice: an operator must check", a.c.Attempt-1),
+		}
+	}
+	return approval.AttemptOutcome{
+		Status: approval.ExecutionNeedsReview,
+		Error:  "an earlier attempt " + mayHaveReached,
+		Reason: fmt.Sprintf("an earlier attempt %s; the target cannot tell whether it ran, and sending it again could do it twice: an operator must check", mayHaveReached),
+	}
+}
+
 // reconcile asks the lookup URL whether an earlier, uncertain attempt took effect. It reports
 // settled=false when the lookup found nothing and attempts remain, so the call is to be made.
 func (a *attempt) reconcile(t Target, policy Policy) (o approval.AttemptOutcome, settled bool) {
 	ctx, release := a.deadline.bind(a.work)
 	found, result, err := a.r.lookup(ctx, t, a.c.Record.OperationKey)
 	release()
-	n := a.history().run
+	n := a.number()
 	switch {
 	case err != nil && n >= policy.MaxAttempts:
 		return approval.AttemptOutcome{
 			Status: approval.ExecutionNeedsReview,
 			Error:  err.Error(),
-			Reason: fmt.Sprintf("an earlier attempt %s, and asking the lookup URL whether it ran failed (%v) with no attempts left: an operator must check", uncertainMark, err),
+			Reason: fmt.Sprintf("an earlier attempt %s, and asking the lookup URL whether it ran failed (%v) with no attempts left: an operator must check", mayHaveReached, err),
 		}, true
 	case err != nil:
 		delay := policy.Delay(n, 0, a.r.Rand)
@@ -291,7 +296,7 @@ func (a *attempt) reconcile(t Target, policy Policy) (o approval.AttemptOutcome,
 			Status:  approval.ExecutionQueued,
 			RetryAt: &at,
 			Error:   err.Error(),
-			Reason:  fmt.Sprintf("an earlier attempt %s, and asking the lookup URL whether it ran failed (%v); asking again in %s", uncertainMark, err, round(delay)),
+			Reason:  fmt.Sprintf("an earlier attempt %s, and asking the lookup URL whether it ran failed (%v); asking again in %s", mayHaveReached, err, round(delay)),
 		}, true
 	case found && t.Async:
 		return approval.AttemptOutcome{
@@ -358,37 +363,36 @@ func (a *attempt) send(t Target, policy Policy) (approval.AttemptOutcome, bool) 
 			Reason: fmt.Sprintf("the target refused the call with %s; retrying cannot change that", detail)}, true
 	}
 
-	h := a.history()
-	n, of := h.run, policy.MaxAttempts
+	n, of := a.number(), policy.MaxAttempts
 	var retryAfter time.Duration
 	if outcome == Retryable && res.header != nil {
 		retryAfter, _ = ParseRetryAfter(res.header.Get("Retry-After"), a.r.now())
 	}
 	delay := policy.Delay(n, retryAfter, a.r.Rand)
 	at := a.r.now().Add(delay)
-	o := approval.AttemptOutcome{Error: detail}
-	switch next := policy.Decide(outcome, n, h.uncertain); {
+	o := approval.AttemptOutcome{Error: detail, Uncertain: outcome == Uncertain}
+	switch next := policy.Decide(outcome, n, a.c.Record.Uncertain); {
 	case next == NextRetry && outcome == Retryable:
 		o.Status, o.RetryAt = approval.ExecutionQueued, &at
 		o.Reason = fmt.Sprintf("attempt %d of %d: %s; retrying in %s", n, of, detail, round(delay))
 	case next == NextRetry:
 		o.Status, o.RetryAt = approval.ExecutionQueued, &at
-		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); the target honours the Idempotency-Key, so the call is sent again in %s", n, of, uncertainMark, detail, round(delay))
+		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); the target honours the Idempotency-Key, so the call is sent again in %s", n, of, mayHaveReached, detail, round(delay))
 	case next == NextFail:
 		o.Status = approval.ExecutionFailed
 		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left", n, of, detail)
 	case next == NextLookup && outcome == Uncertain:
 		o.Status, o.RetryAt = approval.ExecutionQueued, &at
-		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); the lookup URL will be asked in %s whether it ran", n, of, uncertainMark, detail, round(delay))
+		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); the lookup URL will be asked in %s whether it ran", n, of, mayHaveReached, detail, round(delay))
 	case next == NextLookup:
 		o.Status, o.RetryAt = approval.ExecutionQueued, &at
-		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left, but an earlier attempt %s, so the lookup URL will be asked in %s whether it ran", n, of, detail, uncertainMark, round(delay))
+		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left, but an earlier attempt %s, so the lookup URL will be asked in %s whether it ran", n, of, detail, mayHaveReached, round(delay))
 	case outcome == Uncertain:
 		o.Status = approval.ExecutionNeedsReview
-		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); %s, so an operator must check whether it ran", n, of, uncertainMark, detail, cannotSettle(t, n, of))
+		o.Reason = fmt.Sprintf("attempt %d of %d %s (%s); %s, so an operator must check whether it ran", n, of, mayHaveReached, detail, cannotSettle(t, n, of))
 	default:
 		o.Status = approval.ExecutionNeedsReview
-		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left, and an earlier attempt %s: an operator must check whether it ran", n, of, detail, uncertainMark)
+		o.Reason = fmt.Sprintf("attempt %d of %d: %s; no attempts are left, and an earlier attempt %s: an operator must check whether it ran", n, of, detail, mayHaveReached)
 	}
 	return o, true
 }
@@ -561,64 +565,10 @@ func (d *deadline) bind(ctx context.Context) (_ context.Context, release func())
 	}
 }
 
-// history is what the audit trail says about the execution's current run: the attempts since
-// it was approved, or since an operator last re-queued it.
-type history struct {
-	run       int  // this attempt's number within the run, from 1
-	uncertain bool // an earlier attempt of the run may have reached the target with no known outcome
-}
-
-// history reads the audit trail once. If it cannot, it assumes the worst the claim allows: an
-// earlier attempt may have had its effect, so nothing is failed or resent that should not be.
-func (a *attempt) history() history {
-	if a.hist != nil {
-		return *a.hist
-	}
-	h, err := a.readHistory()
-	if err != nil {
-		a.log.WarnContext(a.work, "read execution history failed; assuming an earlier attempt may have taken effect", "error", err)
-		h = history{run: a.c.Attempt, uncertain: true}
-	}
-	a.hist = &h
-	return h
-}
-
-func (a *attempt) readHistory() (history, error) {
-	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
-	defer cancel()
-	events, err := a.r.Store.Events(ctx, a.c.Record.ApprovalID)
-	if err != nil {
-		return history{}, fmt.Errorf("events of approval %s: %w", a.c.Record.ApprovalID, err)
-	}
-	var h history
-	open := false // an attempt has been claimed and has not yet ended
-	for _, e := range events {
-		switch e.Type {
-		case approval.EventExecutionRetried:
-			h, open = history{}, false
-		case approval.EventExecutionAttempt:
-			if open {
-				h.uncertain = true // the previous attempt never ended: its lease expired mid-call
-			}
-			h.run++
-			open = true
-		case approval.EventExecutionReleased:
-			h.run-- // given back unsent; the next claim reuses its number
-			open = false
-		case approval.EventExecutionRetry, approval.EventExecutionSucceeded, approval.EventExecutionFailed,
-			approval.EventExecutionNeedsReview, approval.EventExecutionResolved, approval.EventExecutionReported,
-			approval.EventExecutionCancelled:
-			if reason, _ := e.Detail["reason"].(string); open && strings.Contains(reason, uncertainMark) {
-				h.uncertain = true
-			}
-			open = false
-		}
-	}
-	// The last attempt event is this claim's own; it is the one still open.
-	if h.run < 1 {
-		return history{}, fmt.Errorf("the audit trail shows no claim of attempt %d", a.c.Attempt)
-	}
-	return h, nil
+// number is the attempt's number within the execution's current run (from 1): the attempts
+// since it was approved, or since an operator last re-queued it.
+func (a *attempt) number() int {
+	return a.c.Attempt - a.c.Record.AttemptBase
 }
 
 // callResult is what one call of a target returned.

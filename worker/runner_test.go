@@ -256,6 +256,37 @@ func TestRunner_MaxAttempts(t *testing.T) {
 	})
 }
 
+// An operator's retry of a failed execution starts a new run with all its attempts: the
+// policy counts from the attempts at the retry, not from the first.
+func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, idempotentTarget)
+		env.target.Policy.MaxAttempts = 2
+		env.ds.FailWith(http.StatusBadGateway, http.StatusBadGateway, http.StatusBadGateway)
+		a := env.approved(t, "deploy-1")
+		r := env.runner()
+
+		mustRun(t, r, 1)
+		env.clk.Add(time.Hour)
+		mustRun(t, r, 1)
+		rec := env.want(t, a, approval.ExecutionFailed, 2)
+		if _, err := env.s.RetryExecution(context.Background(), rec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+
+		mustRun(t, r, 1) // attempt 3 is the new run's first, with one more to come
+		env.wantRetryIn(t, a, 3, time.Second)
+		if reason := lastReason(t, env.s, a.ID); !strings.Contains(reason, "attempt 1 of 2") {
+			t.Errorf("reason: got %q, want it to say attempt 1 of 2", reason)
+		}
+		env.clk.Add(time.Second)
+		mustRun(t, r, 1)
+		env.want(t, a, approval.ExecutionSucceeded, 4)
+		env.wantEffects(t, "deploy-1", 1, 4)
+	})
+}
+
 // A call that reached the target but lost its answer (the connection dropped after the
 // effect) is settled the way the target allows, and never becomes a second effect.
 func TestRunner_DropAfterEffect(t *testing.T) {
