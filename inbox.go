@@ -97,8 +97,11 @@ type InboxFilter struct {
 type InboxStore interface {
 	// RecordInbox stores e (ID, Source, EventID, Type, Headers, Body, ReceivedAt set by the
 	// caller; status pending, next attempt now) under the unique (source, event_id) in one
-	// transaction. If the pair exists it stores nothing new and reports duplicate; when the
-	// body differs from the stored one it increments Conflicts and sets LastConflictAt.
+	// transaction, and sets e's stored state (Status, NextAttemptAt). If the pair exists it
+	// stores nothing new and reports duplicate; when the body differs from the stored one it
+	// increments Conflicts and sets LastConflictAt. On a duplicate *e becomes the stored event
+	// as InboxEvent returns it (its ID, ReceivedAt, Status, the first Body, nil once purged,
+	// and so on) without a LeaseToken, so the intake can name the event that was kept.
 	RecordInbox(ctx context.Context, e *InboxEvent) (duplicate bool, err error)
 
 	// ClaimInbox claims up to limit pending events whose next attempt is due and which no

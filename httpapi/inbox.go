@@ -68,7 +68,6 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), intakeTimeout)
 	defer cancel()
-	fresh := e.ID
 	duplicate, err := s.store.RecordInbox(ctx, e)
 	if err != nil {
 		// Whatever went wrong, the sender must not take the event as delivered: a 503 makes
@@ -78,14 +77,10 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.EUNAVAILABLE, "the event could not be stored; retry later"))
 		return
 	}
+	// On a duplicate the store has made e the event stored first: the answer names it.
 	answer, result := intakeAnswer{ID: e.ID, Duplicate: duplicate}, receivedStored
 	if duplicate {
 		result = receivedDuplicate
-		// A duplicate is answered with the stored event's id when the store reports it in
-		// e.ID; the id made for this delivery names nothing, so it is never shown.
-		if e.ID == fresh {
-			answer.ID = ""
-		}
 	}
 	s.metrics.received.WithLabelValues(src.Name, result).Inc()
 	s.writeJSON(w, r, http.StatusOK, answer)

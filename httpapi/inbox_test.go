@@ -388,9 +388,10 @@ func TestIntakeConcurrentRedeliveries(t *testing.T) {
 			if !in.Duplicate {
 				fresh++
 			}
-			if in.ID != "" {
-				ids[in.ID] = true
+			if in.ID == "" {
+				t.Fatalf("delivery %d: got %+v, want the stored event's id", i, in)
 			}
+			ids[in.ID] = true
 		}
 		if fresh != 1 {
 			t.Fatalf("new events: got %d, want 1 (the others duplicates)", fresh)
@@ -426,7 +427,7 @@ func TestIntakeRedeliveredLater(t *testing.T) {
 
 		f.clock.Advance(72 * time.Hour)
 		again := f.deliver("chat", signStandard(t, chatNewSecret, "msg_later", f.clock.Now(), decisionBody), decisionBody).accepted(t)
-		if !again.Duplicate || (again.ID != "" && again.ID != in.ID) {
+		if !again.Duplicate || again.ID != in.ID {
 			t.Fatalf("redelivery: got %+v, want a duplicate of %s", again, in.ID)
 		}
 		f.deliver("chat", first, decisionBody).problem(t, http.StatusUnauthorized)
@@ -448,8 +449,8 @@ func TestIntakeConflictingBody(t *testing.T) {
 		other := []byte(`{"type":"approval.decision","data":{"approval_id":"apr_1","approver":"alice","verdict":"reject"}}`)
 		f.clock.Advance(time.Minute)
 		dup := f.deliver("chat", signStandard(t, chatNewSecret, "msg_twice", f.clock.Now(), other), other).accepted(t)
-		if !dup.Duplicate {
-			t.Fatalf("same id, other body: got %+v, want a duplicate", dup)
+		if !dup.Duplicate || dup.ID != in.ID {
+			t.Fatalf("same id, other body: got %+v, want a duplicate of %s", dup, in.ID)
 		}
 		e := f.inboxEvent(olga, in.ID)
 		if e.Body == nil || *e.Body != string(decisionBody) {

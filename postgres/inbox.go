@@ -17,8 +17,8 @@ import (
 )
 
 // RecordInbox stores a verified webhook delivery under the unique (source, event_id), or
-// reports a duplicate. A redelivery never replaces the first body; one that differs from it
-// is counted as a conflict for operators.
+// reports a duplicate and makes e the event stored first. A redelivery never replaces the
+// first body; one that differs from it is counted as a conflict for operators.
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
 	if e.ID == "" || e.Source == "" || e.EventID == "" {
 		return false, approval.Errorf(approval.EINVALID, "an inbox event needs an id, a source and an event id")
@@ -67,7 +67,18 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		e.Source, e.EventID, tx.now, e.Body); err != nil {
 		return false, translate("record inbox conflict", err)
 	}
-	return true, tx.commit(ctx, "commit inbox duplicate")
+	stored, err := scanInbox(tx.QueryRow(ctx, `SELECT `+inboxColumns+`, i.body FROM inbox_events i
+		WHERE i.source = $1 AND i.event_id = $2`, e.Source, e.EventID))
+	if err != nil {
+		return false, translate("read the stored inbox event", err)
+	}
+	if err := tx.commit(ctx, "commit inbox duplicate"); err != nil {
+		return false, err
+	}
+	// A worker's claim token is not the caller's to hold.
+	stored.LeaseToken = ""
+	*e = *stored
+	return true, nil
 }
 
 // ClaimInbox claims up to limit due pending events, oldest first, each with a fresh lease

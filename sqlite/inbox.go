@@ -13,7 +13,8 @@ import (
 )
 
 // RecordInbox stores a verified webhook delivery under its unique (source, event_id), or
-// reports a duplicate; see approval.InboxStore. On success e holds the stored state.
+// reports a duplicate; see approval.InboxStore. On success e holds the stored state; on a
+// duplicate, the event stored first.
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
 	if e.ID == "" || e.Source == "" || e.EventID == "" {
 		return false, approval.Errorf(approval.EINVALID, "an inbox event needs an id, a source and an event id")
@@ -56,6 +57,7 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		return false, fail("record inbox", err)
 	}
 	duplicate := n == 0
+	var stored *approval.InboxEvent
 	if duplicate {
 		// The first body stays; a different one under the same id is recorded for operators
 		// (a provider bug, or someone replaying an id with forged content). Once the stored
@@ -67,18 +69,33 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		); err != nil {
 			return false, fail("record inbox", err)
 		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+inboxColumns+` FROM inbox_events WHERE source = ? AND event_id = ?`, e.Source, e.EventID)
+		if err != nil {
+			return false, fail("record inbox", fmt.Errorf("query the stored event: %w", err))
+		}
+		list, err := scanInboxEvents(rows)
+		if err != nil {
+			return false, fail("record inbox", err)
+		} else if len(list) != 1 {
+			return false, fail("record inbox", fmt.Errorf("stored event %s/%s: found %d rows, want 1", e.Source, e.EventID, len(list)))
+		}
+		stored = list[0]
+		// A worker's claim token is not the caller's to hold.
+		stored.LeaseToken = ""
 	} else {
 		tx.signal(approval.TopicInbox)
 	}
 	if err := tx.commit(); err != nil {
 		return false, fail("record inbox", err)
 	}
-	if !duplicate {
-		next := tx.now
-		e.Headers, e.Body, e.ReceivedAt = headers, body, receivedAt
-		e.Status, e.Attempts, e.NextAttemptAt = approval.InboxPending, 0, &next
+	if duplicate {
+		*e = *stored
+		return true, nil
 	}
-	return duplicate, nil
+	next := tx.now
+	e.Headers, e.Body, e.ReceivedAt = headers, body, receivedAt
+	e.Status, e.Attempts, e.NextAttemptAt = approval.InboxPending, 0, &next
+	return false, nil
 }
 
 // ClaimInbox claims up to limit due pending events that no live lease holds; see

@@ -49,10 +49,14 @@ func exerciseInbox(t *testing.T, s suite) {
 		// The provider redelivers days later with the same body: a duplicate, nothing stored.
 		f.clock.Advance(72 * time.Hour)
 		again := newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, body)
+		freshID := again.ID
 		if !mustRecord(t, f.store, again) {
 			t.Fatalf("redelivery of evt_1: got a new event, want duplicate")
 		}
-		_, err := f.store.InboxEvent(ctx, again.ID)
+		if again.ID != e.ID {
+			t.Fatalf("redelivery of evt_1: got id %s, want the stored event's %s", again.ID, e.ID)
+		}
+		_, err := f.store.InboxEvent(ctx, freshID)
 		wantCode(t, err, approval.ENOTFOUND)
 		got = mustInboxEvent(t, f.store, e.ID)
 		wantTime(t, "received_at after a redelivery", got.ReceivedAt, e.ReceivedAt)
@@ -95,6 +99,41 @@ func exerciseInbox(t *testing.T, s suite) {
 		wantTime(t, "last_conflict_at after an identical redelivery", *got.LastConflictAt, conflictAt)
 		if got.Status != approval.InboxPending || got.Attempts != 0 {
 			t.Fatalf("after redeliveries: got status %s, %d attempts; want pending, 0", got.Status, got.Attempts)
+		}
+	})
+
+	// A duplicate is answered with the event that was kept: RecordInbox makes the caller's
+	// event the stored one, whatever has happened to it since, without a worker's lease token.
+	s.run(t, "DuplicateIsTheStoredEvent", func(t *testing.T, f *fixture) {
+		first := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, `{"n": 1}`))
+		claimed := mustClaimOneInbox(t, f.store, "evt_1")
+
+		f.clock.Advance(time.Hour)
+		again := newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, `{"n": 2}`)
+		if !mustRecord(t, f.store, again) {
+			t.Fatalf("redelivery of evt_1: got a new event, want duplicate")
+		}
+		if again.ID != first.ID || again.Source != "chat" || again.EventID != "evt_1" {
+			t.Fatalf("duplicate: got event %s (%s, %s), want the stored %s (chat, evt_1)", again.ID, again.Source, again.EventID, first.ID)
+		}
+		wantTime(t, "received_at of the duplicate", again.ReceivedAt, first.ReceivedAt)
+		if again.Status != approval.InboxPending || again.Attempts != 1 || !bytes.Equal(again.Body, first.Body) {
+			t.Fatalf("duplicate of a claimed event: got status %s, %d attempts, body %q; want pending, 1, the first %q", again.Status, again.Attempts, again.Body, first.Body)
+		}
+		if again.Conflicts != 1 || again.LastConflictAt == nil {
+			t.Fatalf("duplicate with another body: got conflicts %d, last at %v; want 1 and a time", again.Conflicts, again.LastConflictAt)
+		}
+		if again.LeaseToken != "" {
+			t.Fatalf("duplicate of a claimed event: got lease token %q, want none (it is the worker's)", again.LeaseToken)
+		}
+
+		mustApplyInbox(t, f.store, claimed, approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
+		later := newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, `{"n": 1}`)
+		if !mustRecord(t, f.store, later) {
+			t.Fatalf("redelivery of evt_1: got a new event, want duplicate")
+		}
+		if later.ID != first.ID || later.Status != approval.InboxIgnored || later.ProcessedAt == nil {
+			t.Fatalf("duplicate of a finished event: got %s in status %s, processed at %v; want %s ignored with a time", later.ID, later.Status, later.ProcessedAt, first.ID)
 		}
 	})
 
