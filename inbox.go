@@ -130,8 +130,9 @@ type InboxStore interface {
 	RetryInbox(ctx context.Context, id string) (*InboxEvent, error)
 
 	// PurgeInbox deletes up to limit finished events received more than keepIDs ago, and
-	// clears the bodies of finished events received more than keepBodies ago. Pending events
-	// are never purged.
+	// clears the bodies of up to limit other finished events received more than keepBodies
+	// ago (the limit applies to each), and returns how many events it deleted plus how many
+	// bodies it cleared. Pending events are never purged.
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
 
 	// InboxCounts returns how many events are in each status (for /metrics).

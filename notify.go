@@ -14,6 +14,10 @@ const (
 // connection, started on the first Subscribe and closed by Close.
 type Notifier interface {
 	// Subscribe returns a channel that receives (coalesced, buffered 1) a value after each
-	// committed change on topic, and a function that ends the subscription.
+	// committed change on topic, and a function that ends the subscription. The store's Close
+	// ends every subscription and may close its channel (SQLite does, and a subscription made
+	// after Close gets a closed channel; PostgreSQL stops signalling it), so a receiver must
+	// check ok: a closed channel is ready at once, and a select that keeps receiving from it
+	// spins.
 	Subscribe(topic string) (<-chan struct{}, func())
 }

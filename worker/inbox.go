@@ -67,7 +67,10 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-signal:
+		case _, ok := <-signal:
+			if !ok {
+				signal = nil // the store closed the subscription: poll only
+			}
 		case <-ticker.C:
 		}
 	}

@@ -147,7 +147,10 @@ func (r *Runner) Run(ctx context.Context) error {
 			return nil
 		case <-finished:
 			running--
-		case <-signal:
+		case _, ok := <-signal:
+			if !ok {
+				signal = nil // the store closed the subscription: poll only
+			}
 		case <-ticker.C:
 		}
 	}
