@@ -99,7 +99,9 @@ type ExecutionStore interface {
 	// here clears it.
 	FinishAttempt(ctx context.Context, id string, attempt int, o AttemptOutcome) (*ExecutionRecord, error)
 	// ReleaseExecution gives a claim back on graceful shutdown before its call was sent:
-	// queued, due now, the attempt not counted.
+	// queued, due now, the attempt not counted. Only a running attempt that still holds its
+	// lease can be released (ECONFLICT otherwise): an accepted async call has been sent, and
+	// putting it back in the queue would send it again.
 	ReleaseExecution(ctx context.Context, id string, attempt int) error
 
 	// Execution returns one execution, or ENOTFOUND.

@@ -218,7 +218,8 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 }
 
 // ReleaseExecution gives back a claim whose call was never sent: queued and due now, with
-// the attempt uncounted.
+// the attempt uncounted. A running execution without a lease is an accepted async call, sent
+// already: it is not the attempt's to give back.
 func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) error {
 	tx, err := s.begin(ctx)
 	if err != nil {
@@ -234,7 +235,7 @@ func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) er
 		UPDATE executions
 		SET status = 'queued', attempts = attempts - 1, next_attempt_at = $3,
 			lease_expires_at = NULL, updated_at = $3
-		WHERE id = $1 AND attempts = $2 AND status = 'running'
+		WHERE id = $1 AND attempts = $2 AND status = 'running' AND lease_expires_at IS NOT NULL
 		RETURNING approval_id`,
 		id, attempt, tx.now).Scan(&approvalID)
 	if errors.Is(err, pgx.ErrNoRows) {

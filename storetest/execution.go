@@ -321,6 +321,48 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 	})
 
+	// An asynchronous target's acceptance: FinishAttempt with status running clears the lease,
+	// so the execution is never claimed again nor released back to the queue (its call has
+	// been sent), and waits for ReportExecution to finish it.
+	s.run(t, "AsyncAccepted", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a, rec := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		got, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{
+			Status: approval.ExecutionRunning, Result: []byte(`{"accepted": true}`), Reason: "accepted by the target; waiting for its report",
+		})
+		if err != nil {
+			t.Fatalf("finish attempt as accepted: %v", err)
+		}
+		wantExecution(t, got, approval.ExecutionRunning, 0, `{"accepted": true}`)
+		if got.LeaseExpiresAt != nil || got.NextAttemptAt != nil || got.Attempts != 1 {
+			t.Fatalf("accepted execution: got lease until %v, next attempt %v, %d attempts; want none, none, 1", got.LeaseExpiresAt, got.NextAttemptAt, got.Attempts)
+		}
+		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted)
+
+		// No attempt holds it: the attempt can neither renew it nor put it back in the queue.
+		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
+		wantCode(t, f.store.ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
+		f.clock.Advance(24 * time.Hour)
+		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.store, 10), 0)
+		still := mustExecution(t, f.store, rec.ID)
+		wantExecution(t, still, approval.ExecutionRunning, 0, `{"accepted": true}`)
+		if still.Attempts != 1 || still.LeaseExpiresAt != nil {
+			t.Fatalf("accepted execution after the refusals: got %d attempts, lease until %v; want 1, none", still.Attempts, still.LeaseExpiresAt)
+		}
+		if counts, stuck, err := f.store.ExecutionCounts(ctx); err != nil || counts[approval.ExecutionRunning] != 1 || stuck != 0 {
+			t.Fatalf("execution counts: got %v, %d stuck, %v; want 1 running, none stuck (it waits for a report, not a runner)", counts, stuck, err)
+		}
+
+		// The target's report settles it.
+		done := mustReport(t, f.store, approval.ExecutionReport{
+			ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 1, Result: []byte(`{"done": true}`),
+			Actor: "payments", Cause: approval.Cause{Kind: approval.CauseInbox, Source: "payments", EventID: "res_1"},
+		}, true)
+		wantExecution(t, done, approval.ExecutionSucceeded, 1, `{"done": true}`)
+		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted, approval.EventExecutionReported)
+	})
+
 	// What the runner knows of earlier attempts is state, not a reading of the audit trail:
 	// Uncertain (an attempt may have reached the target) is set by an uncertain outcome or a
 	// recovered claim and only an operator clears it; AttemptBase starts a new run's count.
