@@ -25,8 +25,8 @@
 // ...) and the medians are reported, because the machine is small and shared. The latency
 // columns are per unit, from its claim to its recorded success, over the units claimed after
 // the gate opened; "held" is how many calls waited at the gate, and "conns" how many
-// connections the workers opened to the target. A run fails unless the downstream answered exactly N calls, one per
-// Idempotency-Key, and all N units finished as successes.
+// connections the workers opened to the target. A run fails unless the downstream answered
+// exactly N calls, one per Idempotency-Key, and all N units finished as successes.
 //
 // Usage (from bench/river):
 //
