@@ -8,3 +8,6 @@ import "time"
 func (s *Store) SetListenTimes(idle, pingTimeout time.Duration) {
 	s.notifier.idle, s.notifier.pingTimeout = idle, pingTimeout
 }
+
+// AcquiredConns is how many of the pool's connections are in use.
+func (s *Store) AcquiredConns() int32 { return s.pool.Stat().AcquiredConns() }

@@ -170,13 +170,15 @@ func (s *Store) beginRead(ctx context.Context) (*tx, error) {
 	return s.beginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 }
 
+// beginTx reads the clock only once the transaction has its pooled connection and has begun:
+// a method that waited for a connection must not compare expires_at or leases with the
+// instant it began to wait.
 func (s *Store) beginTx(ctx context.Context, opts pgx.TxOptions) (*tx, error) {
-	now := s.Now().UTC().Truncate(approval.Precision)
 	t, err := s.pool.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, translate("begin transaction", err)
 	}
-	return &tx{Tx: t, now: now}, nil
+	return &tx{Tx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
 }
 
 func (tx *tx) commit(ctx context.Context, op string) error {

@@ -246,24 +246,24 @@ func (t *tx) signal(topic string) {
 
 // beginWrite starts a write transaction on the single write connection. The driver issues
 // BEGIN IMMEDIATE (_txlock=immediate), so the write lock is held from the first statement.
+// The clock is read once the transaction holds the connection: a write that queued behind
+// others for it must not compare expires_at or leases with the instant it began to wait.
 func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
-	now := s.now()
 	t, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	return &tx{Tx: t, now: now, hub: s.hub}, nil
+	return &tx{Tx: t, now: s.now(), hub: s.hub}, nil
 }
 
 // beginRead starts a read-only transaction on the read pool: one consistent snapshot for
-// every query of the method.
+// every query of the method, and the clock read once the snapshot's connection is held.
 func (s *Store) beginRead(ctx context.Context) (*tx, error) {
-	now := s.now()
 	t, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	return &tx{Tx: t, now: now}, nil
+	return &tx{Tx: t, now: s.now()}, nil
 }
 
 // commit commits tx, classifying a failure, then signals the topics of its changes: a

@@ -1,0 +1,55 @@
+package sqlite_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
+)
+
+// A write transaction reads the clock once it holds the write connection, not before it
+// queues for it: a vote that waited past the approval's expiry finds it expired.
+func TestClockReadAfterWaitingForTheWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := MustOpen(t, testdb.DSN(t, testdb.SQLite))
+	var (
+		mu  sync.Mutex
+		now = approval.Now()
+	)
+	s.Now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	a := MustCreateApproval(t, s, "ci-bot", "deploy-prod-1042") // expires in 24h
+
+	release, err := s.HoldWriter(ctx)
+	if err != nil {
+		t.Fatalf("hold the writer: %v", err)
+	}
+	waits := s.WriterWaits()
+	voted := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(ctx, approval.DecideRequest{
+			ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote"),
+		})
+		voted <- err
+	}()
+	// The vote is queued for the write connection once the pool counts its wait.
+	for s.WriterWaits() == waits {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	now = now.Add(25 * time.Hour)
+	mu.Unlock()
+	release()
+
+	err = <-voted
+	if e := approval.AsError(err); e == nil || e.Code != approval.ECONFLICT || e.Approval == nil || e.Approval.Status != approval.StatusExpired {
+		t.Fatalf("vote that waited past the expiry: got %v, want a conflict with the approval expired", err)
+	}
+}

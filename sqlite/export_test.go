@@ -1,0 +1,16 @@
+package sqlite
+
+import "context"
+
+// HoldWriter takes the store's one write connection and returns the function that gives it
+// back, so that a test can make write transactions queue for it.
+func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
+	c, err := s.write.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return func() { c.Close() }, nil
+}
+
+// WriterWaits is how many times a write transaction has had to wait for the write connection.
+func (s *Store) WriterWaits() int64 { return s.write.Stats().WaitCount }
