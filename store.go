@@ -11,8 +11,10 @@ import (
 // PostgreSQL database.
 //
 // Time: each store has a clock (its Now field, time.Now by default) and every method reads it
-// once at the start of its transaction; all comparisons with expires_at and lease times use
-// that value, never the database's own clock, so tests can move time.
+// once at the start of its transaction, after the transaction has begun (never before waiting
+// for a connection, which would let a queued write act on an instant already past); all
+// comparisons with expires_at and lease times use that value, never the database's own clock,
+// so tests can move time.
 type Store interface {
 	InboxStore
 	ExecutionStore
