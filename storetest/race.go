@@ -7,11 +7,12 @@ import (
 	"github.com/approvald/approval"
 )
 
-// raceRounds is how many times each two-sided race below is run, about 200 rounds in all. A
-// round is cheap (two goroutines on one fresh approval) and interleavings differ from round
-// to round, so many small rounds find more than a few large ones, within a runtime the
-// race detector on a small machine can afford.
-const raceRounds = 70
+// raceRounds is how many times each two-sided race below is run (issue #2 asks for 200 of
+// each). A round is cheap (two goroutines on one fresh approval in the case's one store) and
+// interleavings differ from round to round, so many small rounds find more than a few large
+// ones. Under -race on two cores a SQLite round takes about 45ms, so each race takes about 9s
+// and runs beside the others.
+const raceRounds = 200
 
 // exerciseRace forces the transitions of invariant 1 to race: whatever the interleaving, an
 // approval reaches exactly one terminal state, with exactly one event saying so, and every
