@@ -129,10 +129,12 @@ type InboxStore interface {
 	// ECONFLICT if it is not failed.
 	RetryInbox(ctx context.Context, id string) (*InboxEvent, error)
 
-	// PurgeInbox deletes up to limit finished events received more than keepIDs ago, and
-	// clears the bodies of up to limit other finished events received more than keepBodies
-	// ago (the limit applies to each), and returns how many events it deleted plus how many
-	// bodies it cleared. Pending events are never purged.
+	// PurgeInbox deletes up to limit handled events (processed, ignored or stale) received
+	// more than keepIDs ago, and clears the bodies of up to limit other handled events
+	// received more than keepBodies ago (the limit applies to each), and returns how many
+	// events it deleted plus how many bodies it cleared. Pending and failed events are never
+	// purged, nor their bodies cleared: nobody has handled a failed event yet, and an
+	// operator's RetryInbox needs its body.
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
 
 	// InboxCounts returns how many events are in each status (for /metrics).

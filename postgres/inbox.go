@@ -378,10 +378,11 @@ func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent
 	return e, nil
 }
 
-// PurgeInbox deletes up to limit finished events received more than keepIDs ago and clears
-// the bodies of up to limit more received more than keepBodies ago, and returns how many rows
-// it deleted or cleared (so a sweeper repeats while it gets limit or more). Pending events
-// are kept whatever their age: they are not yet applied.
+// PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
+// than keepIDs ago and clears the bodies of up to limit more received more than keepBodies
+// ago, and returns how many rows it deleted or cleared (so a sweeper repeats while it gets
+// limit or more). Pending and failed events are kept whatever their age, body included: a
+// pending one is not yet applied, a failed one waits for an operator to retry it.
 func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
 	if limit <= 0 || keepIDs < 0 || keepBodies < 0 {
 		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and retention periods not negative")
@@ -396,7 +397,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 	tag, err := tx.Exec(ctx, `
 		WITH old AS (
 			SELECT id FROM inbox_events
-			WHERE status <> 'pending' AND received_at < $1
+			WHERE status IN ('processed', 'ignored', 'stale') AND received_at < $1
 			ORDER BY received_at, id
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
@@ -409,7 +410,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 	cleared, err := tx.Exec(ctx, `
 		WITH old AS (
 			SELECT id FROM inbox_events
-			WHERE status <> 'pending' AND body IS NOT NULL AND received_at < $1
+			WHERE status IN ('processed', 'ignored', 'stale') AND body IS NOT NULL AND received_at < $1
 			ORDER BY received_at, id
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED

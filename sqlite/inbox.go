@@ -404,9 +404,10 @@ func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent
 	return e, nil
 }
 
-// PurgeInbox deletes up to limit finished events received more than keepIDs ago, then clears
-// the bodies of up to limit finished events received more than keepBodies ago; pending events
-// are never touched. It returns the number of events deleted plus the number of bodies
+// PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
+// than keepIDs ago, then clears the bodies of up to limit handled events received more than
+// keepBodies ago. Pending and failed events are never touched: a failed event waits, body
+// and all, for an operator to retry it. It returns the number of events deleted plus the number of bodies
 // cleared, so a sweeper may repeat it until the count falls below limit.
 func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
 	if limit < 1 || keepIDs < 0 || keepBodies < 0 {
@@ -421,7 +422,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 	deleted, err := tx.ExecContext(ctx, `
 		DELETE FROM inbox_events WHERE rowid IN (
 			SELECT rowid FROM inbox_events
-			WHERE status <> 'pending' AND received_at < ?
+			WHERE status IN ('processed', 'ignored', 'stale') AND received_at < ?
 			ORDER BY received_at
 			LIMIT ?)`,
 		micros(tx.now.Add(-keepIDs)), limit)
@@ -431,7 +432,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 	cleared, err := tx.ExecContext(ctx, `
 		UPDATE inbox_events SET body = NULL WHERE rowid IN (
 			SELECT rowid FROM inbox_events
-			WHERE status <> 'pending' AND received_at < ? AND body IS NOT NULL
+			WHERE status IN ('processed', 'ignored', 'stale') AND received_at < ? AND body IS NOT NULL
 			ORDER BY received_at
 			LIMIT ?)`,
 		micros(tx.now.Add(-keepBodies)), limit)

@@ -517,6 +517,16 @@ func exerciseInbox(t *testing.T, s suite) {
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-processed"), decideAction(a.ID, "alice", approval.VerdictApprove))
 		oldIgnored := record("old-ignored")
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-ignored"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
+		// The vote approved a, whose action has no target: its caller reports the outcome,
+		// and an older report through the inbox is stale.
+		mustReport(t, f.store, approval.ExecutionReport{ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 2, Actor: "ci-bot", Cause: approval.HTTPCause("report")}, true)
+		oldStale := record("old-stale")
+		stale := mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-stale"), approval.InboxAction{
+			Kind:   approval.ActionExecutionResult,
+			Report: &approval.ExecutionReport{ApprovalID: a.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "chat"},
+		})
+		wantInboxStatus(t, stale, approval.InboxStale)
+		// Nobody has handled a failed event: it stays, body and all, for an operator.
 		oldFailed := record("old-failed")
 		if err := f.store.FailInbox(ctx, mustClaimOneInbox(t, f.store, "old-failed"), "bad data", nil); err != nil {
 			t.Fatalf("fail inbox: %v", err)
@@ -535,18 +545,18 @@ func exerciseInbox(t *testing.T, s suite) {
 		recent := record("recent")
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "recent"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
 
-		// The limit holds: three old events are finished, at most two go per call.
+		// The limit holds: three old events are handled, at most two go per call.
 		if _, err := f.store.PurgeInbox(ctx, keepIDs, keepBodies, 2); err != nil {
 			t.Fatalf("purge inbox: %v", err)
 		}
 		left := 0
-		for _, e := range []*approval.InboxEvent{oldProcessed, oldIgnored, oldFailed} {
+		for _, e := range []*approval.InboxEvent{oldProcessed, oldIgnored, oldStale} {
 			if _, err := f.store.InboxEvent(ctx, e.ID); err == nil {
 				left++
 			}
 		}
 		if left == 0 {
-			t.Fatalf("purge with limit 2: all 3 old finished events are gone, want at most 2 deleted")
+			t.Fatalf("purge with limit 2: all 3 old handled events are gone, want at most 2 deleted")
 		}
 		for i := 0; ; i++ {
 			n, err := f.store.PurgeInbox(ctx, keepIDs, keepBodies, 2)
@@ -559,7 +569,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			}
 		}
 
-		for _, e := range []*approval.InboxEvent{oldProcessed, oldIgnored, oldFailed} {
+		for _, e := range []*approval.InboxEvent{oldProcessed, oldIgnored, oldStale} {
 			_, err := f.store.InboxEvent(ctx, e.ID)
 			wantCode(t, err, approval.ENOTFOUND)
 		}
@@ -567,6 +577,20 @@ func exerciseInbox(t *testing.T, s suite) {
 		if got.Status != approval.InboxPending || !bytes.Equal(got.Body, oldPending.Body) {
 			t.Fatalf("old pending event after purge: got %s with body %q, want pending with %q", got.Status, got.Body, oldPending.Body)
 		}
+		got = mustInboxEvent(t, f.store, oldFailed.ID)
+		if got.Status != approval.InboxFailed || !bytes.Equal(got.Body, oldFailed.Body) {
+			t.Fatalf("old failed event after purge: got %s with body %q, want failed with %q (an operator has yet to retry it)", got.Status, got.Body, oldFailed.Body)
+		}
+		// Once retried and handled it is purged like any other.
+		if _, err := f.store.RetryInbox(ctx, oldFailed.ID); err != nil {
+			t.Fatalf("retry the failed event: %v", err)
+		}
+		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-failed"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
+		if n, err := f.store.PurgeInbox(ctx, keepIDs, keepBodies, 2); err != nil || n != 1 {
+			t.Fatalf("purge after the retry: got %d, %v; want the retried event deleted", n, err)
+		}
+		_, err := f.store.InboxEvent(ctx, oldFailed.ID)
+		wantCode(t, err, approval.ENOTFOUND)
 		got = mustInboxEvent(t, f.store, mid.ID)
 		if got.Status != approval.InboxIgnored || len(got.Body) != 0 {
 			t.Fatalf("event older than keepBodies after purge: got %s with body %q, want ignored with no body", got.Status, got.Body)
