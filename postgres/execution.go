@@ -37,16 +37,31 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 	// wait on each other, nor on an operator or a report holding the approval. A running row
 	// without a lease is an accepted async call: lease_expires_at <= $1 is never true for it.
 	// A recovered claim's predecessor may have sent its call, so the outcome is uncertain.
+	//
+	// The two kinds of due row are found apart, each in the order of an index on its status
+	// and due time, and only the first limit of the two merged:
+	// one query ordering both by a common due time is served by no index, and would read,
+	// join and sort the whole backlog for every claim. The rows one branch locks beyond the
+	// merged limit are skipped by other replicas only until this transaction ends.
 	rows, err := tx.Query(ctx, `
-		WITH due AS (
-			SELECT x.id, x.status = 'running' AS recovered,
-				CASE WHEN x.status = 'queued' THEN x.next_attempt_at ELSE x.lease_expires_at END AS due_at
+		WITH queued AS (
+			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
-			WHERE (x.status = 'queued' AND x.next_attempt_at <= $1)
-				OR (x.status = 'running' AND x.lease_expires_at <= $1)
-			ORDER BY due_at, x.id
+			WHERE x.status = 'queued' AND x.next_attempt_at <= $1
+			ORDER BY x.next_attempt_at, x.id
 			LIMIT $2
 			FOR UPDATE OF x, a SKIP LOCKED
+		), expired AS (
+			SELECT x.id, true AS recovered, x.lease_expires_at AS due_at
+			FROM executions x JOIN approvals a ON a.id = x.approval_id
+			WHERE x.status = 'running' AND x.lease_expires_at <= $1
+			ORDER BY x.lease_expires_at, x.id
+			LIMIT $2
+			FOR UPDATE OF x, a SKIP LOCKED
+		), due AS (
+			SELECT * FROM queued UNION ALL SELECT * FROM expired
+			ORDER BY due_at, id
+			LIMIT $2
 		)
 		UPDATE executions x
 		SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,

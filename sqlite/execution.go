@@ -36,14 +36,22 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 
 func claimExecutions(ctx context.Context, tx *tx, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
 	// A queued execution is due at next_attempt_at, a running one at its lease's end (a
-	// running one without a lease waits for an asynchronous report and is never due); each
-	// has only the one of the two set, so coalesce orders both kinds by when they fell due.
+	// running one without a lease waits for an asynchronous report and is never due). The two
+	// kinds are found apart, each in the order of its index (executions_due, executions_lease),
+	// and only the first limit of the two merged: one query ordering both by a common due time
+	// is served by no index, and would read and sort the whole backlog for every claim.
 	rows, err := tx.QueryContext(ctx, `
-		SELECT id, status FROM executions
-		WHERE (status = 'queued' AND next_attempt_at <= ?1)
-			OR (status = 'running' AND lease_expires_at <= ?1)
-		ORDER BY coalesce(next_attempt_at, lease_expires_at), created_at, id
-		LIMIT ?2`,
+		SELECT id, recovered FROM (
+			SELECT * FROM (
+				SELECT id, 0 AS recovered, next_attempt_at AS due_at, created_at FROM executions
+				WHERE status = 'queued' AND next_attempt_at <= ?1
+				ORDER BY next_attempt_at, created_at, id LIMIT ?2)
+			UNION ALL
+			SELECT * FROM (
+				SELECT id, 1, lease_expires_at, created_at FROM executions
+				WHERE status = 'running' AND lease_expires_at <= ?1
+				ORDER BY lease_expires_at, created_at, id LIMIT ?2)
+			ORDER BY due_at, created_at, id LIMIT ?2)`,
 		micros(tx.now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("find due executions: %w", err)
@@ -54,12 +62,12 @@ func claimExecutions(ctx context.Context, tx *tx, lease time.Duration, limit int
 	}
 	var found []due
 	for rows.Next() {
-		var id, status string
-		if err := rows.Scan(&id, &status); err != nil {
+		var d due
+		if err := rows.Scan(&d.id, &d.recovered); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("scan due execution: %w", err)
 		}
-		found = append(found, due{id, status == string(approval.ExecutionRunning)})
+		found = append(found, d)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, fmt.Errorf("find due executions: %w", err)
