@@ -63,9 +63,10 @@ type Runner struct {
 	Targets map[string]Target // by action
 
 	// Lease is the claim lease (DefaultLease when zero), renewed every Lease/3 while an
-	// attempt runs and once more right before its call is sent. A call still in flight
-	// Lease/10 before the lease, as last renewed, would run out is cancelled: past that point
-	// another runner may claim the execution, and it must not find this call still going.
+	// attempt runs, and once more right before its call is sent if little of it is left (see
+	// renewBeforeSend). A call still in flight Lease/10 before the lease, as last renewed,
+	// would run out is cancelled: past that point another runner may claim the execution, and
+	// it must not find this call still going.
 	Lease       time.Duration
 	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
 	Batch       int           // executions claimed at once (Concurrency when zero)
@@ -105,7 +106,8 @@ const mayHaveReached = "may have reached the target"
 
 // Run executes due executions until ctx ends. It wakes on the store's executions signal and
 // polls every Poll as well, since a signal is only a hint, and claims only as many executions
-// as it has free slots, leaving the rest to other replicas.
+// as it has free slots, leaving the rest to other replicas. It claims for all its free slots
+// in one transaction, and again at once while the store has work for every one of them.
 //
 // When ctx ends it stops claiming; claims whose call has not been sent are released; calls
 // in flight are allowed to finish (up to their timeout) and are recorded; then Run returns
@@ -126,6 +128,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer wg.Wait()
 	running := 0
 	for {
+		// Every execution that ended since the last look frees its slot now, not one per turn
+		// of the loop: executions ending while a claim was under way are claimed for together,
+		// in one transaction, rather than each in a transaction of its own.
+		running -= takeReady(finished)
 		if free := min(r.batch(), conc-running); free > 0 {
 			claims, claimedAt, err := r.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
@@ -178,8 +184,8 @@ func (r *Runner) RunOnce(ctx context.Context) (int, error) {
 
 // claim claims up to limit executions, and returns when it asked: the claims' leases run out
 // no sooner than a lease after that.
-func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, time.Time, error) {
-	asked := time.Now()
+func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, askedAt, error) {
+	asked := r.askedAt()
 	claims, err := r.Store.ClaimExecutions(ctx, r.lease(), limit)
 	if err != nil {
 		return nil, asked, fmt.Errorf("claim executions: %w", err)
@@ -187,17 +193,27 @@ func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionCla
 	return claims, asked, nil
 }
 
+// askedAt is when a lease was asked for, read before the store reads its clock, so that the
+// lease cannot end sooner than a lease after it. It is read on two clocks: this process's
+// (with its monotonic reading) for the timers that cut calls short, and the runner's Now,
+// which is the store's in tests that move time, for judging how much of the lease is left.
+type askedAt struct {
+	wall, clock time.Time
+}
+
+func (r *Runner) askedAt() askedAt { return askedAt{wall: time.Now(), clock: r.now()} }
+
 // execute runs one claimed attempt to its recorded end. ctx is the runner's: when it ends
 // before the call is sent the claim is released, but a call already sent runs on, on a
 // context of its own, so that its outcome is recorded rather than lost. claimedAt is when the
 // claim was asked for.
-func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claimedAt time.Time, slots chan struct{}) {
+func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claimedAt askedAt, slots chan struct{}) {
 	a := &attempt{
 		r: r, c: c,
 		log: r.logger().With("execution", c.Record.ID, "approval", c.Record.ApprovalID,
 			"action", c.Record.Action, "attempt", c.Attempt),
 	}
-	a.deadline.extend(claimedAt.Add(r.lease() - r.margin()))
+	a.leaseFrom(claimedAt)
 	work, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	a.work, a.cancel = work, cancel
@@ -233,6 +249,11 @@ type attempt struct {
 	log    *slog.Logger
 	// deadline cuts calls short before the lease runs out; renewals move it.
 	deadline deadline
+
+	mu sync.Mutex // guards held
+	// held is when, by the runner's clock, the lease now in force was asked for: at the claim
+	// or at the last renewal that went through.
+	held time.Time
 }
 
 // run decides the attempt's outcome, calling the target (or its lookup URL) as needed. It
@@ -329,7 +350,7 @@ func (a *attempt) send(t Target, policy Policy) (approval.AttemptOutcome, bool) 
 	var res callResult
 	if err := a.r.Failpoints.Inject(fpBeforeSend); err != nil {
 		res = callResult{err: err} // nothing has left the process: safe to retry anywhere
-	} else if err := a.renewBeforeSend(); err != nil {
+	} else if err := a.renewBeforeSend(t); err != nil {
 		res = callResult{err: err} // not sent, as above; a lost claim returns below
 	} else {
 		ctx, release := a.deadline.bind(a.work)
@@ -492,13 +513,26 @@ func (a *attempt) keepLease() (stop func()) {
 	}
 }
 
-// renewBeforeSend renews the lease right before the call is sent. Fencing guards the
-// database writes of a stale attempt, but not a call it has yet to make: if renewals were slow
-// and the lease lapsed while this attempt looked up or waited, a newer attempt may have claimed
-// the execution, found no effect and sent the call itself. Only a renewal that succeeds now
-// proves that none has, and holds the execution for a lease from now. An error means the call
-// must not be sent.
-func (a *attempt) renewBeforeSend() error {
+// renewBeforeSend renews the lease right before the call of t is sent, unless enough of it is
+// left. Fencing guards the database writes of a stale attempt, but not a call it has yet to
+// make: if renewals were slow and the lease lapsed while this attempt looked up or waited, a
+// newer attempt may have claimed the execution, found no effect and sent the call itself.
+// Only a renewal that succeeds now proves that none has, and holds the execution for a lease
+// from now. An error means the call must not be sent.
+//
+// While more than the margin is left of the lease as last confirmed, no newer attempt can
+// hold the execution, and the call, cut short at the deadline, cannot outlive the lease. The
+// renewal then only buys the call time, and is skipped when the call needs none: when what is
+// left, less the margin, covers the call's timeout, or the next renewal of keepLease (due
+// within Lease/3) comes before the deadline does. That spares a transaction per call in the
+// usual case of a call sent right after its claim.
+func (a *attempt) renewBeforeSend(t Target) error {
+	a.mu.Lock()
+	left := a.held.Add(a.r.lease()).Sub(a.r.now())
+	a.mu.Unlock()
+	if left-a.r.margin() >= min(orDefault(t.Timeout, DefaultTimeout), a.r.lease()/3) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
 	defer cancel()
 	if err := a.renew(ctx); err != nil {
@@ -511,17 +545,27 @@ func (a *attempt) renewBeforeSend() error {
 // When the store says a newer attempt owns the execution it cancels the attempt's work with
 // errClaimLost.
 func (a *attempt) renew(ctx context.Context) error {
-	// Asked before the store's clock is read, so the deadline cannot fall after the lease.
-	asked := time.Now()
+	asked := a.r.askedAt()
 	err := a.r.Store.RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, a.r.lease())
 	switch {
 	case err == nil:
-		a.deadline.extend(asked.Add(a.r.lease() - a.r.margin()))
+		a.leaseFrom(asked)
 	case approval.ErrorCode(err) == approval.ECONFLICT:
 		a.log.WarnContext(ctx, "execution claim lost; abandoning the attempt", "error", err)
 		a.cancel(errClaimLost)
 	}
 	return err
+}
+
+// leaseFrom records a lease granted as asked at asked: the deadline moves to a margin before
+// its end.
+func (a *attempt) leaseFrom(asked askedAt) {
+	a.deadline.extend(asked.wall.Add(a.r.lease() - a.r.margin()))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if asked.clock.After(a.held) {
+		a.held = asked.clock
+	}
 }
 
 // lost reports whether the claim was found lost while the attempt ran.
@@ -795,3 +839,14 @@ func (r *Runner) logger() *slog.Logger {
 
 // round shortens a jittered delay for a reason sentence.
 func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+// takeReady takes every value ready in ch without waiting, and returns how many it took.
+func takeReady(ch <-chan struct{}) int {
+	for n := 0; ; n++ {
+		select {
+		case <-ch:
+		default:
+			return n
+		}
+	}
+}
