@@ -195,8 +195,17 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 	}
 	defer tx.Rollback(ctx)
 
-	if _, err := tx.lockExecution(ctx, id); err != nil {
-		return nil, err
+	// The approval's lock first (the lock order above), taken in one round trip rather than
+	// lockExecution's three; the UPDATE then takes the execution's. Its state beforehand is not
+	// needed: the UPDATE's conditions are the fence.
+	tag, err := tx.Exec(ctx, `
+		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
+		FOR UPDATE`, id)
+	if err != nil {
+		return nil, translate("lock approval of execution", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
 	}
 	// The lease is cleared in every case: a retry waits for next_attempt_at, and an accepted
 	// async call stays running without one until its report comes. Uncertainty, once

@@ -72,7 +72,8 @@ type Runner struct {
 	Batch       int           // executions claimed at once (Concurrency when zero)
 	Concurrency int           // calls in flight at once (DefaultConcurrency when zero)
 
-	// Client makes the calls. nil means a client of its own with default transport settings.
+	// Client makes the calls. nil means a client of its own with default transport settings,
+	// except that it keeps an idle connection per host for each of Concurrency calls.
 	// Redirects are never followed, whatever the client says: a redirected POST is not the
 	// call that was approved.
 	Client     *http.Client
@@ -792,7 +793,12 @@ func (t Target) policy() Policy {
 
 func (r *Runner) httpClient() *http.Client {
 	r.clientOnce.Do(func() {
-		c := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		// Idle connections are kept for every call that may be in flight: with the default
+		// of two per host, a runner calling one target from more slots than that would close
+		// a connection after most calls and open a new one for the next.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, r.concurrency())
+		c := &http.Client{Transport: t}
 		if r.Client != nil {
 			copied := *r.Client
 			c = &copied
