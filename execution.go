@@ -11,10 +11,14 @@ import (
 // that approves it (the transactional outbox): queued when the action has a target,
 // not_configured when it has none.
 type ExecutionRecord struct {
-	ID             string          `json:"id"`
-	ApprovalID     string          `json:"approval_id"`
-	OperationKey   string          `json:"operation_key"`
-	Action         string          `json:"action"`
+	ID           string `json:"id"`
+	ApprovalID   string `json:"approval_id"`
+	OperationKey string `json:"operation_key"`
+	Action       string `json:"action"`
+	// Targeted says the action had a downstream target when the execution was created, so
+	// approvald calls it and records the outcome itself; false for one created
+	// not_configured, whose outcome only reports give. It never changes.
+	Targeted       bool            `json:"targeted"`
 	Status         ExecutionStatus `json:"status"`
 	Attempts       int             `json:"attempts"`
 	LastError      string          `json:"last_error"`
@@ -40,6 +44,17 @@ type ExecutionRecord struct {
 func (r *ExecutionRecord) Public() *Execution {
 	at := r.UpdatedAt
 	return &Execution{ID: r.ID, Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, Result: r.Result, UpdatedAt: &at}
+}
+
+// Reportable reports whether ReportExecution may set the execution's outcome: only when the
+// outcome comes from reports. That is an execution created not_configured (its caller
+// executes it); a targeted one that is running (an async target that accepted the call, or
+// one whose call is in flight, whose report may overtake our record of the 2xx); or one a
+// report was already applied to, so that newer reports keep their order (invariant 4).
+// Otherwise approvald's own call decides, and a report could undo a success it recorded and
+// let an operator's retry call the target a second time.
+func (r *ExecutionRecord) Reportable() bool {
+	return !r.Targeted || r.Status == ExecutionRunning || r.AppliedVersion > 0
 }
 
 // ExecutionClaim is a runner's hold on one execution for one attempt. Attempt is the fencing
@@ -121,6 +136,11 @@ type ExecutionStore interface {
 	CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
 	// ReportExecution applies an asynchronous outcome if r.Version is newer than the applied
 	// version, and reports whether it did (false: stale, recorded in the audit trail only).
+	// Only a Reportable execution takes reports: for any other (a targeted execution queued,
+	// succeeded, failed, in needs_review or cancelled before any report) it is ECONFLICT
+	// ("approvald records this execution's outcome from its own call to the target") and
+	// nothing changes, not even the audit trail; through the inbox that is a processed event
+	// whose outcome says "refused: ...".
 	ReportExecution(ctx context.Context, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error)
 	// ExecutionCounts returns executions per status and how many are running past their lease.
 	ExecutionCounts(ctx context.Context) (counts map[ExecutionStatus]int, stuck int, err error)

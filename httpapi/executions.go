@@ -178,7 +178,8 @@ type reportAnswer struct {
 // reported by whoever executed it (its requester when the action has no target, an operator or
 // an admin). A report is applied only when its version is newer than the last one applied
 // (DESIGN.md invariant 4); an older one answers "applied": false and changes nothing but the
-// audit trail. 409 when the approval is not approved.
+// audit trail. 409 with the approval when it is not approved, or when approvald records the
+// execution's outcome from its own call to the target (approval.ExecutionRecord.Reportable).
 func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
@@ -227,14 +228,16 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 	})
 	if code := approval.ErrorCode(err); code == approval.ENOTFOUND || code == approval.ECONFLICT {
 		// The approval exists (it was read above), so a refusal means it has no execution
-		// yet, or will never have one: a conflict with its state, shown as a decision
-		// conflict is, with the approval.
+		// yet, or will never have one, or has one whose outcome approvald records itself: a
+		// conflict with its state, shown as a decision conflict is, with the approval.
 		if cur, rerr := s.store.Approval(r.Context(), id); rerr == nil && cur.Status != approval.StatusApproved {
 			err = &approval.Error{
 				Code:     approval.ECONFLICT,
 				Message:  fmt.Sprintf("approval %s is %s; only an approved approval has an execution to report on", id, cur.Status),
 				Approval: cur,
 			}
+		} else if rerr == nil && code == approval.ECONFLICT {
+			err = &approval.Error{Code: approval.ECONFLICT, Message: approval.ErrorMessage(err), Approval: cur}
 		}
 	}
 	if err != nil {

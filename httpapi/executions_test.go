@@ -325,6 +325,37 @@ func TestReportExecution(t *testing.T) {
 	})
 }
 
+// TestReportExecutionOfATargetedCall: approvald records the outcome of a call it made itself;
+// a report cannot overwrite it (409 with the approval), so no operator retry calls the target
+// again on the strength of a report.
+func TestReportExecutionOfATargetedCall(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		alice := f.token("alice", approval.RoleApprover)
+		a := f.approved(ci, alice, "report-targeted", targetedAction)
+		claims, err := f.store.ClaimExecutions(context.Background(), time.Minute, 10)
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+		}
+		if _, err := f.store.FinishAttempt(context.Background(), claims[0].Record.ID, claims[0].Attempt, approval.AttemptOutcome{
+			Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200 from target",
+		}); err != nil {
+			t.Fatalf("finish attempt: %v", err)
+		}
+
+		p := f.do("POST", "/v1/approvals/"+a.ID+"/execution", ci, `{"status": "failed", "version": 1}`).problem(t, http.StatusConflict)
+		if p.Approval == nil || p.Approval.ID != a.ID || p.Approval.Execution == nil ||
+			p.Approval.Execution.Status != approval.ExecutionSucceeded || string(p.Approval.Execution.Result) != `{"payout":"po_1"}` {
+			t.Fatalf("409: got %+v, want the approval with its execution succeeded and its result kept", p)
+		}
+		if got := f.do("GET", "/v1/approvals/"+a.ID, ci, "").approval(t); got.Execution.Status != approval.ExecutionSucceeded {
+			t.Fatalf("after the refused report: got execution %s, want succeeded", got.Execution.Status)
+		}
+	})
+}
+
 // TestDecideFailpointAfterCommit: approval.after-commit fires after the decision committed
 // and before the answer: the client gets an error, the decision stands, and the client's
 // retry is answered with it.

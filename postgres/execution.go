@@ -530,15 +530,16 @@ func (s *Store) ExecutionCounts(ctx context.Context) (map[approval.ExecutionStat
 func (s *Store) insertExecution(ctx context.Context, tx *tx, a *approval.Approval, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	status := approval.ExecutionNotConfigured
 	var due *time.Time
-	if s.Targeted != nil && s.Targeted(a.Action) {
+	targeted := s.Targeted != nil && s.Targeted(a.Action)
+	if targeted {
 		now := tx.now
 		status, due = approval.ExecutionQueued, &now
 	}
 	rec, err := scanExecution(tx.QueryRow(ctx, `
-		INSERT INTO executions AS x (id, approval_id, operation_key, action, status, next_attempt_at, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+		INSERT INTO executions AS x (id, approval_id, operation_key, action, targeted, status, next_attempt_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
 		RETURNING `+executionColumns,
-		approval.NewID("exe"), a.ID, a.OperationKey, a.Action, string(status), due, tx.now))
+		approval.NewID("exe"), a.ID, a.OperationKey, a.Action, targeted, string(status), due, tx.now))
 	if err != nil {
 		return nil, translate("insert execution", err)
 	}
@@ -562,8 +563,9 @@ type reported struct {
 }
 
 // report applies an asynchronous outcome inside tx if it is newer than the one applied
-// (invariant 4), and records a stale one in the audit trail only. It applies whatever the
-// execution's status: an async target's outcome is the truth, and a running attempt that
+// (invariant 4), and records a stale one in the audit trail only. It applies only to an
+// execution whose outcome comes from reports (approval.ExecutionRecord.Reportable), and then
+// even to a running one: an async target's outcome is the truth, and a running attempt that
 // finishes later finds the execution no longer running. An error means tx must be rolled back.
 func (tx *tx) report(ctx context.Context, r approval.ExecutionReport) (reported, error) {
 	refuse := func(e *approval.Error) (reported, error) { return reported{refusal: e}, nil }
@@ -606,6 +608,9 @@ func (tx *tx) report(ctx context.Context, r approval.ExecutionReport) (reported,
 	cur, err := tx.lockExecution(ctx, id)
 	if err != nil {
 		return reported{}, err
+	}
+	if !cur.Reportable() {
+		return refuse(approval.Errorf(approval.ECONFLICT, "execution %s is %s: approvald records this execution's outcome from its own call to the target", id, cur.Status))
 	}
 	if r.Version <= cur.AppliedVersion {
 		detail := map[string]any{"execution_id": id, "status": r.Status, "version": r.Version, "applied_version": cur.AppliedVersion}
@@ -664,7 +669,7 @@ var executionStatuses = []approval.ExecutionStatus{
 }
 
 // executionColumns are the executions columns scanExecution reads, in order, from alias x.
-const executionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.status, x.attempts,
+const executionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.targeted, x.status, x.attempts,
 	x.last_error, x.result, x.next_attempt_at, x.lease_expires_at, x.applied_version,
 	x.uncertain, x.attempt_base, x.created_at, x.updated_at`
 
@@ -674,7 +679,7 @@ func scanExecution(row pgx.Row, extra ...any) (*approval.ExecutionRecord, error)
 	var r approval.ExecutionRecord
 	var status string
 	var result []byte
-	dest := append([]any{&r.ID, &r.ApprovalID, &r.OperationKey, &r.Action, &status, &r.Attempts,
+	dest := append([]any{&r.ID, &r.ApprovalID, &r.OperationKey, &r.Action, &r.Targeted, &status, &r.Attempts,
 		&r.LastError, &result, &r.NextAttemptAt, &r.LeaseExpiresAt, &r.AppliedVersion,
 		&r.Uncertain, &r.AttemptBase, &r.CreatedAt, &r.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {

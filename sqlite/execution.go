@@ -496,10 +496,11 @@ func (s *Store) ReportExecution(ctx context.Context, r approval.ExecutionReport)
 }
 
 // report applies r: the one code path of an asynchronous outcome, whether it comes from the
-// API (ReportExecution) or from an inbox event (ApplyInbox). An outcome may settle an
-// execution in any status, even one a runner holds: the target's own word wins, and the
-// runner's later FinishAttempt finds it no longer running. Its application errors (invalid,
-// not found, ambiguous) are returned before anything is written.
+// API (ReportExecution) or from an inbox event (ApplyInbox). It settles only an execution
+// whose outcome comes from reports (approval.ExecutionRecord.Reportable), even one a runner
+// holds: the target's own word wins, and the runner's later FinishAttempt finds it no longer
+// running. Its refusals (invalid, not found, ambiguous, not reportable) are returned before
+// anything is written.
 func report(ctx context.Context, tx *tx, r approval.ExecutionReport) (bool, *approval.ExecutionRecord, error) {
 	if r.Status != approval.ExecutionSucceeded && r.Status != approval.ExecutionFailed {
 		return false, nil, approval.Errorf(approval.EINVALID, "a reported status is succeeded or failed, not %q", r.Status)
@@ -510,6 +511,9 @@ func report(ctx context.Context, tx *tx, r approval.ExecutionReport) (bool, *app
 	rec, err := findReported(ctx, tx, r)
 	if err != nil {
 		return false, nil, err
+	}
+	if !rec.Reportable() {
+		return false, nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s: approvald records this execution's outcome from its own call to the target", rec.ID, rec.Status)
 	}
 	if r.Version <= rec.AppliedVersion {
 		// Invariant 4: an older outcome never overwrites a newer one; it is only recorded.
@@ -631,10 +635,10 @@ func insertExecution(ctx context.Context, tx *tx, a *approval.Approval, targeted
 		status, next = approval.ExecutionQueued, &tx.now
 	}
 	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO executions (id, approval_id, operation_key, action, status, next_attempt_at,
-			created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, a.ID, a.OperationKey, a.Action, string(status), nullMicros(next), micros(tx.now), micros(tx.now),
+		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
+			next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		id, a.ID, a.OperationKey, a.Action, targeted, string(status), nullMicros(next), micros(tx.now), micros(tx.now),
 	); err != nil {
 		return fmt.Errorf("insert execution: %w", err)
 	}
@@ -658,7 +662,7 @@ func findExecution(ctx context.Context, tx *tx, id string) (*approval.ExecutionR
 }
 
 // executionColumns are the columns scanExecution reads, in order.
-const executionColumns = `e.id, e.approval_id, e.operation_key, e.action, e.status, e.attempts,
+const executionColumns = `e.id, e.approval_id, e.operation_key, e.action, e.targeted, e.status, e.attempts,
 	e.last_error, e.result, e.next_attempt_at, e.lease_expires_at, e.applied_version,
 	e.uncertain, e.attempt_base, e.created_at, e.updated_at`
 
@@ -691,7 +695,7 @@ func scanExecution(rows *sql.Rows) (*approval.ExecutionRecord, error) {
 		next, lease          sql.NullInt64
 		createdAt, updatedAt int64
 	)
-	if err := rows.Scan(&rec.ID, &rec.ApprovalID, &rec.OperationKey, &rec.Action, &status,
+	if err := rows.Scan(&rec.ID, &rec.ApprovalID, &rec.OperationKey, &rec.Action, &rec.Targeted, &status,
 		&rec.Attempts, &rec.LastError, &result, &next, &lease, &rec.AppliedVersion,
 		&rec.Uncertain, &rec.AttemptBase, &createdAt, &updatedAt); err != nil {
 		return nil, fmt.Errorf("scan execution: %w", err)

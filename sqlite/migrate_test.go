@@ -120,3 +120,52 @@ func TestMigrate_BackfillsExecutionUncertainty(t *testing.T) {
 		}
 	}
 }
+
+// A database upgraded past 0004 knows which executions approvald calls itself: those whose
+// approving transaction queued them, whatever their status now.
+func TestMigrate_BackfillsExecutionTargeted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	execRaw(t, path, `PRAGMA journal_mode = WAL`)
+	execRaw(t, path, `CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT`)
+	for _, name := range []string{"0001_init", "0002_inbox_executions", "0003_execution_uncertainty"} {
+		script, err := os.ReadFile(filepath.Join("migrations", name+".sql"))
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		execRaw(t, path, string(script))
+		execRaw(t, path, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, 0)`, name)
+	}
+	// Both succeeded with an applied report; only the first was queued for a target.
+	for _, x := range []struct {
+		id     string
+		events []string
+	}{
+		{"exe_targeted", []string{"approval.approved", "execution.queued", "execution.attempt", "execution.accepted", "execution.reported"}},
+		{"exe_reported", []string{"approval.approved", "execution.reported"}},
+	} {
+		approvalID := "apr_" + x.id
+		execRaw(t, path, `INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title,
+			required_approvals, status, expires_at, created_at, version)
+			VALUES (?, 'ci-bot', ?, 'fp', 'deploy', 'old', 1, 'approved', 9000000000000000, 0, 2)`, approvalID, x.id)
+		execRaw(t, path, `INSERT INTO executions (id, approval_id, operation_key, action, status, attempts,
+			applied_version, created_at, updated_at)
+			VALUES (?, ?, ?, 'deploy', 'succeeded', 1, 1, 0, 0)`, x.id, approvalID, x.id)
+		for i, typ := range x.events {
+			execRaw(t, path, `INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+				VALUES (?, ?, ?, 0, 'system', '{"kind": "worker"}', '{}')`, approvalID, i+1, typ)
+		}
+	}
+
+	s := MustOpen(t, path)
+	for id, want := range map[string]bool{"exe_targeted": true, "exe_reported": false} {
+		rec, err := s.Execution(ctx, id)
+		if err != nil {
+			t.Fatalf("execution %s: %v", id, err)
+		}
+		if rec.Targeted != want {
+			t.Errorf("execution %s after the upgrade: got targeted %v, want %v", id, rec.Targeted, want)
+		}
+	}
+}

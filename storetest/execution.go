@@ -589,8 +589,10 @@ func exerciseExecutions(t *testing.T, s suite) {
 			wantEvent(t, evs[i], "ci-bot", approval.HTTPCause(fmt.Sprintf("report-%d", v)), reportedAt[i])
 		}
 
-		// By operation key, for a queued execution: an asynchronous target's report wins.
+		// By operation key, for an execution whose call is in flight: the target's report may
+		// overtake the runner's record of its answer, and wins.
 		b, recB := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, recB)
 		byKey := func(version int64, status approval.ExecutionStatus) approval.ExecutionReport {
 			return approval.ExecutionReport{
 				OperationKey: b.OperationKey, Status: status, Version: version, Result: []byte(fmt.Sprintf(`{"version": %d}`, version)),
@@ -603,8 +605,8 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		wantExecution(t, mustReport(t, f.store, byKey(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
-		wantExecutionEvents(t, f.store, b.ID, approval.EventExecutionReported, approval.EventExecutionReportStale,
-			approval.EventExecutionReportStale, approval.EventExecutionReported)
+		wantExecutionEvents(t, f.store, b.ID, approval.EventExecutionAttempt, approval.EventExecutionReported,
+			approval.EventExecutionReportStale, approval.EventExecutionReportStale, approval.EventExecutionReported)
 
 		// Refused reports change nothing.
 		for _, tc := range []struct {
@@ -633,6 +635,122 @@ func exerciseExecutions(t *testing.T, s suite) {
 		_, _, err := f.store.ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
+	})
+
+	// A report sets the outcome only of an execution whose outcome comes from reports
+	// (ExecutionRecord.Reportable): one created not_configured, a targeted one running (call
+	// in flight or accepted by an async target), or one a report was already applied to.
+	// Otherwise approvald's own call decides: a report must not turn a recorded success into
+	// a failure that an operator's retry would then send to the target again.
+	s.run(t, "ReportOnlyWhatReportsDecide", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root"}
+		report := func(approvalID string, version int64) (bool, error) {
+			applied, _, err := f.store.ReportExecution(ctx, approval.ExecutionReport{
+				ApprovalID: approvalID, Status: approval.ExecutionFailed, Version: version,
+				Result: []byte(`{"reported": true}`), Actor: "ci-bot", Cause: approval.HTTPCause("report"),
+			})
+			return applied, err
+		}
+		// refused checks that a report on a's execution is refused and changes nothing, not
+		// even the audit trail.
+		refused := func(what string, a *approval.Approval, rec *approval.ExecutionRecord) {
+			t.Helper()
+			before := mustExecution(t, f.store, rec.ID)
+			trail := len(mustEvents(t, f.store, a.ID))
+			_, err := report(a.ID, 1)
+			if e := wantCode(t, err, approval.ECONFLICT); !strings.Contains(e.Message, "its own call to the target") {
+				t.Fatalf("report on %s: got message %q, want it to say approvald records the outcome from its own call", what, e.Message)
+			}
+			after := mustExecution(t, f.store, rec.ID)
+			wantExecution(t, after, before.Status, before.AppliedVersion, string(before.Result))
+			if after.LastError != before.LastError || !after.UpdatedAt.Equal(before.UpdatedAt) {
+				t.Fatalf("refused report on %s: got last error %q, updated %v; want %q, %v", what, after.LastError, after.UpdatedAt, before.LastError, before.UpdatedAt)
+			}
+			if n := len(mustEvents(t, f.store, a.ID)); n != trail {
+				t.Fatalf("refused report on %s: got %d events, want %d", what, n, trail)
+			}
+		}
+		// claimOne claims rec, which must be the only execution due.
+		claimOne := func(rec *approval.ExecutionRecord) {
+			t.Helper()
+			wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), rec.Attempts+1, rec)
+		}
+		finish := func(rec *approval.ExecutionRecord, o approval.AttemptOutcome) {
+			t.Helper()
+			if _, err := f.store.FinishAttempt(ctx, rec.ID, rec.Attempts+1, o); err != nil {
+				t.Fatalf("finish attempt as %s: %v", o.Status, err)
+			}
+		}
+
+		// Created not_configured: the caller's reports are the outcome, and it stays
+		// untargeted whatever its status.
+		plain := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustDecide(t, f.store, plain.ID, "alice", approval.VerdictApprove)
+		plainRec := mustExecution(t, f.store, mustApproval(t, f.store, plain.ID).Execution.ID)
+		if plainRec.Targeted {
+			t.Fatalf("not_configured execution: got targeted, want not")
+		}
+		if applied, err := report(plain.ID, 1); err != nil || !applied {
+			t.Fatalf("report on a not_configured execution: got applied %v, %v; want applied", applied, err)
+		}
+		if got := mustExecution(t, f.store, plainRec.ID); got.Targeted || got.Status != approval.ExecutionFailed {
+			t.Fatalf("reported untargeted execution: got targeted %v, %s; want untargeted, failed", got.Targeted, got.Status)
+		}
+
+		// Queued: approvald will make the call.
+		queuedA, queued := mustApprovedExecution(t, f)
+		if !queued.Targeted {
+			t.Fatalf("queued execution: got untargeted, want targeted")
+		}
+		refused("a queued execution", queuedA, queued)
+
+		// Succeeded synchronously: the reviewer's reproduction. The success stands, so no
+		// operator retry can send the call again.
+		claimOne(queued)
+		finish(queued, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200"})
+		refused("a synchronous success", queuedA, queued)
+		_, err := f.store.RetryExecution(ctx, queued.ID, "root", cause)
+		wantCode(t, err, approval.ECONFLICT)
+
+		// Failed, in needs_review, cancelled: approvald's own record, which an operator settles.
+		for _, status := range []approval.ExecutionStatus{approval.ExecutionFailed, approval.ExecutionNeedsReview} {
+			a, rec := mustApprovedExecution(t, f)
+			claimOne(rec)
+			finish(rec, approval.AttemptOutcome{Status: status, Error: "boom", Reason: "test"})
+			refused("a "+string(status)+" execution", a, rec)
+		}
+		cancelledA, cancelled := mustApprovedExecution(t, f)
+		if _, err := f.store.CancelExecution(ctx, cancelled.ID, "root", cause); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		refused("a cancelled execution", cancelledA, cancelled)
+
+		// Running, its call in flight: the target's report may come before the runner records
+		// the answer, and the runner's record then finds the attempt over.
+		flightA, flight := mustApprovedExecution(t, f)
+		claimOne(flight)
+		if applied, err := report(flightA.ID, 1); err != nil || !applied {
+			t.Fatalf("report on a call in flight: got applied %v, %v; want applied", applied, err)
+		}
+		_, err = f.store.FinishAttempt(ctx, flight.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"})
+		wantCode(t, err, approval.ECONFLICT)
+		// A report applied: newer reports keep their order, whatever the status.
+		if applied, err := report(flightA.ID, 2); err != nil || !applied {
+			t.Fatalf("newer report after an applied one: got applied %v, %v; want applied", applied, err)
+		}
+		if applied, err := report(flightA.ID, 2); err != nil || applied {
+			t.Fatalf("same version again: got applied %v, %v; want stale", applied, err)
+		}
+
+		// Accepted by an async target: waiting for exactly this report.
+		asyncA, async := mustApprovedExecution(t, f)
+		claimOne(async)
+		finish(async, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"})
+		if applied, err := report(asyncA.ID, 1); err != nil || !applied {
+			t.Fatalf("report on an accepted async call: got applied %v, %v; want applied", applied, err)
+		}
+		wantExecution(t, mustExecution(t, f.store, async.ID), approval.ExecutionFailed, 1, `{"reported": true}`)
 	})
 
 	s.run(t, "ReportsOutOfOrder", func(t *testing.T, f *fixture) {

@@ -356,20 +356,43 @@ func exerciseInbox(t *testing.T, s suite) {
 	})
 
 	// An execution.result event is applied only when it is newer (invariant 4); an older one
-	// is the inbox status stale.
+	// is the inbox status stale; one for an execution whose outcome approvald records from its
+	// own call is refused.
 	s.run(t, "ApplyExecutionResult", func(t *testing.T, f *fixture) {
+		// Two executions of one async target: a accepted, sync a synchronous success.
 		a, rec := mustApprovedExecution(t, f)
-		report := func(eventID string, version int64, status approval.ExecutionStatus) *approval.InboxEvent {
+		sync, syncRec := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec, syncRec)
+		if _, err := f.store.FinishAttempt(t.Context(), rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
+			t.Fatalf("finish attempt as accepted: %v", err)
+		}
+		if _, err := f.store.FinishAttempt(t.Context(), syncRec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"sync": true}`), Reason: "200"}); err != nil {
+			t.Fatalf("finish attempt as succeeded: %v", err)
+		}
+		reportOn := func(key, eventID string, version int64, status approval.ExecutionStatus) *approval.InboxEvent {
 			t.Helper()
 			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "payments", eventID, approval.TypeExecutionResult, `{}`))
 			return mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, eventID), approval.InboxAction{
 				Kind: approval.ActionExecutionResult,
 				Report: &approval.ExecutionReport{
-					OperationKey: a.OperationKey, Status: status, Version: version,
+					OperationKey: key, Status: status, Version: version,
 					Result: []byte(fmt.Sprintf(`{"version": %d}`, version)), Actor: "payments",
 				},
 			})
 		}
+		report := func(eventID string, version int64, status approval.ExecutionStatus) *approval.InboxEvent {
+			t.Helper()
+			return reportOn(a.OperationKey, eventID, version, status)
+		}
+
+		f.clock.Advance(time.Second)
+		refused := reportOn(sync.OperationKey, "res_sync", 1, approval.ExecutionFailed)
+		wantInboxStatus(t, refused, approval.InboxProcessed)
+		if !strings.HasPrefix(refused.Outcome, "refused: ") || !strings.Contains(refused.Outcome, "its own call to the target") {
+			t.Fatalf("report on a synchronous success: got outcome %q, want it refused because approvald recorded the call", refused.Outcome)
+		}
+		wantExecution(t, mustExecution(t, f.store, syncRec.ID), approval.ExecutionSucceeded, 0, `{"sync": true}`)
+		wantExecutionEvents(t, f.store, sync.ID, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
 
 		f.clock.Advance(time.Second)
 		wantInboxStatus(t, report("res_2", 2, approval.ExecutionSucceeded), approval.InboxProcessed)
@@ -383,12 +406,12 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 
-		evs := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved,
-			approval.EventExecutionQueued, approval.EventExecutionReported, approval.EventExecutionReportStale)
+		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted,
+			approval.EventExecutionReported, approval.EventExecutionReportStale)
 		for i, eventID := range []string{"res_2", "res_1"} {
-			c := evs[4+i].Cause
+			c := evs[2+i].Cause
 			if c.Kind != approval.CauseInbox || c.Source != "payments" || c.EventID != eventID {
-				t.Fatalf("event %s: got cause %+v, want the inbox event payments/%s", evs[4+i].Type, c, eventID)
+				t.Fatalf("event %s: got cause %+v, want the inbox event payments/%s", evs[2+i].Type, c, eventID)
 			}
 		}
 	})
