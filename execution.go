@@ -96,6 +96,15 @@ type ExecutionFilter struct {
 // reports that the action has a downstream target, not_configured otherwise (the caller
 // executes it and may report the outcome with ReportExecution). Approval and Approvals fill
 // Approval.Execution from that row (nil before approval).
+//
+// Operation keys are unique per requester only, but the runner sends the bare key as the
+// target's Idempotency-Key. So when another approval's execution already has the same
+// operation key and action, a targeted execution is created in needs_review instead of
+// queued, with LastError "operation key K is also used by approval A of requester R for the
+// same action; the target cannot tell them apart, so approvald will not call it: an operator
+// must decide" and an EventExecutionNeedsReview event; the runner never claims it, and only
+// an operator's RetryExecution sends it. Approvals racing to approve under one key see each
+// other: at most one of them is queued.
 type ExecutionStore interface {
 	// ClaimExecutions claims up to limit executions that are queued and due, or running with
 	// an expired lease (Recovered; a running execution without a lease is an accepted async

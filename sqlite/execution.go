@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -627,26 +628,45 @@ func validExecutionStatus(st approval.ExecutionStatus) bool {
 
 // insertExecution is the outbox write of an approving transaction: a's execution, queued and
 // due now when its action has a target (with its event and a signal to the runners),
-// not_configured otherwise.
+// not_configured otherwise. A targeted execution whose operation key and action another
+// approval's execution already has goes to needs_review instead: the key is unique per
+// requester only, yet it is the target's Idempotency-Key, so the target would take the two
+// for one operation. The single writer makes the check and the insert one step.
 func insertExecution(ctx context.Context, tx *tx, a *approval.Approval, targeted bool, actor string, cause approval.Cause) error {
 	id := approval.NewID("exe")
 	status, next := approval.ExecutionNotConfigured, (*time.Time)(nil)
+	var lastError, otherID, otherRequester string
 	if targeted {
 		status, next = approval.ExecutionQueued, &tx.now
+		err := tx.QueryRowContext(ctx, `
+			SELECT e.approval_id, a.requester FROM executions e JOIN approvals a ON a.id = e.approval_id
+			WHERE e.operation_key = ? AND e.action = ? AND e.approval_id <> ?
+			ORDER BY e.created_at, e.id LIMIT 1`,
+			a.OperationKey, a.Action, a.ID).Scan(&otherID, &otherRequester)
+		switch {
+		case err == nil:
+			status, next = approval.ExecutionNeedsReview, nil
+			lastError = fmt.Sprintf("operation key %s is also used by approval %s of requester %s for the same action; the target cannot tell them apart, so approvald will not call it: an operator must decide", a.OperationKey, otherID, otherRequester)
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("find executions under operation key %s: %w", a.OperationKey, err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
-			next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, a.ID, a.OperationKey, a.Action, targeted, string(status), nullMicros(next), micros(tx.now), micros(tx.now),
+			last_error, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		id, a.ID, a.OperationKey, a.Action, targeted, string(status), lastError, nullMicros(next), micros(tx.now), micros(tx.now),
 	); err != nil {
 		return fmt.Errorf("insert execution: %w", err)
 	}
-	if !targeted {
-		return nil
+	switch status {
+	case approval.ExecutionQueued:
+		tx.signal(approval.TopicExecutions)
+		return appendEvent(ctx, tx, a.ID, approval.EventExecutionQueued, actor, cause, map[string]any{"execution_id": id})
+	case approval.ExecutionNeedsReview:
+		return appendEvent(ctx, tx, a.ID, approval.EventExecutionNeedsReview, actor, cause, map[string]any{"execution_id": id, "reason": lastError, "other_approval_id": otherID})
 	}
-	tx.signal(approval.TopicExecutions)
-	return appendEvent(ctx, tx, a.ID, approval.EventExecutionQueued, actor, cause, map[string]any{"execution_id": id})
+	return nil
 }
 
 // findExecution returns the execution with id, or ENOTFOUND.

@@ -112,12 +112,15 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// TargetedAction is the one action with a downstream target in every case's store: approving
-// an approval for it queues an execution, while approving one for any other action (such as
+// TargetedAction is the action with a downstream target that cases use: approving an approval
+// for it queues an execution, while approving one for an action without a target (such as
 // PendingApproval's "deploy") records the execution as not_configured.
 const TargetedAction = "payout"
 
-func targeted(action string) bool { return action == TargetedAction }
+// otherTargetedAction also has a target, for the cases about two targeted actions.
+const otherTargetedAction = "refund"
+
+func targeted(action string) bool { return action == TargetedAction || action == otherTargetedAction }
 
 // The idempotency parameters MustCreate uses, as httpapi would.
 const (
