@@ -485,6 +485,157 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 	})
 }
 
+// A call sent right after its claim is sent without renewing the lease first: no newer
+// attempt can hold the execution, and the lease outlasts the call. One sent when little of the
+// lease is left is renewed first (TestRunner_LeaseLapsedBeforeSend shows why).
+func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, lookupTarget)
+		store := &observedStore{Store: env.s}
+		// An hour's lease: the renewals of keepLease (every 20 minutes of real time) never
+		// come, so every renewal counted is one made before a call.
+		runner := func() *worker.Runner {
+			r := env.runner()
+			r.Store, r.Lease = store, time.Hour
+			return r
+		}
+
+		fresh := env.approved(t, "deploy-1")
+		mustRun(t, runner(), 1)
+		env.want(t, fresh, approval.ExecutionSucceeded, 1)
+		if n := store.renewals(); n != 0 {
+			t.Fatalf("call sent right after its claim: got %d renewals, want 0", n)
+		}
+
+		// A runner died mid-call, so the next claim is recovered and looks up first; the
+		// lookup's answer comes when all but a minute of the lease has gone.
+		late := env.approved(t, "deploy-2")
+		if claims, err := env.s.ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+		}
+		env.clk.Add(lease)
+		held := newAnswerGate(http.MethodGet)
+		r := runner()
+		r.Client = &http.Client{Transport: held}
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.RunOnce(context.Background())
+			done <- err
+		}()
+		<-held.entered
+		env.clk.Add(time.Hour - time.Minute)
+		close(held.open)
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		env.want(t, late, approval.ExecutionSucceeded, 2)
+		if n := store.renewals(); n != 1 {
+			t.Fatalf("call sent with a minute of its lease left: got %d renewals, want 1", n)
+		}
+		env.wantEffects(t, "deploy-2", 1, 2)
+	})
+}
+
+// Run works off a backlog larger than its slots with each execution called once, and never
+// claims more than it has free slots.
+func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		const executions = 30
+		var approvals []*approval.Approval
+		for i := range executions {
+			approvals = append(approvals, env.approved(t, fmt.Sprintf("deploy-%d", i)))
+		}
+		r := env.runner() // 4 slots, claims of up to 10
+		store := &observedStore{Store: env.s, slots: r.Concurrency, want: executions, done: make(chan struct{})}
+		r.Store = store
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ran := make(chan error, 1)
+		go func() { ran <- r.Run(ctx) }()
+		<-store.done
+		cancel()
+		waitRun(t, ran)
+
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		if store.overdrawn != nil {
+			t.Errorf("claims beyond the free slots: %v", store.overdrawn)
+		}
+		if store.claimed != executions {
+			t.Errorf("got %d executions claimed, want %d", store.claimed, executions)
+		}
+		for _, a := range approvals {
+			env.want(t, a, approval.ExecutionSucceeded, 1)
+		}
+		if got := env.ds.TotalEffects(); got != executions {
+			t.Errorf("downstream: got %d effects, want %d", got, executions)
+		}
+		if got := env.ds.Requests(); got != executions {
+			t.Errorf("downstream: got %d requests, want %d", got, executions)
+		}
+	})
+}
+
+// observedStore is a real store that watches a runner use it: the leases it renews, and
+// whether it ever claims more than slots executions at once. It sees a claim end when
+// FinishAttempt returns, before the runner does, so its count never exceeds the runner's.
+type observedStore struct {
+	approval.Store
+	slots int           // the runner's Concurrency; 0 skips the check
+	want  int           // done is closed once this many attempts are finished
+	done  chan struct{} // nil when want is 0
+
+	mu        sync.Mutex
+	renewed   int
+	holding   int // claimed and not yet finished
+	claimed   int
+	finished  int
+	overdrawn []string
+}
+
+func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
+	s.mu.Lock()
+	if s.slots > 0 && s.holding+limit > s.slots {
+		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
+	}
+	s.mu.Unlock()
+	claims, err := s.Store.ClaimExecutions(ctx, lease, limit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holding += len(claims)
+	s.claimed += len(claims)
+	return claims, err
+}
+
+func (s *observedStore) RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error {
+	s.mu.Lock()
+	s.renewed++
+	s.mu.Unlock()
+	return s.Store.RenewExecution(ctx, id, attempt, lease)
+}
+
+func (s *observedStore) FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error) {
+	rec, err := s.Store.FinishAttempt(ctx, id, attempt, o)
+	if err == nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.holding--
+		if s.finished++; s.finished == s.want {
+			close(s.done)
+		}
+	}
+	return rec, err
+}
+
+func (s *observedStore) renewals() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewed
+}
+
 // A renewal that finds the claim gone (here: an asynchronous report settled the execution)
 // abandons the call before it is sent, and records nothing.
 func TestRunner_LostClaimAbandonsCall(t *testing.T) {
