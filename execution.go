@@ -57,6 +57,12 @@ func (r *ExecutionRecord) Reportable() bool {
 	return !r.Targeted || r.Status == ExecutionRunning || r.AppliedVersion > 0
 }
 
+// AwaitingReport reports whether the execution is an asynchronous call its target accepted:
+// running with no lease, so no attempt holds it and only a report (or an operator) ends it.
+func (r *ExecutionRecord) AwaitingReport() bool {
+	return r.Status == ExecutionRunning && r.LeaseExpiresAt == nil
+}
+
 // ExecutionClaim is a runner's hold on one execution for one attempt. Attempt is the fencing
 // token: every write of the attempt's outcome is conditional on it still being current.
 type ExecutionClaim struct {
@@ -132,14 +138,17 @@ type ExecutionStore interface {
 	Execution(ctx context.Context, id string) (*ExecutionRecord, error)
 	// Executions lists executions newest first.
 	Executions(ctx context.Context, f ExecutionFilter) ([]*ExecutionRecord, string, error)
-	// RetryExecution re-queues a failed, needs_review or cancelled execution, due now (same
+	// RetryExecution re-queues a failed, needs_review or cancelled execution, or one
+	// AwaitingReport (an accepted async call whose report may never come), due now (same
 	// operation key, no new approval), as a new run: AttemptBase becomes Attempts and
 	// Uncertain is cleared, the operator having settled what earlier attempts did. ECONFLICT
-	// otherwise.
+	// otherwise, a running execution an attempt holds included.
 	RetryExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
 	// ResolveExecution records what really happened (succeeded or failed) for an execution in
-	// needs_review or failed, with the operator's note, and clears Uncertain. ECONFLICT
-	// otherwise.
+	// needs_review or failed, or one AwaitingReport (the operator learnt the outcome the
+	// target never reported), with the operator's note, and clears Uncertain. ECONFLICT
+	// otherwise. A report arriving after either finds a targeted execution that no longer
+	// takes reports (Reportable), unless one was applied before.
 	ResolveExecution(ctx context.Context, id string, status ExecutionStatus, note, actor string, cause Cause) (*ExecutionRecord, error)
 	// CancelExecution cancels a queued execution. ECONFLICT otherwise.
 	CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)

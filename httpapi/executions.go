@@ -64,7 +64,8 @@ func (s *Server) handleGetExecution(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleRetryExecution is POST /v1/executions/{id}/retry: a failed, needs_review or cancelled
-// execution is queued again under the same operation key, without a new approval.
+// execution, or an accepted async call whose report has not come, is queued again under the
+// same operation key, without a new approval.
 func (s *Server) handleRetryExecution(w http.ResponseWriter, r *http.Request) {
 	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 		return s.store.RetryExecution(ctx, id, actor, cause)
@@ -89,7 +90,8 @@ const maxNoteLength = 4096
 
 // handleResolveExecution is POST /v1/executions/{id}/resolve with {"outcome":
 // "succeeded|failed", "note": "..."}: the operator records what really happened to an
-// execution in needs_review or failed. The note is required: it is the audit trail's only
+// execution in needs_review or failed, or to an accepted async call whose report has not
+// come. The note is required: it is the audit trail's only
 // account of how the operator knows.
 func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request) {
 	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {

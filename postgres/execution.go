@@ -355,8 +355,8 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 	return list, next, nil
 }
 
-// RetryExecution re-queues a failed, needs_review or cancelled execution, due now, under the
-// same operation key. Attempts keep counting, so every attempt number stays a unique fence;
+// RetryExecution re-queues a failed, needs_review or cancelled execution, or an accepted async
+// call awaiting its report, due now, under the same operation key. Attempts keep counting, so every attempt number stays a unique fence;
 // the new run's attempts are counted from attempt_base, and nothing of it is uncertain yet.
 func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	tx, err := s.begin(ctx)
@@ -369,10 +369,11 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 	if err != nil {
 		return nil, err
 	}
-	switch cur.Status {
-	case approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled:
+	switch {
+	case cur.Status == approval.ExecutionFailed, cur.Status == approval.ExecutionNeedsReview,
+		cur.Status == approval.ExecutionCancelled, cur.AwaitingReport():
 	default:
-		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s; only a failed, needs_review or cancelled execution can be retried", id, cur.Status)
+		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s; only a failed, needs_review or cancelled execution, or an accepted one awaiting its report, can be retried", id, cur.Status)
 	}
 	rec, err := scanExecution(tx.QueryRow(ctx, `
 		UPDATE executions x
@@ -398,7 +399,8 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 }
 
 // ResolveExecution records an operator's finding of what really happened to an execution in
-// needs_review or failed; nothing about it is uncertain any more.
+// needs_review or failed, or to an accepted async call whose report has not come; nothing
+// about it is uncertain any more.
 func (s *Store) ResolveExecution(ctx context.Context, id string, status approval.ExecutionStatus, note, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	if status != approval.ExecutionSucceeded && status != approval.ExecutionFailed {
 		return nil, approval.Errorf(approval.EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
@@ -413,8 +415,8 @@ func (s *Store) ResolveExecution(ctx context.Context, id string, status approval
 	if err != nil {
 		return nil, err
 	}
-	if cur.Status != approval.ExecutionNeedsReview && cur.Status != approval.ExecutionFailed {
-		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s; only a needs_review or failed execution can be resolved", id, cur.Status)
+	if cur.Status != approval.ExecutionNeedsReview && cur.Status != approval.ExecutionFailed && !cur.AwaitingReport() {
+		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s; only a needs_review or failed execution, or an accepted one awaiting its report, can be resolved", id, cur.Status)
 	}
 	rec, err := scanExecution(tx.QueryRow(ctx, `
 		UPDATE executions x

@@ -349,8 +349,8 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 	return list, next, nil
 }
 
-// RetryExecution re-queues a failed, needs_review or cancelled execution, due now; see
-// approval.ExecutionStore. Attempts are kept: the count only grows, so an attempt number is
+// RetryExecution re-queues a failed, needs_review or cancelled execution, or an accepted async
+// call awaiting its report, due now; see approval.ExecutionStore. Attempts are kept: the count only grows, so an attempt number is
 // never reused as a fencing token.
 func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	tx, err := s.beginWrite(ctx)
@@ -364,7 +364,7 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 		return nil, fail("retry execution", err)
 	}
 	rec, err = moveExecution(ctx, tx, rec, approval.ExecutionQueued,
-		[]approval.ExecutionStatus{approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled},
+		[]approval.ExecutionStatus{approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled, approval.ExecutionRunning},
 		approval.EventExecutionRetried, actor, cause, nil)
 	if err != nil {
 		return nil, fail("retry execution", err)
@@ -377,7 +377,8 @@ func (s *Store) RetryExecution(ctx context.Context, id, actor string, cause appr
 }
 
 // ResolveExecution records the operator's verdict (succeeded or failed) on an execution in
-// needs_review or failed, with the note in the event; see approval.ExecutionStore.
+// needs_review or failed, or an accepted async call awaiting its report, with the note in the
+// event; see approval.ExecutionStore.
 func (s *Store) ResolveExecution(ctx context.Context, id string, status approval.ExecutionStatus, note, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
 	if status != approval.ExecutionSucceeded && status != approval.ExecutionFailed {
 		return nil, approval.Errorf(approval.EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
@@ -393,7 +394,7 @@ func (s *Store) ResolveExecution(ctx context.Context, id string, status approval
 		return nil, fail("resolve execution", err)
 	}
 	rec, err = moveExecution(ctx, tx, rec, status,
-		[]approval.ExecutionStatus{approval.ExecutionNeedsReview, approval.ExecutionFailed},
+		[]approval.ExecutionStatus{approval.ExecutionNeedsReview, approval.ExecutionFailed, approval.ExecutionRunning},
 		approval.EventExecutionResolved, actor, cause, map[string]any{"status": string(status), "note": note})
 	if err != nil {
 		return nil, fail("resolve execution", err)
@@ -430,13 +431,17 @@ func (s *Store) CancelExecution(ctx context.Context, id, actor string, cause app
 
 // moveExecution is an operator's transition of rec from one of the statuses in from to to,
 // with its event (detail plus the execution id and the status it left): ECONFLICT from any
-// other status. A move to queued makes the execution due now; every move clears any lease. A
+// other status. Running in from admits only an accepted async call awaiting its report: a
+// running execution whose lease an attempt holds is the runner's until it ends. A move to queued makes the execution due now; every move clears any lease. A
 // retry starts a new run (its attempts counted from here) and a resolution says what
 // happened, so both leave nothing uncertain.
 func moveExecution(ctx context.Context, tx *tx, rec *approval.ExecutionRecord, to approval.ExecutionStatus, from []approval.ExecutionStatus, event, actor string, cause approval.Cause, detail map[string]any) (*approval.ExecutionRecord, error) {
 	allowed := false
 	for _, st := range from {
 		allowed = allowed || rec.Status == st
+	}
+	if rec.Status == approval.ExecutionRunning && !rec.AwaitingReport() {
+		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is running and attempt %d holds it", rec.ID, rec.Attempts)
 	}
 	if !allowed {
 		return nil, approval.Errorf(approval.ECONFLICT, "execution %s is %s", rec.ID, rec.Status)

@@ -439,6 +439,73 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted, approval.EventExecutionReported)
 	})
 
+	// An accepted async call whose report never comes would wait for ever: an operator may
+	// retry it or resolve it, as long as no attempt holds it (a call in flight stays the
+	// runner's).
+	s.run(t, "AsyncAcceptedOperator", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root"}
+		retriedA, retried := mustApprovedExecution(t, f)
+		resolvedA, resolved := mustApprovedExecution(t, f)
+		_, inFlight := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, retried, resolved, inFlight)
+		for _, rec := range []*approval.ExecutionRecord{retried, resolved} {
+			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
+				t.Fatalf("finish attempt as accepted: %v", err)
+			}
+		}
+		f.clock.Advance(24 * time.Hour)
+
+		// The call in flight: its lease has run out, but it is still the runner's to recover.
+		_, err := f.store.RetryExecution(ctx, inFlight.ID, "root", cause)
+		wantCode(t, err, approval.ECONFLICT)
+		_, err = f.store.ResolveExecution(ctx, inFlight.ID, approval.ExecutionFailed, "gave up", "root", cause)
+		wantCode(t, err, approval.ECONFLICT)
+		if got := mustExecution(t, f.store, inFlight.ID); got.Status != approval.ExecutionRunning || got.LeaseExpiresAt == nil {
+			t.Fatalf("refused operator actions on a call in flight: got %s, lease %v; want running with its lease", got.Status, got.LeaseExpiresAt)
+		}
+
+		got, err := f.store.RetryExecution(ctx, retried.ID, "root", cause)
+		if err != nil {
+			t.Fatalf("retry an accepted execution awaiting its report: %v", err)
+		}
+		wantExecution(t, got, approval.ExecutionQueued, 0, "")
+		if got.AttemptBase != 1 || got.Uncertain || got.NextAttemptAt == nil {
+			t.Fatalf("retried accepted execution: got attempt base %d, uncertain %v, next attempt %v; want 1, false, due now", got.AttemptBase, got.Uncertain, got.NextAttemptAt)
+		}
+		evs := wantExecutionEvents(t, f.store, retriedA.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted, approval.EventExecutionRetried)
+		wantEvent(t, evs[2], "root", cause, f.clock.Now())
+
+		const note = "the target lost the job; refunded by hand"
+		got, err = f.store.ResolveExecution(ctx, resolved.ID, approval.ExecutionSucceeded, note, "root", cause)
+		if err != nil {
+			t.Fatalf("resolve an accepted execution awaiting its report: %v", err)
+		}
+		wantExecution(t, got, approval.ExecutionSucceeded, 0, "")
+		evs = wantExecutionEvents(t, f.store, resolvedA.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted, approval.EventExecutionResolved)
+		if !strings.Contains(fmt.Sprint(evs[2].Detail)+evs[2].Cause.Note, note) {
+			t.Fatalf("resolved event: got detail %v, want the note %q", evs[2].Detail, note)
+		}
+
+		// The retried one runs again; the resolved one is done, and the operator's word
+		// stands against a report that comes too late.
+		f.clock.Advance(time.Second)
+		claimed := mustClaimExecutions(t, f.store, 10)
+		ids := make([]string, len(claimed))
+		for i, c := range claimed {
+			ids[i] = c.Record.ID
+			if c.Record.ID == retried.ID && (c.Attempt != 2 || c.Recovered) {
+				t.Fatalf("claim of the retried execution: got attempt %d, recovered %v; want 2, not recovered", c.Attempt, c.Recovered)
+			}
+		}
+		if !slices.Contains(ids, retried.ID) || slices.Contains(ids, resolved.ID) {
+			t.Fatalf("claim after the operator: got %v, want %s and not %s", ids, retried.ID, resolved.ID)
+		}
+		_, _, err = f.store.ReportExecution(ctx, approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
+		wantCode(t, err, approval.ECONFLICT)
+		wantExecution(t, mustExecution(t, f.store, resolved.ID), approval.ExecutionSucceeded, 0, "")
+	})
+
 	// What the runner knows of earlier attempts is state, not a reading of the audit trail:
 	// Uncertain (an attempt may have reached the target) is set by an uncertain outcome or a
 	// recovered claim and only an operator clears it; AttemptBase starts a new run's count.
