@@ -14,6 +14,20 @@ import (
 // and runs beside the others.
 const raceRounds = 200
 
+// raceTwo runs the two sides of one round of a race, released together by race's barrier,
+// and alternates with the round which side's goroutine is started first. Closing the barrier
+// readies the waiting goroutines in a fixed order and the scheduler tends to run them in it,
+// so on a store with one writer (SQLite) the side always started in the same place always won
+// and the other outcome was never exercised. Each side should be only the store call, with
+// everything it needs prepared before the round, so neither starts with a handicap.
+func raceTwo(round int, first, second func()) {
+	sides := [2]func(){first, second}
+	if round%2 == 1 {
+		sides[0], sides[1] = second, first
+	}
+	race(2, func(i int) { sides[i]() })
+}
+
 // exerciseRace forces the transitions of invariant 1 to race: whatever the interleaving, an
 // approval reaches exactly one terminal state, with exactly one event saying so, and every
 // loser is told the outcome that exists.
@@ -34,15 +48,18 @@ func exerciseRace(t *testing.T, s suite) {
 			approval.VerdictReject:  approval.StatusRejected,
 		}
 		outcomes := make(map[approval.Status]int)
-		for range raceRounds {
+		for round := range raceRounds {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			got := make([]*approval.Approval, len(votes))
 			errs := make([]error, len(votes))
-			race(len(votes), func(i int) {
-				got[i], errs[i] = f.store.Decide(ctx, approval.DecideRequest{
-					ApprovalID: a.ID, Approver: votes[i].approver, Verdict: votes[i].verdict, Cause: voteCause(votes[i].approver),
-				})
-			})
+			reqs := make([]approval.DecideRequest, len(votes))
+			for i, v := range votes {
+				reqs[i] = approval.DecideRequest{ApprovalID: a.ID, Approver: v.approver, Verdict: v.verdict, Cause: voteCause(v.approver)}
+			}
+			vote := func(i int) func() {
+				return func() { got[i], errs[i] = f.store.Decide(ctx, reqs[i]) }
+			}
+			raceTwo(round, vote(0), vote(1))
 
 			winner := -1
 			for i, err := range errs {
@@ -86,7 +103,7 @@ func exerciseRace(t *testing.T, s suite) {
 	s.run(t, "ApproveVersusExpiry", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		outcomes := make(map[approval.Status]int)
-		for range raceRounds {
+		for round := range raceRounds {
 			a := PendingApproval(t, f.clock.Now())
 			a.ExpiresAt = a.CreatedAt.Add(time.Microsecond)
 			MustCreate(t, f.store, a)
@@ -96,13 +113,10 @@ func exerciseRace(t *testing.T, s suite) {
 				voteErr, swpErr error
 				expired         int
 			)
-			race(2, func(i int) {
-				if i == 0 {
-					voted, voteErr = f.store.Decide(ctx, approval.DecideRequest{
-						ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
-					})
-					return
-				}
+			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
+			raceTwo(round, func() {
+				voted, voteErr = f.store.Decide(ctx, req)
+			}, func() {
 				f.clock.Advance(time.Microsecond)
 				expired, swpErr = f.store.ExpireDue(ctx, 10)
 			})
@@ -143,20 +157,18 @@ func exerciseRace(t *testing.T, s suite) {
 	s.run(t, "ApproveVersusCancel", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		outcomes := make(map[approval.Status]int)
-		for range raceRounds {
+		for round := range raceRounds {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			var (
 				results [2]*approval.Approval
 				errs    [2]error
 			)
-			race(2, func(i int) {
-				if i == 0 {
-					results[0], errs[0] = f.store.Decide(ctx, approval.DecideRequest{
-						ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
-					})
-					return
-				}
-				results[1], errs[1] = f.store.Cancel(ctx, a.ID, a.Requester, approval.HTTPCause("cancel"))
+			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
+			cancelCause := approval.HTTPCause("cancel")
+			raceTwo(round, func() {
+				results[0], errs[0] = f.store.Decide(ctx, req)
+			}, func() {
+				results[1], errs[1] = f.store.Cancel(ctx, a.ID, a.Requester, cancelCause)
 			})
 
 			final := mustApproval(t, f.store, a.ID)
