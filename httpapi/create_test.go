@@ -15,15 +15,17 @@ import (
 	"github.com/approvald/approval/internal/testdb"
 )
 
-// TestCreateConcurrentSameKey: 100 clients send one create at the same instant. Exactly one
-// approval exists; every answer is the 201 or a 409 with Retry-After; retrying the 409s
-// converges on the byte-identical 201 body, marked as replayed.
+// TestCreateConcurrentSameKey: 100 clients send one create at the same instant, over 10
+// rounds with a fresh key each (how many answers are in-flight 409s varies widely from round to
+// round, so one round proves little). Each round exactly one approval is created; every answer
+// is the 201 or a 409 with Retry-After; retrying the 409s converges on the byte-identical 201
+// body, marked as replayed.
 func TestCreateConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		ci := f.token("ci-bot", approval.RoleRequester)
-		const clients, rounds = 100, 3
+		const clients, rounds = 100, 10
 		for round := range rounds {
 			key := fmt.Sprintf("deploy-prod-%d", round)
 			body := createBody(fmt.Sprintf("Deploy round %d", round), "alice", "bob")
