@@ -103,6 +103,40 @@ func TestParseConfig_Defaults(t *testing.T) {
 	}
 }
 
+// TestParseConfig_DesignDefaults pins the defaults DESIGN.md promises as literals, so changing
+// a Default* constant fails here (TestParseConfig_Defaults compares with DefaultConfig and
+// would follow it). An empty file has no sources, so a source's default tolerance is read from
+// a second file that names one without a tolerance.
+func TestParseConfig_DesignDefaults(t *testing.T) {
+	c, err := ParseConfig(strings.NewReader(""))
+	if err != nil {
+		t.Fatalf("parse empty file: %v", err)
+	}
+	for _, tt := range []struct {
+		name      string
+		got, want any
+	}{
+		{"listen", c.Listen, "127.0.0.1:8080"},
+		{"database_url", c.DatabaseURL, "file:approvald.db"},
+		{"retention.responses", c.Retention.Responses, 24 * time.Hour},
+		{"retention.inbox_ids", c.Retention.InboxIDs, 720 * time.Hour},
+		{"workers.lease", c.Workers.Lease, 30 * time.Second},
+		{"workers.poll", c.Workers.Poll, 1 * time.Second},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+
+	c, err = ParseConfig(strings.NewReader("sources: [{name: gh, scheme: github, secrets: [x]}]"))
+	if err != nil {
+		t.Fatalf("parse source without tolerance: %v", err)
+	}
+	if got, want := c.Sources[0].Tolerance, 5*time.Minute; got != want {
+		t.Errorf("sources[0].tolerance: got %v, want %v", got, want)
+	}
+}
+
 func TestParseConfig_SourceToleranceDefault(t *testing.T) {
 	c, err := ParseConfig(strings.NewReader("sources: [{name: gh, scheme: github, secrets: [x]}]"))
 	if err != nil {
