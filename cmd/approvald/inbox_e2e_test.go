@@ -16,8 +16,10 @@ import (
 const chatSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // A chat button's signed approval.decision webhook approves an approval through the real
-// binary: the delivery is acknowledged once stored, its 20 redeliveries are acknowledged as
-// duplicates, the inbox processor applies it once, and the audit trail names the event.
+// binary. The same event delivered 50 times concurrently gives one row, one effect and 50
+// answers of 200: one acknowledges it as stored and 49 as duplicates of that row, the inbox
+// processor applies it once (one vote, one approval.voted event), and the audit trail names
+// the event.
 func TestInbox_DecisionWebhook(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
@@ -41,57 +43,58 @@ sources:
 
 		body := fmt.Appendf(nil, `{"type": "approval.decision", "timestamp": %q, "data": {"approval_id": %q, "approver": "alice", "verdict": "approve", "comment": "from chat"}}`,
 			time.Now().UTC().Format(time.RFC3339), a.ID)
-		deliver := func() (response, error) {
-			// Each redelivery is signed afresh, as providers do.
-			h, err := webhook.SignStandard(chatSecret, "msg_2mQ7kTqY", time.Now(), body)
-			if err != nil {
-				return response{}, err
-			}
-			return srv.try("POST", "/v1/inbox/chat", "", "", string(body), h)
-		}
 		type ack struct {
 			ID        string `json:"id"`
 			Duplicate bool   `json:"duplicate"`
 		}
-		first, err := deliver()
-		if err != nil {
-			t.Fatalf("deliver: %v", err)
+		// The same event delivered 50 times at once, as a provider retrying in a hurry or
+		// several of its senders might: each delivery is signed afresh, as providers do, before
+		// the barrier, so that the racers only send. The store keeps one row: one answer
+		// stores it, the other 49 are acknowledged as duplicates naming that row.
+		const deliveries = 50
+		headers := make([]http.Header, deliveries)
+		for i := range headers {
+			h, err := webhook.SignStandard(chatSecret, "msg_2mQ7kTqY", time.Now(), body)
+			if err != nil {
+				t.Fatalf("sign: %v", err)
+			}
+			headers[i] = h
 		}
-		first.wantStatus(t, http.StatusOK)
-		var firstAck ack
-		first.decode(t, &firstAck)
-		if firstAck.Duplicate {
-			t.Fatalf("first delivery: got duplicate, want stored")
-		}
-
-		// 20 redeliveries at once, released together.
-		const redeliveries = 20
+		answers := make([]response, deliveries)
+		errs := make([]error, deliveries)
 		start := make(chan struct{})
-		answers := make(chan response, redeliveries)
-		errs := make(chan error, redeliveries)
 		var wg sync.WaitGroup
-		for range redeliveries {
+		for i := range deliveries {
 			wg.Go(func() {
 				<-start
-				r, err := deliver()
-				if err != nil {
-					errs <- err
-					return
-				}
-				answers <- r
+				answers[i], errs[i] = srv.try("POST", "/v1/inbox/chat", "", "", string(body), headers[i])
 			})
 		}
 		close(start)
 		wg.Wait()
-		close(answers)
-		close(errs)
-		for err := range errs {
-			t.Errorf("redelivery: %v", err)
-		}
-		for r := range answers {
+		var stored ack
+		var originals int
+		acks := make([]ack, 0, deliveries)
+		for i, r := range answers {
+			if errs[i] != nil {
+				t.Fatalf("delivery %d: %v", i, errs[i])
+			}
 			var got ack
-			if r.status != http.StatusOK || json.Unmarshal(r.body, &got) != nil || !got.Duplicate {
-				t.Errorf("redelivery: got %d %s, want 200 with duplicate true", r.status, r.body)
+			if r.status != http.StatusOK || json.Unmarshal(r.body, &got) != nil || got.ID == "" {
+				t.Fatalf("delivery %d: got %d %s, want 200 with the event's id", i, r.status, r.body)
+			}
+			if !got.Duplicate {
+				originals++
+				stored = got
+			}
+			acks = append(acks, got)
+		}
+		if originals != 1 {
+			t.Fatalf("got %d deliveries acknowledged as stored (duplicate false), want 1 of %d", originals, deliveries)
+		}
+		for i, got := range acks {
+			if got.ID != stored.ID {
+				t.Errorf("delivery %d: acknowledged as %s, want the stored event %s", i, got.ID, stored.ID)
 			}
 		}
 
@@ -131,11 +134,12 @@ sources:
 
 		var inbox struct {
 			Events []struct {
-				ID      string `json:"id"`
-				Source  string `json:"source"`
-				EventID string `json:"event_id"`
-				Type    string `json:"type"`
-				Status  string `json:"status"`
+				ID        string `json:"id"`
+				Source    string `json:"source"`
+				EventID   string `json:"event_id"`
+				Type      string `json:"type"`
+				Status    string `json:"status"`
+				Conflicts int    `json:"conflicts"`
 			} `json:"events"`
 		}
 		list := srv.do(t, "GET", "/v1/inbox", operator, "", "")
@@ -144,9 +148,9 @@ sources:
 		if len(inbox.Events) != 1 {
 			t.Fatalf("GET /v1/inbox: got %d events, want 1: %s", len(inbox.Events), list.body)
 		}
-		if e := inbox.Events[0]; e.ID != firstAck.ID || e.Source != "chat" || e.EventID != "msg_2mQ7kTqY" ||
-			e.Type != "approval.decision" || e.Status != "processed" {
-			t.Errorf("inbox event: got %+v, want %s from chat, msg_2mQ7kTqY, approval.decision, processed", e, firstAck.ID)
+		if e := inbox.Events[0]; e.ID != stored.ID || e.Source != "chat" || e.EventID != "msg_2mQ7kTqY" ||
+			e.Type != "approval.decision" || e.Status != "processed" || e.Conflicts != 0 {
+			t.Errorf("inbox event: got %+v, want %s from chat, msg_2mQ7kTqY, approval.decision, processed, no conflicts", e, stored.ID)
 		}
 		srv.do(t, "GET", "/v1/inbox", requester, "", "").wantStatus(t, http.StatusForbidden)
 
