@@ -399,6 +399,10 @@ func TestStoreGauges(t *testing.T) {
 		alice := f.token("alice", approval.RoleApprover)
 		f.approved(ci, alice, "gauge-1", targetedAction)
 		f.approved(ci, alice, "gauge-2", "deploy")
+		// One whose attempt ended in needs_review (the outcome of a call to a target that is
+		// not idempotent is unknown): it waits for an operator, held by no lease.
+		review := f.approved(ci, alice, "gauge-3", targetedAction)
+		f.finishAttempt(review.Execution.ID, approval.ExecutionNeedsReview)
 		f.deliver("chat", signStandard(t, chatNewSecret, "msg_gauge", f.clock.Now(), decisionBody), decisionBody).accepted(t)
 
 		scrape := func(want ...string) {
@@ -413,11 +417,11 @@ func TestStoreGauges(t *testing.T) {
 		scrape(
 			`approvald_executions{status="queued"} 1`,
 			`approvald_executions{status="not_configured"} 1`,
-			`approvald_executions{status="needs_review"} 0`,
+			`approvald_executions{status="needs_review"} 1`,
 			`approvald_executions_stuck 0`,
 			`approvald_inbox_events{status="pending"} 1`,
 			`approvald_inbox_events{status="failed"} 0`,
-			`approvald_approvals{status="approved"} 2`,
+			`approvald_approvals{status="approved"} 3`,
 			`approvald_http_long_polls 0`,
 		)
 		// A runner claims the execution and dies: past its lease it is stuck.
@@ -425,6 +429,12 @@ func TestStoreGauges(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.clock.Advance(2 * time.Minute)
-		scrape(`approvald_executions{status="running"} 1`, `approvald_executions_stuck 1`)
+		// needs_review is not stuck: no lease runs on it, it waits for a person.
+		scrape(
+			`approvald_executions{status="running"} 1`,
+			`approvald_executions{status="queued"} 0`,
+			`approvald_executions{status="needs_review"} 1`,
+			`approvald_executions_stuck 1`,
+		)
 	})
 }
