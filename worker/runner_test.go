@@ -677,6 +677,88 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 	})
 }
 
+// A call that lasts several leases keeps its claim: the runner renews the lease while the call
+// is held, so a second runner looking each time more than half a lease has passed finds
+// nothing to claim, and the call, once it ends, is the execution's only attempt and effect.
+func TestRunner_LongCallKeepsItsLease(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		// The call must outlive the whole test in real time: only the lease may cut it short.
+		env.target.Timeout = time.Minute
+		a := env.approved(t, "deploy-1")
+
+		// The keeper renews every second of real time, and the call's deadline, in real time
+		// too, is 2.7s after the last renewal was asked for: it cuts the call only if no
+		// renewal gets through for 1.7s, which a store on this machine never takes. The
+		// store's lease runs on the fake clock, which only the test moves.
+		const hold = 3 * time.Second
+		// More than half a lease: after each step, what is left of the lease the store last
+		// granted is less than the next step, so only a renewal made since can cover it.
+		const step = 2 * hold / 3
+		g := newGate()
+		r := env.runner()
+		r.Client, r.Lease = &http.Client{Transport: g}, hold
+		var (
+			claimed int
+			runErr  error
+		)
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			claimed, runErr = r.RunOnce(context.Background())
+		}()
+		release := sync.OnceFunc(func() { close(g.open) })
+		t.Cleanup(func() { // on failure too: the run ends before the store closes
+			release()
+			<-finished
+		})
+		<-g.entered // attempt 1's call is on its way out, held
+
+		// renewedPast waits until the store holds the lease past the fake clock's now plus d.
+		renewedPast := func(d time.Duration) {
+			t.Helper()
+			timeout := time.After(10 * time.Second)
+			poll := time.NewTicker(10 * time.Millisecond)
+			defer poll.Stop()
+			for {
+				rec := env.execution(t, a)
+				if rec.Status != approval.ExecutionRunning || rec.Attempts != 1 || rec.LeaseExpiresAt == nil {
+					t.Fatalf("execution: got status %s after %d attempts, lease until %v (last error %q); want running attempt 1 with a lease",
+						rec.Status, rec.Attempts, rec.LeaseExpiresAt, rec.LastError)
+				}
+				if rec.LeaseExpiresAt.Sub(env.clk.Now()) > d {
+					return
+				}
+				select {
+				case <-poll.C:
+				case <-timeout:
+					t.Fatalf("lease until %v was never renewed to outlast %v", rec.LeaseExpiresAt, env.clk.Now().Add(d))
+				}
+			}
+		}
+		for moved := time.Duration(0); moved < 4*hold; moved += step {
+			renewedPast(step)
+			env.clk.Add(step)
+			mustRun(t, env.runner(), 0) // the lease still holds: nothing to take over
+			if n := len(g.entered); n != 0 {
+				t.Fatalf("after %s: got %d more calls, want none", moved+step, n)
+			}
+		}
+
+		release()
+		<-finished
+		if runErr != nil || claimed != 1 {
+			t.Fatalf("run: got %d claimed, %v; want 1", claimed, runErr)
+		}
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 1, 1)
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionAttempt); n != 1 {
+			t.Errorf("got %d attempt events, want 1", n)
+		}
+	})
+}
+
 func TestRunner_Failpoints(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
