@@ -688,11 +688,12 @@ func TestRunner_LongCallKeepsItsLease(t *testing.T) {
 		env.target.Timeout = time.Minute
 		a := env.approved(t, "deploy-1")
 
-		// The keeper renews every second of real time, and the call's deadline, in real time
-		// too, is 2.7s after the last renewal was asked for: it cuts the call only if no
-		// renewal gets through for 1.7s, which a store on this machine never takes. The
-		// store's lease runs on the fake clock, which only the test moves.
-		const hold = 3 * time.Second
+		// The keeper renews every 2s of real time, and the call's deadline, in real time too,
+		// is 5.4s after the last renewal was asked for: it cuts the call only if no renewal
+		// gets through for 3.4s, far beyond what one small UPDATE takes even on a loaded
+		// 2-core machine under -race. The store's lease runs on the fake clock, which only the
+		// test moves.
+		const hold = 6 * time.Second
 		// More than half a lease: after each step, what is left of the lease the store last
 		// granted is less than the next step, so only a renewal made since can cover it.
 		const step = 2 * hold / 3
