@@ -284,30 +284,45 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 		where = append(where, "(a.requester = ? OR a.id IN (SELECT approval_id FROM approval_approvers WHERE approver = ?))")
 		args = append(args, f.VisibleTo, f.VisibleTo)
 	}
-	if f.Cursor != "" {
-		createdAt, id, err := decodeCursor(f.Cursor)
+	return listPage(ctx, s, "approvals", limit, f.Cursor, "(a.created_at, a.id) < (?, ?)", where, args,
+		func(tx *tx, where string, args []any) ([]*approval.Approval, error) {
+			return findApprovals(ctx, tx, where, args, "ORDER BY a.created_at DESC, a.id DESC LIMIT ?")
+		},
+		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
+}
+
+// listPage reads one page of a newest-first listing, ordered by a time and then an id, in a
+// read transaction; what names the listing in errors. where and args hold the listing's
+// filters. A cursor adds its position through after, the listing's "(time, id) < (?, ?)"
+// clause. query runs the listing's own SQL with the joined WHERE clause and args, whose last
+// argument, for the query's final LIMIT ?, is limit+1: the one row more tells whether another
+// page follows. key gives a row's position, from which the next page's cursor is made ("" on
+// the last page).
+func listPage[T any](ctx context.Context, s *Store, what string, limit int, cursor, after string, where []string, args []any,
+	query func(tx *tx, where string, args []any) ([]T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+	if cursor != "" {
+		at, id, err := decodeCursor(cursor)
 		if err != nil {
 			return nil, "", err
 		}
-		where, args = append(where, "(a.created_at, a.id) < (?, ?)"), append(args, micros(createdAt), id)
+		where, args = append(where, after), append(args, micros(at), id)
 	}
-	// One row more than the page tells whether another page follows.
 	args = append(args, limit+1)
 
 	tx, err := s.beginRead(ctx)
 	if err != nil {
-		return nil, "", fail("approvals", err)
+		return nil, "", fail(what, err)
 	}
 	defer tx.Rollback()
 
-	list, err := findApprovals(ctx, tx, strings.Join(where, " AND "), args, "ORDER BY a.created_at DESC, a.id DESC LIMIT ?")
+	list, err := query(tx, strings.Join(where, " AND "), args)
 	if err != nil {
-		return nil, "", fail("approvals", err)
+		return nil, "", fail(what, err)
 	}
 	next := ""
 	if len(list) > limit {
 		list = list[:limit]
-		next = encodeCursor(list[limit-1].CreatedAt, list[limit-1].ID)
+		next = encodeCursor(key(list[limit-1]))
 	}
 	return list, next, nil
 }

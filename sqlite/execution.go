@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/approvald/approval"
@@ -322,31 +321,11 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 		}
 		where, args = append(where, "e.status = ?"), append(args, string(f.Status))
 	}
-	if f.Cursor != "" {
-		createdAt, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where, args = append(where, "(e.created_at, e.id) < (?, ?)"), append(args, micros(createdAt), id)
-	}
-	args = append(args, limit+1) // one more row tells whether another page follows
-
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, "", fail("executions", err)
-	}
-	defer tx.Rollback()
-
-	list, err := findExecutions(ctx, tx, strings.Join(where, " AND "), args, "ORDER BY e.created_at DESC, e.id DESC LIMIT ?")
-	if err != nil {
-		return nil, "", fail("executions", err)
-	}
-	next := ""
-	if len(list) > limit {
-		list = list[:limit]
-		next = encodeCursor(list[limit-1].CreatedAt, list[limit-1].ID)
-	}
-	return list, next, nil
+	return listPage(ctx, s, "executions", limit, f.Cursor, "(e.created_at, e.id) < (?, ?)", where, args,
+		func(tx *tx, where string, args []any) ([]*approval.ExecutionRecord, error) {
+			return findExecutions(ctx, tx, where, args, "ORDER BY e.created_at DESC, e.id DESC LIMIT ?")
+		},
+		func(rec *approval.ExecutionRecord) (time.Time, string) { return rec.CreatedAt, rec.ID })
 }
 
 // RetryExecution re-queues a failed, needs_review or cancelled execution, or an accepted async

@@ -333,40 +333,20 @@ func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*app
 	if f.Source != "" {
 		where, args = append(where, "source = ?"), append(args, f.Source)
 	}
-	if f.Cursor != "" {
-		receivedAt, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where, args = append(where, "(received_at, id) < (?, ?)"), append(args, micros(receivedAt), id)
-	}
-	args = append(args, limit+1) // one more row tells whether another page follows
-
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, "", fail("inbox events", err)
-	}
-	defer tx.Rollback()
-
-	rows, err := tx.QueryContext(ctx, `
-		SELECT `+inboxColumnsNoBody+` FROM inbox_events
-		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY received_at DESC, id DESC
-		LIMIT ?`,
-		args...)
-	if err != nil {
-		return nil, "", fail("inbox events", err)
-	}
-	list, err := scanInboxEvents(rows)
-	if err != nil {
-		return nil, "", fail("inbox events", err)
-	}
-	next := ""
-	if len(list) > limit {
-		list = list[:limit]
-		next = encodeCursor(list[limit-1].ReceivedAt, list[limit-1].ID)
-	}
-	return list, next, nil
+	return listPage(ctx, s, "inbox events", limit, f.Cursor, "(received_at, id) < (?, ?)", where, args,
+		func(tx *tx, where string, args []any) ([]*approval.InboxEvent, error) {
+			rows, err := tx.QueryContext(ctx, `
+				SELECT `+inboxColumnsNoBody+` FROM inbox_events
+				WHERE `+where+`
+				ORDER BY received_at DESC, id DESC
+				LIMIT ?`,
+				args...)
+			if err != nil {
+				return nil, err
+			}
+			return scanInboxEvents(rows)
+		},
+		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
 }
 
 // RetryInbox re-queues a failed event, due now with its attempts kept; ECONFLICT if it is not
