@@ -143,21 +143,10 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	}
 	defer tx.Rollback(ctx)
 
-	rows, err := tx.Query(ctx, sql, args...)
+	list, next, err := collectPage(ctx, tx, "list approvals", sql, args, limit, scanApproval,
+		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
 	if err != nil {
-		return nil, "", translate("list approvals", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
-		return scanApproval(row)
-	})
-	if err != nil {
-		return nil, "", translate("list approvals", err)
-	}
-	var next string
-	if len(list) > limit {
-		list = list[:limit]
-		last := list[limit-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		return nil, "", err
 	}
 	if err := tx.loadDetails(ctx, list); err != nil {
 		return nil, "", err
@@ -675,6 +664,26 @@ func pageSize(limit int) (int, error) {
 		return 0, approval.Errorf(approval.EINVALID, "limit must be between 1 and %d", approval.MaxPageSize)
 	}
 	return limit, nil
+}
+
+// collectPage runs one page query of a cursor-paged listing in tx. The query asks for limit+1
+// rows, ordered newest first by the (time, id) pair key returns, so that the extra row tells
+// whether there is a next page: the page is trimmed to limit and the cursor points after its
+// last row, or is empty on the last page. Errors are translated with op.
+func collectPage[T any](ctx context.Context, tx *tx, op, sql string, args []any, limit int, scan func(pgx.Row) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	if len(list) <= limit {
+		return list, "", nil
+	}
+	list = list[:limit]
+	return list, encodeCursor(key(list[limit-1])), nil
 }
 
 // A cursor is the base64url of "<created_at in Unix microseconds>:<id>" of the last approval

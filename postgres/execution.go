@@ -333,21 +333,11 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 	}
 	defer tx.Rollback(ctx)
 
-	rows, err := tx.Query(ctx, sql, args...)
+	list, next, err := collectPage(ctx, tx, "list executions", sql, args, limit,
+		func(row pgx.Row) (*approval.ExecutionRecord, error) { return scanExecution(row) },
+		func(x *approval.ExecutionRecord) (time.Time, string) { return x.CreatedAt, x.ID })
 	if err != nil {
-		return nil, "", translate("list executions", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionRecord, error) {
-		return scanExecution(row)
-	})
-	if err != nil {
-		return nil, "", translate("list executions", err)
-	}
-	var next string
-	if len(list) > limit {
-		list = list[:limit]
-		last := list[limit-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
+		return nil, "", err
 	}
 	if err := tx.commit(ctx, "commit list executions"); err != nil {
 		return nil, "", err

@@ -321,21 +321,10 @@ func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*app
 	}
 	defer tx.Rollback(ctx)
 
-	rows, err := tx.Query(ctx, sql, args...)
+	list, next, err := collectPage(ctx, tx, "list inbox events", sql, args, limit, scanInbox,
+		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
 	if err != nil {
-		return nil, "", translate("list inbox events", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.InboxEvent, error) {
-		return scanInbox(row)
-	})
-	if err != nil {
-		return nil, "", translate("list inbox events", err)
-	}
-	var next string
-	if len(list) > limit {
-		list = list[:limit]
-		last := list[limit-1]
-		next = encodeCursor(last.ReceivedAt, last.ID)
+		return nil, "", err
 	}
 	if err := tx.commit(ctx, "commit list inbox events"); err != nil {
 		return nil, "", err
