@@ -106,36 +106,23 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 		return nil, "", approval.Errorf(approval.EINVALID, "unknown status %q", f.Status)
 	}
 
-	// The filter is built from fixed fragments; only values travel as parameters.
-	var where []string
-	var args []any
-	param := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	var q filter
 	if f.Status != "" {
-		where = append(where, "a.status = "+param(string(f.Status)))
+		q.and("a.status = " + q.param(string(f.Status)))
 	}
 	if f.Approver != "" {
-		where = append(where, "EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = "+param(f.Approver)+")")
+		q.and("EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = " + q.param(f.Approver) + ")")
 	}
 	if f.VisibleTo != "" {
-		v := param(f.VisibleTo)
-		where = append(where, "(a.requester = "+v+" OR EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = "+v+"))")
+		v := q.param(f.VisibleTo)
+		q.and("(a.requester = " + v + " OR EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = " + v + "))")
 	}
-	if f.Cursor != "" {
-		at, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where = append(where, "(a.created_at, a.id) < ("+param(at)+", "+param(id)+")")
-	}
-	sql := `SELECT ` + approvalColumns + ` FROM approvals a`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
+	if err := q.after(f.Cursor, "a.created_at", "a.id"); err != nil {
+		return nil, "", err
 	}
 	// One row more than the page tells whether there is a next page.
-	sql += ` ORDER BY a.created_at DESC, a.id DESC LIMIT ` + param(limit+1)
+	sql := `SELECT ` + approvalColumns + ` FROM approvals a` + q.where() +
+		` ORDER BY a.created_at DESC, a.id DESC LIMIT ` + q.param(limit+1)
 
 	tx, err := s.beginRead(ctx)
 	if err != nil {
@@ -143,7 +130,7 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	}
 	defer tx.Rollback(ctx)
 
-	list, next, err := collectPage(ctx, tx, "list approvals", sql, args, limit, scanApproval,
+	list, next, err := collectPage(ctx, tx, "list approvals", sql, q.args, limit, scanApproval,
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
 	if err != nil {
 		return nil, "", err
@@ -684,6 +671,44 @@ func collectPage[T any](ctx context.Context, tx *tx, op, sql string, args []any,
 	}
 	list = list[:limit]
 	return list, encodeCursor(key(list[limit-1])), nil
+}
+
+// filter builds the WHERE clause of a listing from fixed SQL fragments; only values travel,
+// as parameters.
+type filter struct {
+	conds []string
+	args  []any
+}
+
+// param adds v as the next parameter and returns its placeholder.
+func (f *filter) param(v any) string {
+	f.args = append(f.args, v)
+	return "$" + strconv.Itoa(len(f.args))
+}
+
+// and adds a condition.
+func (f *filter) and(cond string) { f.conds = append(f.conds, cond) }
+
+// after continues a newest-first listing after the row a cursor names: (at, id) are the
+// columns the listing is ordered by. A cursor it cannot read is EINVALID.
+func (f *filter) after(cursor, atColumn, idColumn string) error {
+	if cursor == "" {
+		return nil
+	}
+	at, id, err := decodeCursor(cursor)
+	if err != nil {
+		return err
+	}
+	f.and("(" + atColumn + ", " + idColumn + ") < (" + f.param(at) + ", " + f.param(id) + ")")
+	return nil
+}
+
+// where returns " WHERE ..." for the conditions, or "" when there are none.
+func (f *filter) where() string {
+	if len(f.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(f.conds, " AND ")
 }
 
 // A cursor is the base64url of "<created_at in Unix microseconds>:<id>" of the last approval

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -305,27 +304,15 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 		return nil, "", approval.Errorf(approval.EINVALID, "unknown execution status %q", f.Status)
 	}
 
-	var where []string
-	var args []any
-	param := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	var q filter
 	if f.Status != "" {
-		where = append(where, "x.status = "+param(string(f.Status)))
+		q.and("x.status = " + q.param(string(f.Status)))
 	}
-	if f.Cursor != "" {
-		at, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where = append(where, "(x.created_at, x.id) < ("+param(at)+", "+param(id)+")")
+	if err := q.after(f.Cursor, "x.created_at", "x.id"); err != nil {
+		return nil, "", err
 	}
-	sql := `SELECT ` + executionColumns + ` FROM executions x`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	sql += ` ORDER BY x.created_at DESC, x.id DESC LIMIT ` + param(limit+1)
+	sql := `SELECT ` + executionColumns + ` FROM executions x` + q.where() +
+		` ORDER BY x.created_at DESC, x.id DESC LIMIT ` + q.param(limit+1)
 
 	tx, err := s.beginRead(ctx)
 	if err != nil {
@@ -333,7 +320,7 @@ func (s *Store) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*
 	}
 	defer tx.Rollback(ctx)
 
-	list, next, err := collectPage(ctx, tx, "list executions", sql, args, limit,
+	list, next, err := collectPage(ctx, tx, "list executions", sql, q.args, limit,
 		func(row pgx.Row) (*approval.ExecutionRecord, error) { return scanExecution(row) },
 		func(x *approval.ExecutionRecord) (time.Time, string) { return x.CreatedAt, x.ID })
 	if err != nil {

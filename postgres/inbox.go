@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -290,30 +289,18 @@ func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*app
 		return nil, "", approval.Errorf(approval.EINVALID, "unknown inbox status %q", f.Status)
 	}
 
-	var where []string
-	var args []any
-	param := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	var q filter
 	if f.Status != "" {
-		where = append(where, "i.status = "+param(string(f.Status)))
+		q.and("i.status = " + q.param(string(f.Status)))
 	}
 	if f.Source != "" {
-		where = append(where, "i.source = "+param(f.Source))
+		q.and("i.source = " + q.param(f.Source))
 	}
-	if f.Cursor != "" {
-		at, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where = append(where, "(i.received_at, i.id) < ("+param(at)+", "+param(id)+")")
+	if err := q.after(f.Cursor, "i.received_at", "i.id"); err != nil {
+		return nil, "", err
 	}
-	sql := `SELECT ` + inboxColumns + `, NULL::bytea FROM inbox_events i`
-	if len(where) > 0 {
-		sql += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	sql += ` ORDER BY i.received_at DESC, i.id DESC LIMIT ` + param(limit+1)
+	sql := `SELECT ` + inboxColumns + `, NULL::bytea FROM inbox_events i` + q.where() +
+		` ORDER BY i.received_at DESC, i.id DESC LIMIT ` + q.param(limit+1)
 
 	tx, err := s.beginRead(ctx)
 	if err != nil {
@@ -321,7 +308,7 @@ func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*app
 	}
 	defer tx.Rollback(ctx)
 
-	list, next, err := collectPage(ctx, tx, "list inbox events", sql, args, limit, scanInbox,
+	list, next, err := collectPage(ctx, tx, "list inbox events", sql, q.args, limit, scanInbox,
 		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
 	if err != nil {
 		return nil, "", err
