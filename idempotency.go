@@ -5,41 +5,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"time"
 )
 
-// IdempotencyClaim asks the store to start (or take over) the operation named by an
-// Idempotency-Key. Keys are scoped per requester.
-type IdempotencyClaim struct {
-	Requester   string
-	Key         string
+// KeyHolder is what already holds an operation key when Store.InsertApproval finds it taken.
+type KeyHolder struct {
+	// Fingerprint is the fingerprint of the request that took the key.
 	Fingerprint string
-	// Lease is how long the claim stays in flight before a retry may take it over.
-	Lease time.Duration
-}
-
-// ClaimOutcome says what BeginIdempotent found.
-type ClaimOutcome int
-
-// The outcomes of BeginIdempotent that are not errors. A different request under the same key
-// is an EMISMATCH error; a claim still in flight is an ECONFLICT error with RetryAfter set.
-const (
-	// Claimed: the caller owns the operation and must finish it with CreateApproval (or give
-	// it back with ReleaseIdempotent). Token fences the claim.
-	Claimed ClaimOutcome = iota + 1
-	// Replayed: the operation completed; Response is the stored response to repeat exactly.
-	Replayed
-	// Existing: the response record was purged after its retention period, but the approval
-	// made under this key and fingerprint still exists; Approval is its current state.
-	Existing
-)
-
-// ClaimResult is the non-error answer of BeginIdempotent.
-type ClaimResult struct {
-	Outcome  ClaimOutcome
-	Token    string          // Claimed
-	Response *StoredResponse // Replayed
-	Approval *Approval       // Existing
+	// Response is the stored response of the create that took the key, or nil once its
+	// retention has ended and the record was purged.
+	Response *StoredResponse
+	// Approval is the approval made under the key, in its current state, when Response is
+	// nil.
+	Approval *Approval
 }
 
 // StoredResponse is a response kept so that a retry can be answered byte for byte.

@@ -20,33 +20,19 @@ type Store interface {
 	ExecutionStore
 	Notifier
 
-	// BeginIdempotent starts or resumes the create named by (c.Requester, c.Key):
-	//   - no record and no approval under the key: insert an in-flight record with a new fencing
-	//     token and lease expiry now+c.Lease; Claimed.
-	//   - a record with another fingerprint, or (record purged) an approval under the key with
-	//     another fingerprint: EMISMATCH.
-	//   - a completed record: Replayed with its stored response.
-	//   - an in-flight record whose lease has not expired: ECONFLICT with RetryAfter = time
-	//     left on the lease (at least one second).
-	//   - an in-flight record whose lease has expired: take it over with a new token and
-	//     lease (a conditional update, so only one of several racing retries wins; the losers
-	//     get ECONFLICT); Claimed.
-	//   - no record, but an approval under the key with this fingerprint (the record was
-	//     purged): Existing with the approval's current state.
-	BeginIdempotent(ctx context.Context, c IdempotencyClaim) (ClaimResult, error)
-
-	// CreateApproval inserts a (ID, Version 1, Status pending, CreatedAt, ExpiresAt,
-	// OperationKey = key and Fingerprint filled in by the caller), its approvers, an
-	// EventCreated event (seq 1, actor = requester, cause) and completes the idempotency record
-	// with resp and a retention expiry of now+retain, all in one transaction, but only while
-	// the claim's token is still the record's token and the record is in flight (ECONFLICT
-	// otherwise: the lease was lost to a retry). The approval's (requester, operation_key) is
-	// unique for ever.
-	CreateApproval(ctx context.Context, a *Approval, claim ClaimResult, resp StoredResponse, retain time.Duration, cause Cause) error
-
-	// ReleaseIdempotent deletes an in-flight record still holding claim's token, so that a
-	// create that failed without committing can be retried at once. It is a no-op otherwise.
-	ReleaseIdempotent(ctx context.Context, requester, key string, claim ClaimResult) error
+	// InsertApproval writes a new approval under its operation key, all in one transaction:
+	// a (ID, Version 1, Status pending, CreatedAt, ExpiresAt, OperationKey and Fingerprint
+	// filled in by the caller), its approvers, an EventCreated event (seq 1, actor =
+	// requester, cause) and the idempotency record of (a.Requester, a.OperationKey) holding
+	// a.Fingerprint and resp, kept until now+retain. A crash leaves all of it or none.
+	//
+	// It writes nothing when the key is already held, and returns the holder instead: the
+	// idempotency record (its fingerprint and stored response), or, once that record has been
+	// purged, the approval made under the key (its fingerprint and current state). Of
+	// concurrent inserts under one key exactly one writes; the others wait for its commit and
+	// return it as the holder. The store makes no decision about the holder: comparing
+	// fingerprints is the Service's rule (see Service.Create).
+	InsertApproval(ctx context.Context, a *Approval, resp StoredResponse, retain time.Duration, cause Cause) (*KeyHolder, error)
 
 	// Approval returns one approval with its decisions (oldest first) and execution, or
 	// ENOTFOUND.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,27 +12,20 @@ import (
 	"github.com/approvald/approval"
 )
 
-// The path a create is fingerprinted under: the route, not the request's raw path, so that
-// equivalent spellings of the URL are one operation.
-const createPath = "/v1/approvals"
-
-// releaseTimeout bounds giving back a claim after a failed create.
-const releaseTimeout = 5 * time.Second
-
 // maxWait caps ?wait= of a long-poll, so that a request never outlives proxies' idle timeouts.
 const maxWait = 60 * time.Second
 
 // handleCreateApproval is POST /v1/approvals: one approval per Idempotency-Key and requester,
-// however often and however concurrently the request is sent (DESIGN.md invariant 2).
+// however often and however concurrently the request is sent (docs/invariants.md, invariant
+// 2). The protocol itself is approval.Service.Create; the handler speaks HTTP around it.
 func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 	// A create runs to its end even if the client goes away: a committed create is what its
-	// retry will replay, and a failed one is released at once instead of blocking the key for
-	// a lease. The lease also bounds the work, since past it the claim may be taken over.
+	// retry will replay. The create's one transaction is bounded by s.lease.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.lease)
 	defer cancel()
 
-	// Everything that can refuse the request runs before the first idempotency write, so a
-	// 400, 401, 403 or 413 stores nothing and the caller may correct it and reuse the key.
+	// Everything that can refuse the request runs before the one write, so a 400, 401, 403
+	// or 413 stores nothing and the caller may correct it and reuse the key.
 	p, err := s.authenticate(ctx, r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -58,63 +50,33 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	fingerprint, err := approval.Fingerprint(p.Subject, http.MethodPost, createPath, body)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	a, err := approval.NewApproval(req, p.Subject, key, fingerprint, s.now())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 
-	claim, err := s.store.BeginIdempotent(ctx, approval.IdempotencyClaim{
-		Requester:   p.Subject,
-		Key:         key,
-		Fingerprint: fingerprint,
-		Lease:       s.lease,
+	res, err := s.svc.Create(ctx, approval.CreateCommand{
+		Requester: p.Subject,
+		Key:       key,
+		Body:      body,
+		Request:   req,
+		Cause:     approval.HTTPCause(s.info(r).id),
+		Respond:   created,
 	})
 	if err != nil {
 		s.writeCreateError(w, r, err)
 		return
 	}
-
-	switch claim.Outcome {
-	case approval.Replayed:
-		s.metrics.replays.Inc()
-		resp := claim.Response
-		w.Header().Set("Content-Type", "application/json")
-		if resp.Location != "" {
-			w.Header().Set("Location", resp.Location)
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		w.WriteHeader(resp.StatusCode)
-		w.Write(resp.Body)
-
-	case approval.Existing:
+	if res.Replayed {
 		s.metrics.replays.Inc()
 		w.Header().Set("Idempotent-Replayed", "true")
-		s.writeJSON(w, r, http.StatusOK, present(claim.Approval))
-
-	case approval.Claimed:
-		resp, err := created(a)
-		if err == nil {
-			err = s.store.CreateApproval(ctx, a, claim, resp, s.retention, approval.HTTPCause(s.info(r).id))
-		}
-		if err != nil {
-			s.release(r, p.Subject, key, claim)
-			s.writeCreateError(w, r, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Location", resp.Location)
-		w.WriteHeader(resp.StatusCode)
-		w.Write(resp.Body)
-
-	default:
-		s.writeError(w, r, approval.Errorf(approval.EINTERNAL, "unexpected claim outcome %d", claim.Outcome))
 	}
+	if res.Response == nil { // the stored answer outlived its retention
+		s.writeJSON(w, r, http.StatusOK, present(res.Approval))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if res.Response.Location != "" {
+		w.Header().Set("Location", res.Response.Location)
+	}
+	w.WriteHeader(res.Response.StatusCode)
+	w.Write(res.Response.Body)
 }
 
 // created renders the 201 answer to a create, the response stored for replays.
@@ -125,13 +87,14 @@ func created(a *approval.Approval) (approval.StoredResponse, error) {
 	}
 	return approval.StoredResponse{
 		StatusCode: http.StatusCreated,
-		Location:   createPath + "/" + url.PathEscape(a.ID),
+		Location:   approval.CreatePath + "/" + url.PathEscape(a.ID),
 		Body:       body,
 	}, nil
 }
 
-// writeCreateError answers a failed create, counting idempotency conflicts. Every 409 of a
-// create carries Retry-After: the key is busy, and the caller should come back.
+// writeCreateError answers a failed create, counting idempotency conflicts. A create answers
+// 409 only when its database work was cut short by a lock wait it lost (for example a
+// serialization failure); it carries Retry-After, since the caller should come back.
 func (s *Server) writeCreateError(w http.ResponseWriter, r *http.Request, err error) {
 	switch approval.ErrorCode(err) {
 	case approval.ECONFLICT:
@@ -145,17 +108,6 @@ func (s *Server) writeCreateError(w http.ResponseWriter, r *http.Request, err er
 		s.metrics.conflicts.WithLabelValues(conflictMismatch).Inc()
 	}
 	s.writeError(w, r, err)
-}
-
-// release gives back a claim whose create did not commit, so that a retry can claim the key at
-// once. It uses a context of its own: the request's may be cancelled or out of time by now.
-func (s *Server) release(r *http.Request, requester, key string, claim approval.ClaimResult) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
-	defer cancel()
-	if err := s.store.ReleaseIdempotent(ctx, requester, key, claim); err != nil {
-		s.info(r).log.Warn("release idempotency claim; the key stays in flight until its lease ends",
-			slog.String("requester", requester), slog.String("key", key), slog.Any("error", err))
-	}
 }
 
 // handleGetApproval is GET /v1/approvals/{id}. With ?wait=D&version=N it is a long-poll: it

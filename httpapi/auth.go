@@ -29,10 +29,8 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, 
 		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "Authorization must be a bearer token: Authorization: Bearer <token>")
 	}
 
-	t, err := s.store.TokenByHash(ctx, approval.HashToken(secret))
-	if approval.ErrorCode(err) == approval.ENOTFOUND {
-		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "unknown bearer token")
-	} else if err != nil {
+	t, err := s.svc.Authenticate(ctx, secret)
+	if err != nil {
 		return principal{}, err
 	}
 	s.info(r).subject = t.Subject

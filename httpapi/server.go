@@ -34,8 +34,9 @@ type Config struct {
 	Logger            *slog.Logger         // JSON handler in production; nil = discard
 	Registry          *prometheus.Registry // nil = a new one; served at /metrics
 	Now               func() time.Time     // nil = approval.Now
-	IdempotencyLease  time.Duration        // in-flight lease of a create; 0 = 30s
+	IdempotencyLease  time.Duration        // deadline of a create's work; 0 = 30s
 	ResponseRetention time.Duration        // how long stored responses replay; 0 = 24h
+	TokenCacheTTL     time.Duration        // how long a token lookup is reused; 0 = 5s, <0 = never
 	LongPollInterval  time.Duration        // how often ?wait= re-reads the store; 0 = 200ms
 	Sources           []Source             // webhook sources, served at POST /v1/inbox/{name}
 	Failpoints        *failpoint.Set       // nil = none
@@ -67,6 +68,7 @@ const (
 // Servers may share one store.
 type Server struct {
 	store        approval.Store
+	svc          *approval.Service
 	log          *slog.Logger
 	now          func() time.Time
 	lease        time.Duration
@@ -116,6 +118,7 @@ func New(cfg Config) *Server {
 	if s.now == nil {
 		s.now = approval.Now
 	}
+	s.svc = &approval.Service{Store: s.store, Now: s.now, Retention: s.retention, TokenCacheTTL: cfg.TokenCacheTTL}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()

@@ -16,83 +16,15 @@ import (
 	"github.com/approvald/approval"
 )
 
-// CreateApproval inserts a new approval, its approvers and its EventCreated event, and
-// completes the caller's idempotency record with resp, all in one transaction and only while
-// claim still holds the record.
-func (s *Store) CreateApproval(ctx context.Context, a *approval.Approval, claim approval.ClaimResult, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-
-	// Lock the record so that a takeover cannot slip in between this check and the commit.
-	var token, state string
-	err = tx.QueryRow(ctx, `
-		SELECT token, state FROM idempotency_records
-		WHERE requester = $1 AND key = $2
-		FOR UPDATE`, a.Requester, a.OperationKey).Scan(&token, &state)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (token != claim.Token || state != stateInFlight)) {
-		return approval.Errorf(approval.ECONFLICT, "the idempotency lease on %q was lost to a retry", a.OperationKey)
-	} else if err != nil {
-		return translate("lock idempotency record", err)
-	}
-
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
-			required_approvals, status, decided_at, expires_at, created_at, version)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-		a.ID, a.Requester, a.OperationKey, a.Fingerprint, a.Action, a.Title, []byte(a.Context),
-		a.RequiredApprovals, string(a.Status), a.DecidedAt, a.ExpiresAt, a.CreatedAt, a.Version,
-	); uniqueViolation(err, "approvals_operation_key_unique") {
-		return approval.Errorf(approval.ECONFLICT, "an approval already exists for operation key %q", a.OperationKey)
-	} else if err != nil {
-		return translate("insert approval", err)
-	}
-
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO approval_approvers (approval_id, position, approver)
-		SELECT $1, x.position, x.approver
-		FROM unnest($2::text[]) WITH ORDINALITY AS x(approver, position)`,
-		a.ID, a.Approvers,
-	); uniqueViolation(err, "approval_approvers_unique") {
-		return approval.Errorf(approval.EINVALID, "an approver is listed twice")
-	} else if err != nil {
-		return translate("insert approvers", err)
-	}
-
-	if _, err := tx.appendEvent(ctx, a.ID, approval.EventCreated, a.Requester, cause, nil); err != nil {
-		return err
-	}
-
-	if _, err := tx.Exec(ctx, `
-		UPDATE idempotency_records
-		SET state = 'completed', response_status = $4, response_location = $5, response_body = $6,
-			retain_until = $7
-		WHERE requester = $1 AND key = $2 AND token = $3`,
-		a.Requester, a.OperationKey, claim.Token, resp.StatusCode, resp.Location, resp.Body, tx.now.Add(retain),
-	); err != nil {
-		return translate("complete idempotency record", err)
-	}
-	if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
-		return err
-	}
-	return tx.commit(ctx, "commit approval")
-}
-
-// Approval returns one approval with its approvers and decisions, or ENOTFOUND.
+// Approval returns one approval with its approvers, decisions and execution, or ENOTFOUND,
+// in one statement: one round trip, one snapshot.
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
-	tx, err := s.beginRead(ctx)
+	conn, _, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(ctx)
-
-	a, err := tx.approval(ctx, id, false)
-	if err != nil {
-		return nil, err
-	}
-	return a, tx.commit(ctx, "commit read approval")
+	defer conn.Release()
+	return readApproval(ctx, conn, id, false)
 }
 
 // Approvals lists approvals newest first. The page's approvers and decisions are loaded with
@@ -130,7 +62,7 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	}
 	defer tx.Rollback(ctx)
 
-	list, next, err := collectPage(ctx, tx, "list approvals", sql, q.args, limit, scanApproval,
+	list, next, err := collectPage(ctx, tx, "list approvals", sql, q.args, limit, func(row pgx.Row) (*approval.Approval, error) { return scanApproval(row) },
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
 	if err != nil {
 		return nil, "", err
@@ -469,13 +401,16 @@ const approvalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.
 	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
 	a.fingerprint`
 
-func scanApproval(row pgx.Row) (*approval.Approval, error) {
+// scanApproval reads approvalColumns, then any extra destinations the query selects after
+// them.
+func scanApproval(row pgx.Row, extra ...any) (*approval.Approval, error) {
 	var a approval.Approval
 	var rawContext []byte
 	var status string
-	if err := row.Scan(&a.ID, &a.OperationKey, &a.Action, &a.Title, &rawContext, &a.Requester,
+	dest := append([]any{&a.ID, &a.OperationKey, &a.Action, &a.Title, &rawContext, &a.Requester,
 		&a.RequiredApprovals, &status, &a.DecidedAt, &a.ExpiresAt, &a.CreatedAt, &a.Version,
-		&a.Fingerprint); err != nil {
+		&a.Fingerprint}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	if rawContext != nil {
@@ -495,18 +430,64 @@ func scanApproval(row pgx.Row) (*approval.Approval, error) {
 // when lock is set so that the caller may change it and append events (whose seq is
 // max(seq)+1 and so relies on that lock).
 func (tx *tx) approval(ctx context.Context, id string, lock bool) (*approval.Approval, error) {
-	sql := `SELECT ` + approvalColumns + ` FROM approvals a WHERE a.id = $1`
+	return readApproval(ctx, tx, id, lock)
+}
+
+// approvalDetailSQL reads an approval with everything its answer shows in one statement:
+// the approvers in listed order, the decisions oldest first (as JSON, decoded here) and the
+// public fields of its execution.
+const approvalDetailSQL = `SELECT ` + approvalColumns + `,
+	ARRAY(SELECT p.approver FROM approval_approvers p WHERE p.approval_id = a.id ORDER BY p.position),
+	(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
+		'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
+	 FROM decisions d WHERE d.approval_id = a.id),
+	x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at
+FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id
+WHERE a.id = $1`
+
+// readApproval runs approvalDetailSQL, FOR UPDATE of the approval's row when lock is set.
+func readApproval(ctx context.Context, q querier, id string, lock bool) (*approval.Approval, error) {
+	sql := approvalDetailSQL
 	if lock {
-		sql += ` FOR UPDATE`
+		sql += ` FOR UPDATE OF a`
 	}
-	a, err := scanApproval(tx.QueryRow(ctx, sql, id))
+	var (
+		approvers []string
+		decisions []byte
+		xID       *string
+		xStatus   *string
+		xAttempts *int
+		xError    *string
+		xResult   []byte
+		xUpdated  *time.Time
+	)
+	a, err := scanApproval(q.QueryRow(ctx, sql, id),
+		&approvers, &decisions, &xID, &xStatus, &xAttempts, &xError, &xResult, &xUpdated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 	} else if err != nil {
 		return nil, translate("read approval", err)
 	}
-	if err := tx.loadDetails(ctx, []*approval.Approval{a}); err != nil {
-		return nil, err
+	a.Approvers = approvers
+	if a.Approvers == nil {
+		a.Approvers = []string{}
+	}
+	a.Decisions = []approval.Decision{}
+	if decisions != nil {
+		if err := json.Unmarshal(decisions, &a.Decisions); err != nil {
+			return nil, fmt.Errorf("decode decisions of %s: %w", id, err)
+		}
+		for i := range a.Decisions {
+			a.Decisions[i].At = a.Decisions[i].At.UTC()
+		}
+	}
+	if xID != nil {
+		at := xUpdated.UTC()
+		a.Execution = &approval.Execution{ID: *xID, Status: approval.ExecutionStatus(*xStatus),
+			Attempts: *xAttempts, LastError: *xError, UpdatedAt: &at}
+		if len(xResult) > 0 {
+			a.Execution.Result = xResult
+		}
 	}
 	return a, nil
 }

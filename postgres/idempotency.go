@@ -2,98 +2,128 @@ package postgres
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/approvald/approval"
 )
 
-// The states of an idempotency record.
-const (
-	stateInFlight  = "in_flight"
-	stateCompleted = "completed"
+// insertApprovalAttempts bounds how often InsertApproval looks again for the holder of a
+// key it lost to a concurrent insert: the second look runs after the winner committed, so it
+// finds the holder unless the record was purged in between.
+const insertApprovalAttempts = 3
+
+// insertApprovalSQL writes a create in ONE statement, so a create costs one round trip and is
+// atomic without an explicit transaction: the idempotency record with its stored response,
+// the approval, its approvers, its approval.created event and the signal to long-polls,
+// unless the key is held. "held" finds a completed record or (record purged) an approval
+// under the key; a concurrent insert of the same key makes the record's INSERT wait on the
+// primary key for the other transaction and then do nothing, and the caller reads again. An
+// in-flight record left by the two-transaction create of earlier versions is taken over.
+var insertApprovalSQL = `
+WITH held AS (
+	SELECT r.fingerprint, r.response_status, r.response_location, r.response_body,
+		NULL::text AS approval_id, 0 AS rank
+	FROM idempotency_records r
+	WHERE r.requester = $1::text AND r.key = $2::text AND r.state = 'completed'
+	UNION ALL
+	SELECT a.fingerprint, NULL::integer, NULL::text, NULL::bytea, a.id::text, 1
+	FROM approvals a
+	WHERE a.requester = $1::text AND a.operation_key = $2::text
+), rec AS (
+	INSERT INTO idempotency_records (requester, key, fingerprint, state, token, lease_expires_at,
+		response_status, response_location, response_body, retain_until, created_at)
+	SELECT $1::text, $2::text, $3::text, 'completed', '', $4::timestamptz, $5::integer, $6::text,
+		$7::bytea, $8::timestamptz, $4::timestamptz
+	WHERE NOT EXISTS (SELECT 1 FROM held)
+	ON CONFLICT (requester, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+		state = EXCLUDED.state, token = EXCLUDED.token, lease_expires_at = EXCLUDED.lease_expires_at,
+		response_status = EXCLUDED.response_status, response_location = EXCLUDED.response_location,
+		response_body = EXCLUDED.response_body, retain_until = EXCLUDED.retain_until,
+		created_at = EXCLUDED.created_at
+		WHERE idempotency_records.state = 'in_flight'
+	RETURNING 1
+), app AS (
+	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
+		required_approvals, status, decided_at, expires_at, created_at, version)
+	SELECT $9::text, $1::text, $2::text, $3::text, $10::text, $11::text, $12::bytea, $13::integer,
+		'pending', NULL, $14::timestamptz, $15::timestamptz, 1
+	FROM rec
+	RETURNING id
+), approvers AS (
+	INSERT INTO approval_approvers (approval_id, position, approver)
+	SELECT app.id, x.position, x.approver
+	FROM app, unnest($16::text[]) WITH ORDINALITY AS x(approver, position)
+), created AS (
+	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+	SELECT app.id, 1, '` + approval.EventCreated + `', $4::timestamptz, $1::text, $17::jsonb, NULL
+	FROM app
+), signal AS (
+	SELECT pg_notify(` + strings.ReplaceAll(channelExpr, "$1", "$18") + `, '') FROM app
 )
+SELECT (SELECT count(*) FROM app), (SELECT count(*) FROM signal),
+	h.fingerprint, h.response_status, h.response_location, h.response_body, h.approval_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT * FROM held ORDER BY rank LIMIT 1) AS h ON true`
 
-// claimAttempts bounds how often BeginIdempotent goes round when the record it raced with
-// vanishes (released or purged) between its insert and its read.
-const claimAttempts = 3
-
-// BeginIdempotent starts or resumes the create named by (c.Requester, c.Key). Who owns the
-// operation is decided by the primary key of idempotency_records (INSERT ... ON CONFLICT DO
-// NOTHING) and, for an expired lease, by an update conditional on the old fencing token.
-func (s *Store) BeginIdempotent(ctx context.Context, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
-	if c.Lease <= 0 {
-		return approval.ClaimResult{}, approval.Errorf(approval.EINVALID, "the idempotency lease must be positive")
-	}
-	tx, err := s.begin(ctx)
+// InsertApproval writes a new approval with its idempotency record in one statement, or
+// returns what holds its key (see approval.Store).
+func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) (*approval.KeyHolder, error) {
+	causeJSON, err := json.Marshal(cause)
 	if err != nil {
-		return approval.ClaimResult{}, err
+		return nil, fmt.Errorf("encode event cause: %w", err)
 	}
-	defer tx.Rollback(ctx)
-
-	for range claimAttempts {
-		rec, err := tx.idempotencyRecord(ctx, c.Requester, c.Key)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return approval.ClaimResult{}, translate("read idempotency record", err)
-		} else if err == nil {
-			res, err := tx.resume(ctx, rec, c)
-			if err != nil {
-				return approval.ClaimResult{}, err
-			}
-			return res, tx.commit(ctx, "commit idempotency claim")
-		}
-
-		// No record. If it was purged after its retention, the approval it made still
-		// holds the key and the fingerprint for ever.
-		a, err := tx.approvalByKey(ctx, c.Requester, c.Key)
-		if err != nil {
-			return approval.ClaimResult{}, err
-		} else if a != nil {
-			if a.Fingerprint != c.Fingerprint {
-				return approval.ClaimResult{}, mismatch()
-			}
-			return approval.ClaimResult{Outcome: approval.Existing, Approval: a}, tx.commit(ctx, "commit read approval")
-		}
-
-		// A concurrent claim of the same key makes this insert wait for that transaction
-		// and then do nothing; the next round reads what it committed.
-		token := newFencingToken()
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO idempotency_records (requester, key, fingerprint, state, token, lease_expires_at, created_at)
-			VALUES ($1, $2, $3, 'in_flight', $4, $5, $6)
-			ON CONFLICT (requester, key) DO NOTHING`,
-			c.Requester, c.Key, c.Fingerprint, token, tx.now.Add(c.Lease), tx.now)
-		if err != nil {
-			return approval.ClaimResult{}, translate("insert idempotency record", err)
-		}
-		if tag.RowsAffected() == 1 {
-			return approval.ClaimResult{Outcome: approval.Claimed, Token: token}, tx.commit(ctx, "commit idempotency claim")
-		}
+	conn, now, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return approval.ClaimResult{}, &approval.Error{
+	defer conn.Release()
+
+	for range insertApprovalAttempts {
+		var inserted, signalled int
+		var fingerprint, location, approvalID *string
+		var status *int
+		var body []byte
+		err := conn.QueryRow(ctx, insertApprovalSQL,
+			a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
+			resp.Body, now.Add(retain), a.ID, a.Action, a.Title, []byte(a.Context),
+			a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
+			approval.TopicApprovals,
+		).Scan(&inserted, &signalled, &fingerprint, &status, &location, &body, &approvalID)
+		if err != nil {
+			return nil, translate("insert approval", err)
+		}
+		switch {
+		case inserted == 1:
+			return nil, nil
+		case fingerprint == nil:
+			continue // lost to a concurrent insert that has committed since: look again
+		case approvalID == nil:
+			return &approval.KeyHolder{Fingerprint: *fingerprint, Response: &approval.StoredResponse{
+				StatusCode: deref(status), Location: deref(location), Body: body,
+			}}, nil
+		}
+		held, err := readApproval(ctx, conn, *approvalID, false)
+		if err != nil {
+			return nil, err
+		}
+		return &approval.KeyHolder{Fingerprint: *fingerprint, Approval: held}, nil
+	}
+	return nil, &approval.Error{
 		Code:       approval.ECONFLICT,
 		Message:    "the operation is changing hands, try again",
 		RetryAfter: time.Second,
 	}
 }
 
-// ReleaseIdempotent deletes an in-flight record still holding claim's token.
-func (s *Store) ReleaseIdempotent(ctx context.Context, requester, key string, claim approval.ClaimResult) error {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return err
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
 	}
-	defer tx.Rollback(ctx)
-
-	if _, err := tx.Exec(ctx, `
-		DELETE FROM idempotency_records
-		WHERE requester = $1 AND key = $2 AND token = $3 AND state = 'in_flight'`,
-		requester, key, claim.Token); err != nil {
-		return translate("release idempotency record", err)
-	}
-	return tx.commit(ctx, "commit release")
+	return *p
 }
 
 // PurgeResponses deletes up to limit completed records past their retention and in-flight
@@ -128,96 +158,3 @@ func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit i
 	}
 	return int(tag.RowsAffected()), nil
 }
-
-// idempotencyRecord is a row of idempotency_records.
-type idempotencyRecord struct {
-	requester, key string
-	fingerprint    string
-	state          string
-	token          string
-	leaseExpiresAt time.Time
-	response       approval.StoredResponse
-}
-
-// idempotencyRecord reads a record, or returns pgx.ErrNoRows.
-func (tx *tx) idempotencyRecord(ctx context.Context, requester, key string) (*idempotencyRecord, error) {
-	r := idempotencyRecord{requester: requester, key: key}
-	var status *int
-	var location *string
-	err := tx.QueryRow(ctx, `
-		SELECT fingerprint, state, token, lease_expires_at, response_status, response_location, response_body
-		FROM idempotency_records WHERE requester = $1 AND key = $2`,
-		requester, key).Scan(&r.fingerprint, &r.state, &r.token, &r.leaseExpiresAt, &status, &location, &r.response.Body)
-	if err != nil {
-		return nil, err
-	}
-	if status != nil {
-		r.response.StatusCode = *status
-	}
-	if location != nil {
-		r.response.Location = *location
-	}
-	return &r, nil
-}
-
-// resume answers a claim that found an existing record: a mismatch, a replay, a conflict
-// while the lease runs, or a takeover once it has run out.
-func (tx *tx) resume(ctx context.Context, r *idempotencyRecord, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
-	if r.fingerprint != c.Fingerprint {
-		return approval.ClaimResult{}, mismatch()
-	}
-	if r.state == stateCompleted {
-		resp := r.response
-		return approval.ClaimResult{Outcome: approval.Replayed, Response: &resp}, nil
-	}
-	if left := r.leaseExpiresAt.Sub(tx.now); left > 0 {
-		return approval.ClaimResult{}, inFlight(left)
-	}
-
-	// Of several retries taking over the same expired lease, the first to update wins; the
-	// others block on its row lock, then find the token changed and update nothing.
-	token := newFencingToken()
-	tag, err := tx.Exec(ctx, `
-		UPDATE idempotency_records SET token = $4, lease_expires_at = $5
-		WHERE requester = $1 AND key = $2 AND token = $3
-			AND state = 'in_flight' AND lease_expires_at <= $6`,
-		r.requester, r.key, r.token, token, tx.now.Add(c.Lease), tx.now)
-	if err != nil {
-		return approval.ClaimResult{}, translate("take over idempotency record", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return approval.ClaimResult{}, inFlight(c.Lease)
-	}
-	return approval.ClaimResult{Outcome: approval.Claimed, Token: token}, nil
-}
-
-// approvalByKey returns the approval made under (requester, key) with its approvers and
-// decisions, or nil if there is none.
-func (tx *tx) approvalByKey(ctx context.Context, requester, key string) (*approval.Approval, error) {
-	var id string
-	err := tx.QueryRow(ctx, `SELECT id FROM approvals WHERE requester = $1 AND operation_key = $2`,
-		requester, key).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	} else if err != nil {
-		return nil, translate("find approval by operation key", err)
-	}
-	return tx.approval(ctx, id, false)
-}
-
-func mismatch() error {
-	return approval.Errorf(approval.EMISMATCH, "the Idempotency-Key was already used for a different request")
-}
-
-// inFlight is the conflict for a claim another request holds, retryable after the time left
-// on its lease (at least a second, the granularity of Retry-After).
-func inFlight(left time.Duration) error {
-	return &approval.Error{
-		Code:       approval.ECONFLICT,
-		Message:    "a request with this Idempotency-Key is still in flight",
-		RetryAfter: max(left, time.Second),
-	}
-}
-
-// newFencingToken returns a fresh, unguessable claim token.
-func newFencingToken() string { return approval.NewID("clm") }

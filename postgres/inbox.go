@@ -107,7 +107,7 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 		FROM due
 		WHERE i.id = due.id
 		RETURNING `+inboxColumns+`, i.body`,
-		tx.now, limit, newFencingToken(), tx.now.Add(lease))
+		tx.now, limit, approval.NewID("clm"), tx.now.Add(lease))
 	if err != nil {
 		return nil, translate("claim inbox events", err)
 	}

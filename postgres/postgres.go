@@ -69,6 +69,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// pgconn redacts the password in its parse errors.
 		return nil, fmt.Errorf("parse postgres url: %w", err)
 	}
+	return openConfig(ctx, cfg)
+}
+
+// openConfig returns a store on a parsed pool configuration.
+func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create postgres pool: %w", err)
@@ -179,6 +184,22 @@ func (s *Store) beginTx(ctx context.Context, opts pgx.TxOptions) (*tx, error) {
 		return nil, translate("begin transaction", err)
 	}
 	return &tx{Tx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
+}
+
+// acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
+// runs atomically without an explicit transaction (one round trip instead of three), and
+// reads the clock once the connection is held, as beginTx does.
+func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, time.Time{}, translate("acquire connection", err)
+	}
+	return conn, s.Now().UTC().Truncate(approval.Precision), nil
+}
+
+// querier runs one statement: a transaction or a pooled connection.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 func (tx *tx) commit(ctx context.Context, op string) error {

@@ -113,8 +113,8 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 			_, err := s.Approval(ctx, "apr_x")
 			return err
 		},
-		"begin idempotent": func() error {
-			_, err := s.BeginIdempotent(ctx, approval.IdempotencyClaim{Requester: "ci-bot", Key: "k", Fingerprint: "f", Lease: time.Minute})
+		"insert approval": func() error {
+			_, err := s.InsertApproval(ctx, newApproval(t, "k"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"))
 			return err
 		},
 		"expire due": func() error {
@@ -136,7 +136,7 @@ func TestTextPostgresCannotHoldIsInvalid(t *testing.T) {
 	}
 	// SQLite stores a NUL byte; PostgreSQL text cannot. The caller sent it, so it is the
 	// caller's error (400), not an internal one.
-	_, err := s.BeginIdempotent(t.Context(), approval.IdempotencyClaim{Requester: "ci-bot", Key: "k\x00", Fingerprint: "f", Lease: time.Minute})
+	_, err := s.InsertApproval(t.Context(), newApproval(t, "k\x00"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"))
 	if code := approval.ErrorCode(err); code != approval.EINVALID {
 		t.Fatalf("key with a NUL byte: got error code %q (%v), want %q", code, err, approval.EINVALID)
 	}
@@ -188,4 +188,16 @@ func race(n int, fn func(i int)) {
 	}
 	close(startGun)
 	wg.Wait()
+}
+
+// newApproval returns a valid pending approval under key.
+func newApproval(tb testing.TB, key string) *approval.Approval {
+	tb.Helper()
+	a, err := approval.NewApproval(approval.CreateRequest{
+		Action: "deploy", Title: "Deploy", Approvers: []string{"alice"},
+	}, "ci-bot", key, "fp-"+key, approval.Now())
+	if err != nil {
+		tb.Fatalf("new approval: %v", err)
+	}
+	return a
 }

@@ -301,13 +301,9 @@ func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
 	if err != nil {
 		tb.Fatalf("new approval: %v", err)
 	}
-	claim, err := s.BeginIdempotent(ctx, approval.IdempotencyClaim{Requester: a.Requester, Key: key, Fingerprint: a.Fingerprint, Lease: time.Minute})
-	if err != nil {
-		tb.Fatalf("begin idempotent: %v", err)
-	}
 	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte("{}")}
-	if err := s.CreateApproval(ctx, a, claim, resp, time.Hour, approval.HTTPCause("create")); err != nil {
-		tb.Fatalf("create approval: %v", err)
+	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("create")); err != nil || h != nil {
+		tb.Fatalf("create approval: got holder %+v, error %v, want neither", h, err)
 	}
 	approved, err := s.Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
 	if err != nil {

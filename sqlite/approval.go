@@ -14,152 +14,66 @@ import (
 	"github.com/approvald/approval"
 )
 
-// The states of an idempotency record.
-const (
-	stateInFlight  = "in_flight"
-	stateCompleted = "completed"
-)
-
 // actorSystem is the actor of transitions no person made, such as expiry.
 const actorSystem = "system"
 
-// BeginIdempotent starts or resumes the create named by (c.Requester, c.Key); see
-// approval.Store.
-func (s *Store) BeginIdempotent(ctx context.Context, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
-	if c.Requester == "" || c.Key == "" || c.Fingerprint == "" || c.Lease <= 0 {
-		return approval.ClaimResult{}, approval.Errorf(approval.EINVALID, "an idempotency claim needs a requester, a key, a fingerprint and a positive lease")
+// InsertApproval writes a new approval with its idempotency record in one write transaction,
+// or returns what holds its key; see approval.Store. SQLite's single writer orders concurrent
+// inserts of one key: the second finds the first's record.
+func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) (*approval.KeyHolder, error) {
+	if err := validateNew(a); err != nil {
+		return nil, err
 	}
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
-		return approval.ClaimResult{}, fail("begin idempotent", err)
+		return nil, fail("insert approval", err)
 	}
 	defer tx.Rollback()
 
-	res, err := beginIdempotent(ctx, tx, c)
+	holder, err := keyHolder(ctx, tx, a.Requester, a.OperationKey)
 	if err != nil {
-		return approval.ClaimResult{}, fail("begin idempotent", err)
+		return nil, fail("insert approval", err)
+	} else if holder != nil {
+		return holder, nil
+	}
+	if err := insertApproval(ctx, tx, a, resp, retain, cause); err != nil {
+		return nil, fail("insert approval", err)
 	}
 	if err := tx.commit(); err != nil {
-		return approval.ClaimResult{}, fail("begin idempotent", err)
+		return nil, fail("insert approval", err)
 	}
-	return res, nil
+	return nil, nil
 }
 
-func beginIdempotent(ctx context.Context, tx *tx, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
+// keyHolder finds what holds (requester, key): a completed idempotency record, or the
+// approval made under the key once its record was purged; nil if neither.
+func keyHolder(ctx context.Context, tx *tx, requester, key string) (*approval.KeyHolder, error) {
 	var (
-		fingerprint, state, token string
-		lease, statusCode         sql.NullInt64
-		location                  sql.NullString
-		body                      []byte
+		fingerprint string
+		statusCode  sql.NullInt64
+		location    sql.NullString
+		body        []byte
 	)
 	err := tx.QueryRowContext(ctx, `
-		SELECT fingerprint, state, token, lease_expires_at, status_code, location, body
+		SELECT fingerprint, status_code, location, body
 		FROM idempotency_records
-		WHERE requester = ? AND idempotency_key = ?`,
-		c.Requester, c.Key,
-	).Scan(&fingerprint, &state, &token, &lease, &statusCode, &location, &body)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return claimNew(ctx, tx, c)
-	case err != nil:
-		return approval.ClaimResult{}, fmt.Errorf("find idempotency record: %w", err)
-	case fingerprint != c.Fingerprint:
-		return approval.ClaimResult{}, errMismatch()
-	case state == stateCompleted:
-		return approval.ClaimResult{Outcome: approval.Replayed, Response: &approval.StoredResponse{
+		WHERE requester = ? AND idempotency_key = ? AND state = 'completed'`,
+		requester, key,
+	).Scan(&fingerprint, &statusCode, &location, &body)
+	if err == nil {
+		return &approval.KeyHolder{Fingerprint: fingerprint, Response: &approval.StoredResponse{
 			StatusCode: int(statusCode.Int64),
 			Location:   location.String,
 			Body:       body,
 		}}, nil
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("find idempotency record: %w", err)
 	}
-	if left := fromMicros(lease.Int64).Sub(tx.now); left > 0 {
-		return approval.ClaimResult{}, errInFlight(left)
+	list, err := findApprovals(ctx, tx, `a.requester = ? AND a.operation_key = ?`, []any{requester, key}, "")
+	if err != nil || len(list) == 0 {
+		return nil, err
 	}
-
-	// The lease ran out: the first attempt is presumed dead and this retry takes the operation
-	// over. The update is conditional on the old token so that of several retries racing
-	// here only one wins.
-	newToken := approval.NewID("claim")
-	res, err := tx.ExecContext(ctx, `
-		UPDATE idempotency_records SET token = ?, lease_expires_at = ?
-		WHERE requester = ? AND idempotency_key = ? AND state = 'in_flight' AND token = ?`,
-		newToken, micros(tx.now.Add(c.Lease)), c.Requester, c.Key, token)
-	if err != nil {
-		return approval.ClaimResult{}, fmt.Errorf("take over idempotency record: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return approval.ClaimResult{}, fmt.Errorf("take over idempotency record: %w", err)
-	} else if n != 1 {
-		return approval.ClaimResult{}, errInFlight(c.Lease)
-	}
-	return approval.ClaimResult{Outcome: approval.Claimed, Token: newToken}, nil
-}
-
-// claimNew handles a key without a record: either the record was purged and the approval it
-// made answers, or this is the first attempt and claims the key.
-func claimNew(ctx context.Context, tx *tx, c approval.IdempotencyClaim) (approval.ClaimResult, error) {
-	list, err := findApprovals(ctx, tx, `a.requester = ? AND a.operation_key = ?`, []any{c.Requester, c.Key}, "")
-	if err != nil {
-		return approval.ClaimResult{}, err
-	}
-	if len(list) == 1 {
-		if list[0].Fingerprint != c.Fingerprint {
-			return approval.ClaimResult{}, errMismatch()
-		}
-		return approval.ClaimResult{Outcome: approval.Existing, Approval: list[0]}, nil
-	}
-
-	token := approval.NewID("claim")
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO idempotency_records
-			(requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at)
-		VALUES (?, ?, ?, 'in_flight', ?, ?, ?)`,
-		c.Requester, c.Key, c.Fingerprint, token, micros(tx.now.Add(c.Lease)), micros(tx.now),
-	); err != nil {
-		if isUnique(err) {
-			return approval.ClaimResult{}, errInFlight(c.Lease)
-		}
-		return approval.ClaimResult{}, fmt.Errorf("insert idempotency record: %w", err)
-	}
-	return approval.ClaimResult{Outcome: approval.Claimed, Token: token}, nil
-}
-
-func errMismatch() error {
-	return approval.Errorf(approval.EMISMATCH, "this idempotency key was used for a different request")
-}
-
-func errInFlight(left time.Duration) error {
-	return &approval.Error{
-		Code:       approval.ECONFLICT,
-		Message:    "a request with this idempotency key is still in progress",
-		RetryAfter: max(left, time.Second),
-	}
-}
-
-// CreateApproval inserts a, its approvers and its created event, and completes the
-// idempotency record with resp, in one transaction; see approval.Store. It sets a.Status and
-// a.Version to the stored pending and 1.
-func (s *Store) CreateApproval(ctx context.Context, a *approval.Approval, claim approval.ClaimResult, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
-	if claim.Outcome != approval.Claimed || claim.Token == "" {
-		return fmt.Errorf("create approval: the claim was not Claimed (outcome %d)", claim.Outcome)
-	}
-	if err := validateNew(a); err != nil {
-		return err
-	}
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return fail("create approval", err)
-	}
-	defer tx.Rollback()
-
-	if err := createApproval(ctx, tx, a, claim.Token, resp, retain, cause); err != nil {
-		return fail("create approval", err)
-	}
-	if err := tx.commit(); err != nil {
-		return fail("create approval", err)
-	}
-	a.Status, a.Version = approval.StatusPending, 1
-	return nil
+	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, nil
 }
 
 // validateNew refuses an approval the schema would store but the domain cannot use.
@@ -175,23 +89,24 @@ func validateNew(a *approval.Approval) error {
 	return nil
 }
 
-func createApproval(ctx context.Context, tx *tx, a *approval.Approval, token string, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
-	// Completing the record comes first and is fenced by the token: if a retry took the key
-	// over after our lease ran out, nothing of this attempt is written.
-	res, err := tx.ExecContext(ctx, `
-		UPDATE idempotency_records
-		SET state = 'completed', lease_expires_at = NULL,
-			status_code = ?, location = ?, body = ?, retain_until = ?
-		WHERE requester = ? AND idempotency_key = ? AND state = 'in_flight' AND token = ?`,
+// insertApproval writes the record (taking over an in-flight one that the two-transaction
+// create of earlier versions left behind), the approval, its approvers and its created event.
+func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
+	if _, err := tx.ExecContext(ctx, `
+		INSERT INTO idempotency_records
+			(requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at,
+			 status_code, location, body, retain_until)
+		VALUES (?, ?, ?, 'completed', '', NULL, ?, ?, ?, ?, ?)
+		ON CONFLICT (requester, idempotency_key) DO UPDATE SET
+			fingerprint = excluded.fingerprint, state = excluded.state, token = excluded.token,
+			lease_expires_at = NULL, created_at = excluded.created_at,
+			status_code = excluded.status_code, location = excluded.location,
+			body = excluded.body, retain_until = excluded.retain_until
+		WHERE idempotency_records.state = 'in_flight'`,
+		a.Requester, a.OperationKey, a.Fingerprint, micros(tx.now),
 		resp.StatusCode, resp.Location, resp.Body, micros(tx.now.Add(retain)),
-		a.Requester, a.OperationKey, token)
-	if err != nil {
-		return fmt.Errorf("complete idempotency record: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("complete idempotency record: %w", err)
-	} else if n != 1 {
-		return approval.Errorf(approval.ECONFLICT, "the idempotency key was taken over by a retry after this request's lease ran out")
+	); err != nil {
+		return fmt.Errorf("insert idempotency record: %w", err)
 	}
 
 	var contextJSON sql.NullString
@@ -223,28 +138,6 @@ func createApproval(ctx context.Context, tx *tx, a *approval.Approval, token str
 	}
 	tx.signal(approval.TopicApprovals)
 	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
-}
-
-// ReleaseIdempotent deletes the in-flight record that still holds claim's token; see
-// approval.Store.
-func (s *Store) ReleaseIdempotent(ctx context.Context, requester, key string, claim approval.ClaimResult) error {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return fail("release idempotent", err)
-	}
-	defer tx.Rollback()
-
-	if _, err := tx.ExecContext(ctx, `
-		DELETE FROM idempotency_records
-		WHERE requester = ? AND idempotency_key = ? AND state = 'in_flight' AND token = ?`,
-		requester, key, claim.Token,
-	); err != nil {
-		return fail("release idempotent", err)
-	}
-	if err := tx.commit(); err != nil {
-		return fail("release idempotent", err)
-	}
-	return nil
 }
 
 // Approval returns one approval with its approvers and decisions, or ENOTFOUND.

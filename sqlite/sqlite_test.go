@@ -308,17 +308,12 @@ func MustCreateApproval(tb testing.TB, s *sqlite.Store, requester, key string) *
 	return a
 }
 
-// createApproval goes through the create protocol as the HTTP layer does: claim the key,
-// then create the approval and complete the claim.
+// createApproval writes an approval and its idempotency record as the service does.
 func createApproval(ctx context.Context, s *sqlite.Store, requester, key string) (*approval.Approval, error) {
 	body := fmt.Appendf(nil, `{"action":"deploy","title":%q,"approvers":["alice","bob"]}`, key)
 	fp, err := approval.Fingerprint(requester, "POST", "/v1/approvals", body)
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint: %w", err)
-	}
-	claim, err := s.BeginIdempotent(ctx, approval.IdempotencyClaim{Requester: requester, Key: key, Fingerprint: fp, Lease: time.Minute})
-	if err != nil {
-		return nil, fmt.Errorf("begin idempotent %s: %w", key, err)
 	}
 	now := approval.Now()
 	a := &approval.Approval{
@@ -335,8 +330,10 @@ func createApproval(ctx context.Context, s *sqlite.Store, requester, key string)
 		Fingerprint:       fp,
 	}
 	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte(`{}`)}
-	if err := s.CreateApproval(ctx, a, claim, resp, 24*time.Hour, approval.HTTPCause("req-"+key)); err != nil {
+	if h, err := s.InsertApproval(ctx, a, resp, 24*time.Hour, approval.HTTPCause("req-"+key)); err != nil {
 		return nil, fmt.Errorf("create approval %s: %w", key, err)
+	} else if h != nil {
+		return nil, fmt.Errorf("create approval %s: the key is held", key)
 	}
 	return a, nil
 }

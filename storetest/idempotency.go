@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -9,38 +10,36 @@ import (
 	"github.com/approvald/approval"
 )
 
-// exerciseIdempotency covers BeginIdempotent, CreateApproval, ReleaseIdempotent and
-// PurgeResponses: invariant 2, one approval per operation.
+// exerciseIdempotency covers InsertApproval and PurgeResponses, and the rule written once
+// above them, approval.Service.Create: invariant 2, one approval per operation, with the key,
+// the approval and the stored response committed together.
 func exerciseIdempotency(t *testing.T, s suite) {
-	s.run(t, "ClaimCreateReplay", func(t *testing.T, f *fixture) {
+	s.run(t, "InsertThenHeld", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a := PendingApproval(t, f.clock.Now())
-		claim := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		if claim.Token == "" {
-			t.Fatalf("claimed: got empty fencing token, want one")
-		}
 		resp := ResponseFor(a)
-		if err := f.store.CreateApproval(ctx, a, claim, resp, Retention, createCause(a)); err != nil {
-			t.Fatalf("create approval: %v", err)
+		if h, err := f.store.InsertApproval(ctx, a, resp, Retention, createCause(a)); err != nil || h != nil {
+			t.Fatalf("insert: got holder %+v, error %v, want nil, nil", h, err)
 		}
 
-		// The claim is spent: it cannot create a second approval.
-		again := PendingApproval(t, f.clock.Now())
-		again.OperationKey, again.Fingerprint = a.OperationKey, a.Fingerprint
-		err := f.store.CreateApproval(ctx, again, claim, ResponseFor(again), Retention, createCause(again))
-		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.store.Approval(ctx, again.ID)
-		wantCode(t, err, approval.ENOTFOUND)
-
-		// Every retry inside the retention period replays the stored response exactly.
+		// The key is held now: a second approval under it writes nothing, and every retry
+		// inside the retention period finds the stored response exactly.
 		var elapsed time.Duration
 		for _, at := range []time.Duration{0, time.Hour, Retention - time.Second} {
 			f.clock.Advance(at - elapsed)
 			elapsed = at
-			got := mustBegin(t, f.store, ClaimFor(a), approval.Replayed)
-			wantResponse(t, got.Response, resp)
+			again := PendingApproval(t, f.clock.Now())
+			again.OperationKey = a.OperationKey
+			h := mustHeld(t, f.store, again)
+			if h.Fingerprint != a.Fingerprint {
+				t.Fatalf("holder fingerprint: got %q, want %q", h.Fingerprint, a.Fingerprint)
+			}
+			wantResponse(t, h.Response, resp)
+			_, err := f.store.Approval(ctx, again.ID)
+			wantCode(t, err, approval.ENOTFOUND)
 		}
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusPending, 1)
+		wantEventTypes(t, f.store, a.ID, approval.EventCreated)
 	})
 
 	s.run(t, "CreateStoresTheApproval", func(t *testing.T, f *fixture) {
@@ -75,45 +74,63 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		wantTime(t, "expires_at", got.ExpiresAt, a.ExpiresAt)
 	})
 
-	s.run(t, "OtherFingerprintMismatches", func(t *testing.T, f *fixture) {
+	// A create that fails half way leaves nothing behind, key included: the retry with the
+	// same key is a first create, not a replay of nothing and not a 409.
+	s.run(t, "FailedInsertLeavesNothing", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		done := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		other := ClaimFor(done)
-		other.Fingerprint = "fp-another-request"
-		_, err := f.store.BeginIdempotent(ctx, other)
-		wantCode(t, err, approval.EMISMATCH)
-		// The mismatch changed nothing: the original still replays.
-		got := mustBegin(t, f.store, ClaimFor(done), approval.Replayed)
-		wantResponse(t, got.Response, ResponseFor(done))
-
-		// A different request under a key still in flight is a mismatch too, and leaves the
-		// claim to its owner.
-		a := PendingApproval(t, f.clock.Now())
-		claim := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		other = ClaimFor(a)
-		other.Fingerprint = "fp-another-request"
-		_, err = f.store.BeginIdempotent(ctx, other)
-		wantCode(t, err, approval.EMISMATCH)
-		if err := f.store.CreateApproval(ctx, a, claim, ResponseFor(a), Retention, createCause(a)); err != nil {
-			t.Fatalf("create after a mismatching request: %v", err)
+		bad := PendingApproval(t, f.clock.Now())
+		// The approvers' unique constraint fails after the record and the approval rows.
+		bad.Approvers = []string{"alice", "alice"}
+		if _, err := f.store.InsertApproval(ctx, bad, ResponseFor(bad), Retention, createCause(bad)); err == nil {
+			t.Fatalf("insert with an approver listed twice: got no error, want one")
 		}
+		_, err := f.store.Approval(ctx, bad.ID)
+		wantCode(t, err, approval.ENOTFOUND)
+		_, err = f.store.Events(ctx, bad.ID)
+		wantCode(t, err, approval.ENOTFOUND)
+
+		good := PendingApproval(t, f.clock.Now())
+		good.OperationKey, good.Fingerprint = bad.OperationKey, bad.Fingerprint
+		MustCreate(t, f.store, good)
+	})
+
+	s.run(t, "OtherRequestMismatches", func(t *testing.T, f *fixture) {
+		svc := f.service()
+		first := mustServiceCreate(t, svc, "ci-bot", "deploy-1", `{"action":"deploy","title":"one","approvers":["alice"]}`)
+		if first.Replayed || first.Response == nil || first.Approval == nil {
+			t.Fatalf("first create: got %+v, want a new approval with its response", first)
+		}
+		_, err := svc.Create(t.Context(), createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"two","approvers":["alice"]}`))
+		wantCode(t, err, approval.EMISMATCH)
+
+		// The mismatch changed nothing: the original still replays byte for byte, key order
+		// and white space of the retry notwithstanding.
+		again := mustServiceCreate(t, svc, "ci-bot", "deploy-1", `{ "approvers": ["alice"], "title": "one", "action": "deploy" }`)
+		if !again.Replayed {
+			t.Fatalf("identical retry: got Replayed false, want true")
+		}
+		wantResponse(t, again.Response, *first.Response)
 	})
 
 	s.run(t, "KeysArePerRequester", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		first := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		// Another requester using the same key (and even the same fingerprint) names another
-		// operation: MustCreate requires Claimed.
-		b := PendingApproval(t, f.clock.Now())
-		b.Requester, b.OperationKey, b.Fingerprint = "deployer", first.OperationKey, first.Fingerprint
-		second := MustCreate(t, f.store, b)
-		if second.ID == first.ID || second.OperationKey != first.OperationKey {
-			t.Fatalf("second approval: got id %s key %s, want a new id under key %s", second.ID, second.OperationKey, first.OperationKey)
+		svc := f.service()
+		const body = `{"action":"deploy","title":"one","approvers":["alice"]}`
+		first := mustServiceCreate(t, svc, "ci-bot", "deploy-1", body)
+		second := mustServiceCreate(t, svc, "deployer", "deploy-1", body)
+		if second.Replayed || second.Approval.ID == first.Approval.ID {
+			t.Fatalf("another requester's create under the same key: got replayed %v, id %s, want a new approval beside %s", second.Replayed, second.Approval.ID, first.Approval.ID)
 		}
-		got := mustBegin(t, f.store, ClaimFor(first), approval.Replayed)
-		wantResponse(t, got.Response, ResponseFor(first))
-		got = mustBegin(t, f.store, ClaimFor(b), approval.Replayed)
-		wantResponse(t, got.Response, ResponseFor(b))
+		for _, c := range []struct {
+			requester string
+			want      *approval.StoredResponse
+		}{{"ci-bot", first.Response}, {"deployer", second.Response}} {
+			got := mustServiceCreate(t, svc, c.requester, "deploy-1", body)
+			if !got.Replayed {
+				t.Fatalf("%s's retry: got Replayed false, want true", c.requester)
+			}
+			wantResponse(t, got.Response, *c.want)
+		}
 		list, _, err := f.store.Approvals(ctx, approval.ApprovalFilter{})
 		if err != nil {
 			t.Fatalf("approvals: %v", err)
@@ -123,104 +140,16 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		}
 	})
 
-	s.run(t, "InFlightConflicts", func(t *testing.T, f *fixture) {
-		ctx := t.Context()
-		a := PendingApproval(t, f.clock.Now())
-		mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		// RetryAfter is the time left on the lease, and never less than a second.
-		var elapsed time.Duration
-		for _, step := range []struct {
-			at, want time.Duration
-		}{
-			{0, Lease},
-			{20 * time.Second, 10 * time.Second},
-			{Lease - 100*time.Millisecond, time.Second},
-		} {
-			f.clock.Advance(step.at - elapsed)
-			elapsed = step.at
-			_, err := f.store.BeginIdempotent(ctx, ClaimFor(a))
-			e := wantCode(t, err, approval.ECONFLICT)
-			if e.RetryAfter != step.want {
-				t.Fatalf("retry after, %v into a %v lease: got %v, want %v", step.at, Lease, e.RetryAfter, step.want)
-			}
-		}
-	})
-
-	s.run(t, "ExpiredLeaseIsTakenOver", func(t *testing.T, f *fixture) {
-		ctx := t.Context()
-		a := PendingApproval(t, f.clock.Now())
-		first := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		f.clock.Advance(Lease + time.Second)
-		second := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		if second.Token == first.Token {
-			t.Fatalf("takeover: got the old token %q again, want a new one", second.Token)
-		}
-
-		// The first owner lost its lease: its create is fenced off and creates nothing.
-		err := f.store.CreateApproval(ctx, a, first, ResponseFor(a), Retention, createCause(a))
-		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.store.Approval(ctx, a.ID)
-		wantCode(t, err, approval.ENOTFOUND)
-		_, err = f.store.Events(ctx, a.ID)
-		wantCode(t, err, approval.ENOTFOUND)
-		// ... and did not disturb the new owner's claim.
-		_, err = f.store.BeginIdempotent(ctx, ClaimFor(a))
-		wantCode(t, err, approval.ECONFLICT)
-
-		resp := ResponseFor(a)
-		resp.Body = append(resp.Body, "second attempt"...)
-		if err := f.store.CreateApproval(ctx, a, second, resp, Retention, createCause(a)); err != nil {
-			t.Fatalf("create by the new owner: %v", err)
-		}
-		got := mustBegin(t, f.store, ClaimFor(a), approval.Replayed)
-		wantResponse(t, got.Response, resp)
-	})
-
-	s.run(t, "Release", func(t *testing.T, f *fixture) {
-		ctx := t.Context()
-		a := PendingApproval(t, f.clock.Now())
-		first := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		mustRelease(t, f.store, a, first)
-		// A released claim cannot create.
-		err := f.store.CreateApproval(ctx, a, first, ResponseFor(a), Retention, createCause(a))
-		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.store.Approval(ctx, a.ID)
-		wantCode(t, err, approval.ENOTFOUND)
-		// Released: the retry is claimed at once, without waiting for the lease.
-		second := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		if second.Token == first.Token {
-			t.Fatalf("claim after release: got the released token %q, want a new one", second.Token)
-		}
-
-		// Releasing with a token that lost its lease is a no-op.
-		f.clock.Advance(Lease + time.Second)
-		third := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		mustRelease(t, f.store, a, second)
-		_, err = f.store.BeginIdempotent(ctx, ClaimFor(a))
-		wantCode(t, err, approval.ECONFLICT)
-
-		// Releasing a completed record is a no-op as well.
-		if err := f.store.CreateApproval(ctx, a, third, ResponseFor(a), Retention, createCause(a)); err != nil {
-			t.Fatalf("create: %v", err)
-		}
-		mustRelease(t, f.store, a, third)
-		got := mustBegin(t, f.store, ClaimFor(a), approval.Replayed)
-		wantResponse(t, got.Response, ResponseFor(a))
-	})
-
 	s.run(t, "PurgedResponseFindsTheApproval", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		old := PendingApproval(t, f.clock.Now())
-		old.ExpiresAt = old.CreatedAt.Add(72 * time.Hour)
-		oldClaim := mustBegin(t, f.store, ClaimFor(old), approval.Claimed)
-		if err := f.store.CreateApproval(ctx, old, oldClaim, ResponseFor(old), Retention, createCause(old)); err != nil {
-			t.Fatalf("create: %v", err)
-		}
+		svc := f.service()
+		const body = `{"action":"deploy","title":"old","approvers":["alice","bob"],"expires_in":"72h"}`
+		old := mustServiceCreate(t, svc, "ci-bot", "deploy-old", body)
 		f.clock.Advance(12 * time.Hour)
 		recent := PendingApproval(t, f.clock.Now())
 		recent.ExpiresAt = recent.CreatedAt.Add(72 * time.Hour)
 		MustCreate(t, f.store, recent)
-		mustDecide(t, f.store, old.ID, "alice", approval.VerdictApprove)
+		mustDecide(t, f.store, old.Approval.ID, "alice", approval.VerdictApprove)
 
 		// 25 hours in: old's record has outlived its retention, recent's has not. The grace
 		// period applies to in-flight records only, so it must not save old's.
@@ -233,42 +162,25 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		}
 
 		// The same request now finds the approval in its current state, decision included.
-		got := mustBegin(t, f.store, ClaimFor(old), approval.Existing)
-		if got.Approval == nil || got.Approval.ID != old.ID {
-			t.Fatalf("existing: got %+v, want approval %s", got.Approval, old.ID)
+		got := mustServiceCreate(t, svc, "ci-bot", "deploy-old", body)
+		if !got.Replayed || got.Response != nil || got.Approval == nil || got.Approval.ID != old.Approval.ID {
+			t.Fatalf("retry after the purge: got %+v, want Replayed with approval %s and no stored response", got, old.Approval.ID)
 		}
 		wantState(t, got.Approval, approval.StatusApproved, 2)
 		// A different request under the key is still a mismatch: the approval keeps its
-		// fingerprint for ever.
-		other := ClaimFor(old)
-		other.Fingerprint = "fp-another-request"
-		_, err := f.store.BeginIdempotent(ctx, other)
+		// fingerprint for ever, and no second approval can be made under the key.
+		_, err := svc.Create(ctx, createCommand(t, "ci-bot", "deploy-old", `{"action":"deploy","title":"new","approvers":["alice"]}`))
 		wantCode(t, err, approval.EMISMATCH)
-		// Nor can the spent claim, its record gone, create a second approval under the key.
 		second := PendingApproval(t, f.clock.Now())
-		second.OperationKey, second.Fingerprint = old.OperationKey, old.Fingerprint
-		err = f.store.CreateApproval(ctx, second, oldClaim, ResponseFor(second), Retention, createCause(second))
-		wantCode(t, err, approval.ECONFLICT)
+		second.OperationKey = "deploy-old"
+		if h := mustHeld(t, f.store, second); h.Approval == nil || h.Approval.ID != old.Approval.ID || h.Response != nil {
+			t.Fatalf("holder after the purge: got %+v, want approval %s and no response", h, old.Approval.ID)
+		}
 		_, err = f.store.Approval(ctx, second.ID)
 		wantCode(t, err, approval.ENOTFOUND)
 
-		resp := mustBegin(t, f.store, ClaimFor(recent), approval.Replayed)
-		wantResponse(t, resp.Response, ResponseFor(recent))
-	})
-
-	s.run(t, "PurgeAbandonedClaims", func(t *testing.T, f *fixture) {
-		const grace = time.Minute
-		a := PendingApproval(t, f.clock.Now())
-		mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-		f.clock.Advance(Lease + grace - time.Second)
-		if n := mustPurge(t, f.store, grace, 100); n != 0 {
-			t.Fatalf("purge within the grace period: got %d records, want 0", n)
-		}
-		f.clock.Advance(2 * time.Second)
-		if n := mustPurge(t, f.store, grace, 100); n != 1 {
-			t.Fatalf("purge after the grace period: got %d records, want 1", n)
-		}
-		mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
+		h := mustHeld(t, f.store, recent)
+		wantResponse(t, h.Response, ResponseFor(recent))
 	})
 
 	s.run(t, "PurgeLimit", func(t *testing.T, f *fixture) {
@@ -283,45 +195,39 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		}
 	})
 
-	// Many identical requests at once, as from a client retrying on a short timeout: one
-	// creates, the rest replay or are told to retry, and one approval exists per key.
+	// Many identical requests at once, as from a client retrying on a short timeout: exactly
+	// one creates, every other one waits for it and replays its answer (never a conflict to
+	// retry), and one approval exists per key.
 	s.run(t, "ConcurrentCreates", func(t *testing.T, f *fixture) {
 		const keys, racers = 10, 100
 		ctx := t.Context()
-		for range keys {
-			// Computed before the race: a store may write to a in CreateApproval.
-			a := PendingApproval(t, f.clock.Now())
-			claim, resp := ClaimFor(a), ResponseFor(a)
-			type result struct {
-				claim     approval.ClaimResult
-				err       error
-				createErr error
-			}
-			results := make([]result, racers)
+		svc := f.service()
+		for k := range keys {
+			key := fmt.Sprintf("deploy-%d", k)
+			cmd := createCommand(t, "ci-bot", key, `{"action":"deploy","title":"race","approvers":["alice","bob"]}`)
+			results := make([]approval.CreateResult, racers)
+			errs := make([]error, racers)
 			race(racers, func(i int) {
-				r := &results[i]
-				r.claim, r.err = f.store.BeginIdempotent(ctx, claim)
-				if r.err == nil && r.claim.Outcome == approval.Claimed {
-					r.createErr = f.store.CreateApproval(ctx, a, r.claim, resp, Retention, approval.HTTPCause(fmt.Sprintf("racer-%d", i)))
-				}
+				c := cmd
+				c.Cause = approval.HTTPCause(fmt.Sprintf("racer-%d", i))
+				results[i], errs[i] = svc.Create(ctx, c)
 			})
-			claimed := 0
-			for i, r := range results {
-				switch {
-				case r.err == nil && r.claim.Outcome == approval.Claimed:
-					claimed++
-					if r.createErr != nil {
-						t.Fatalf("racer %d claimed but could not create: %v", i, r.createErr)
+			var created *approval.StoredResponse
+			for i := range racers {
+				if errs[i] != nil {
+					t.Fatalf("key %s, racer %d: got error %v, want a create or a replay", key, i, errs[i])
+				} else if !results[i].Replayed {
+					if created != nil {
+						t.Fatalf("key %s: two racers created, want one", key)
 					}
-				case r.err == nil && r.claim.Outcome == approval.Replayed:
-					wantResponse(t, r.claim.Response, resp)
-				case approval.ErrorCode(r.err) == approval.ECONFLICT:
-				default:
-					t.Fatalf("racer %d: got outcome %v, error %v, want Claimed, Replayed or ECONFLICT", i, r.claim.Outcome, r.err)
+					created = results[i].Response
 				}
 			}
-			if claimed != 1 {
-				t.Fatalf("key %s: got %d racers claiming, want 1", a.OperationKey, claimed)
+			if created == nil {
+				t.Fatalf("key %s: no racer created, want one", key)
+			}
+			for i := range racers {
+				wantResponse(t, results[i].Response, *created)
 			}
 		}
 		list, _, err := f.store.Approvals(ctx, approval.ApprovalFilter{Limit: approval.MaxPageSize})
@@ -336,61 +242,47 @@ func exerciseIdempotency(t *testing.T, s suite) {
 			t.Fatalf("after the races: got %d approvals under %d keys, want %d under %d", len(list), len(perKey), keys, keys)
 		}
 	})
-
-	// Several retries finding the same expired lease: the takeover is a conditional write, so
-	// exactly one wins.
-	s.run(t, "ConcurrentTakeovers", func(t *testing.T, f *fixture) {
-		const rounds, racers = 10, 20
-		ctx := t.Context()
-		for range rounds {
-			a := PendingApproval(t, f.clock.Now())
-			first := mustBegin(t, f.store, ClaimFor(a), approval.Claimed)
-			f.clock.Advance(Lease + time.Second)
-			claims := make([]approval.ClaimResult, racers)
-			errs := make([]error, racers)
-			claim := ClaimFor(a)
-			race(racers, func(i int) { claims[i], errs[i] = f.store.BeginIdempotent(ctx, claim) })
-			var winner *approval.ClaimResult
-			for i := range racers {
-				switch {
-				case errs[i] == nil && claims[i].Outcome == approval.Claimed:
-					if winner != nil {
-						t.Fatalf("key %s: two takeovers won (tokens %q and %q), want one", a.OperationKey, winner.Token, claims[i].Token)
-					}
-					winner = &claims[i]
-				case approval.ErrorCode(errs[i]) != approval.ECONFLICT:
-					t.Fatalf("racer %d: got outcome %v, error %v, want Claimed or ECONFLICT", i, claims[i].Outcome, errs[i])
-				}
-			}
-			if winner == nil {
-				t.Fatalf("key %s: no takeover won, want one", a.OperationKey)
-			}
-			err := f.store.CreateApproval(ctx, a, first, ResponseFor(a), Retention, createCause(a))
-			wantCode(t, err, approval.ECONFLICT)
-			if err := f.store.CreateApproval(ctx, a, *winner, ResponseFor(a), Retention, createCause(a)); err != nil {
-				t.Fatalf("create by the winner: %v", err)
-			}
-		}
-	})
 }
 
-func mustBegin(tb testing.TB, s approval.Store, c approval.IdempotencyClaim, want approval.ClaimOutcome) approval.ClaimResult {
+// mustHeld inserts a, which must find its key held, and returns the holder.
+func mustHeld(tb testing.TB, s approval.Store, a *approval.Approval) *approval.KeyHolder {
 	tb.Helper()
-	res, err := s.BeginIdempotent(tb.Context(), c)
+	h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a))
 	if err != nil {
-		tb.Fatalf("begin idempotent %s/%s: %v", c.Requester, c.Key, err)
+		tb.Fatalf("insert %s: %v", a.OperationKey, err)
+	} else if h == nil {
+		tb.Fatalf("insert %s: got a new approval, want the key held", a.OperationKey)
 	}
-	if res.Outcome != want {
-		tb.Fatalf("begin idempotent %s/%s: got outcome %v, want %v", c.Requester, c.Key, res.Outcome, want)
+	return h
+}
+
+// createCommand is a create of body by requester under key, as httpapi would send it to the
+// service.
+func createCommand(tb testing.TB, requester, key, body string) approval.CreateCommand {
+	tb.Helper()
+	var req approval.CreateRequest
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		tb.Fatalf("decode %s: %v", body, err)
+	}
+	return approval.CreateCommand{
+		Requester: requester,
+		Key:       key,
+		Body:      []byte(body),
+		Request:   req,
+		Cause:     approval.HTTPCause("create-" + key),
+		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
+			return ResponseFor(a), nil
+		},
+	}
+}
+
+func mustServiceCreate(tb testing.TB, svc *approval.Service, requester, key, body string) approval.CreateResult {
+	tb.Helper()
+	res, err := svc.Create(tb.Context(), createCommand(tb, requester, key, body))
+	if err != nil {
+		tb.Fatalf("create %s/%s: %v", requester, key, err)
 	}
 	return res
-}
-
-func mustRelease(tb testing.TB, s approval.Store, a *approval.Approval, claim approval.ClaimResult) {
-	tb.Helper()
-	if err := s.ReleaseIdempotent(tb.Context(), a.Requester, a.OperationKey, claim); err != nil {
-		tb.Fatalf("release %s: %v", a.OperationKey, err)
-	}
 }
 
 func mustPurge(tb testing.TB, s approval.Store, grace time.Duration, limit int) int {

@@ -73,6 +73,11 @@ type fixture struct {
 	clock *Clock
 }
 
+// service returns the rules over the case's store, on the case's clock.
+func (f *fixture) service() *approval.Service {
+	return &approval.Service{Store: f.store, Now: f.clock.Now, Retention: Retention}
+}
+
 // start is where every case's clock begins. It is microsecond-aligned, like the stores, so a
 // time the suite computes equals the time a store reads back; the case about precision moves
 // the clock off the microsecond on purpose.
@@ -122,11 +127,8 @@ const otherTargetedAction = "refund"
 
 func targeted(action string) bool { return action == TargetedAction || action == otherTargetedAction }
 
-// The idempotency parameters MustCreate uses, as httpapi would.
-const (
-	Lease     = 30 * time.Second // how long a claim stays in flight
-	Retention = 24 * time.Hour   // how long a completed response is kept
-)
+// Retention is how long MustCreate keeps a create's response, as httpapi would.
+const Retention = 24 * time.Hour
 
 // PendingApproval returns a valid approval, ready for CreateApproval, made by requester
 // "ci-bot" at now under a fresh operation key: action "deploy", approvers alice and bob, one
@@ -146,28 +148,17 @@ func PendingApproval(tb testing.TB, now time.Time) *approval.Approval {
 	return a
 }
 
-// MustCreate creates a through the idempotent path httpapi takes: it claims (a.Requester,
-// a.OperationKey) with a.Fingerprint, which must be Claimed, then creates the approval with
-// ResponseFor(a) kept for Retention and cause HTTPCause("create-"+a.OperationKey). It returns
-// the approval as the store reads it back.
+// MustCreate creates a as the service does, in one InsertApproval that must find the key
+// free, with ResponseFor(a) kept for Retention and cause HTTPCause("create-"+a.OperationKey).
+// It returns the approval as the store reads it back.
 func MustCreate(tb testing.TB, s approval.Store, a *approval.Approval) *approval.Approval {
 	tb.Helper()
-	ctx := tb.Context()
-	claim, err := s.BeginIdempotent(ctx, ClaimFor(a))
-	if err != nil {
-		tb.Fatalf("begin idempotent %s: %v", a.OperationKey, err)
-	} else if claim.Outcome != approval.Claimed {
-		tb.Fatalf("begin idempotent %s: got outcome %v, want Claimed", a.OperationKey, claim.Outcome)
-	}
-	if err := s.CreateApproval(ctx, a, claim, ResponseFor(a), Retention, createCause(a)); err != nil {
-		tb.Fatalf("create approval %s: %v", a.OperationKey, err)
+	if h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a)); err != nil {
+		tb.Fatalf("insert approval %s: %v", a.OperationKey, err)
+	} else if h != nil {
+		tb.Fatalf("insert approval %s: got the key held (fingerprint %s), want it free", a.OperationKey, h.Fingerprint)
 	}
 	return mustApproval(tb, s, a.ID)
-}
-
-// ClaimFor returns the idempotency claim for creating a, with lease Lease.
-func ClaimFor(a *approval.Approval) approval.IdempotencyClaim {
-	return approval.IdempotencyClaim{Requester: a.Requester, Key: a.OperationKey, Fingerprint: a.Fingerprint, Lease: Lease}
 }
 
 // ResponseFor returns the response a create of a stores for replay. The body ends in a new

@@ -78,44 +78,29 @@ func TestSweeper_PurgesResponses(t *testing.T) {
 		s := testdb.Open(t, kind, clk.Now)
 		sw := &worker.Sweeper{Store: s, Logger: discard, Batch: 2, Grace: time.Minute}
 
-		// Three completed records (retention one hour) and two abandoned in-flight claims,
-		// one of which is still inside the grace period when the sweeper runs.
+		// Three completed records (retention one hour).
 		var done []*approval.Approval
 		for i := range 3 {
 			done = append(done, mustCreateApproval(t, s, clk, fmt.Sprintf("done-%d", i), 24*time.Hour))
 		}
-		oldClaim := mustClaim(t, s, "abandoned-early")
-		clk.Add(retain)
-		newClaim := mustClaim(t, s, "abandoned-late")
-		// Now the retention of the completed records is over, the early claim's lease ended
-		// an hour ago, and the late one's ended half a grace period ago.
-		clk.Add(lease + 30*time.Second)
+		clk.Add(retain + time.Second)
 
 		if err := sw.Sweep(ctx); err != nil {
 			t.Fatalf("sweep: %v", err)
 		}
 
-		// A retry of a purged completed create no longer replays the stored response: it
+		// A retry of a purged completed create no longer finds the stored response: it
 		// finds the approval through its permanent operation key instead.
 		for _, a := range done {
-			res, err := s.BeginIdempotent(ctx, claimFor(a.OperationKey))
+			h, err := s.InsertApproval(ctx, newApproval(clk, a.OperationKey, time.Hour), response(), retain, approval.HTTPCause("retry"))
 			if err != nil {
 				t.Fatalf("retry %s: %v", a.OperationKey, err)
 			}
-			if res.Outcome != approval.Existing {
-				t.Errorf("retry %s: got outcome %d, want Existing (%d)", a.OperationKey, res.Outcome, approval.Existing)
-			} else if res.Approval.ID != a.ID {
-				t.Errorf("retry %s: got approval %s, want %s", a.OperationKey, res.Approval.ID, a.ID)
+			if h == nil || h.Response != nil || h.Approval == nil {
+				t.Errorf("retry %s: got holder %+v, want the approval without a stored response", a.OperationKey, h)
+			} else if h.Approval.ID != a.ID {
+				t.Errorf("retry %s: got approval %s, want %s", a.OperationKey, h.Approval.ID, a.ID)
 			}
-		}
-
-		// The claim abandoned for longer than lease+grace is gone, so its holder can no
-		// longer complete it; the one still inside the grace period can.
-		if err := s.CreateApproval(ctx, newApproval(clk, "abandoned-early", time.Hour), oldClaim, response(), retain, approval.HTTPCause("req-early")); approval.ErrorCode(err) != approval.ECONFLICT {
-			t.Errorf("complete purged claim: got error %v, want code %s", err, approval.ECONFLICT)
-		}
-		if err := s.CreateApproval(ctx, newApproval(clk, "abandoned-late", time.Hour), newClaim, response(), retain, approval.HTTPCause("req-late")); err != nil {
-			t.Errorf("complete claim inside grace: %v", err)
 		}
 	})
 }
@@ -305,21 +290,6 @@ func (c *clock) Add(d time.Duration) {
 
 const requester = "ci-bot"
 
-func claimFor(key string) approval.IdempotencyClaim {
-	return approval.IdempotencyClaim{Requester: requester, Key: key, Fingerprint: "fp-" + key, Lease: lease}
-}
-
-func mustClaim(tb testing.TB, s approval.Store, key string) approval.ClaimResult {
-	tb.Helper()
-	res, err := s.BeginIdempotent(context.Background(), claimFor(key))
-	if err != nil {
-		tb.Fatalf("claim %s: %v", key, err)
-	} else if res.Outcome != approval.Claimed {
-		tb.Fatalf("claim %s: got outcome %d, want Claimed", key, res.Outcome)
-	}
-	return res
-}
-
 func newApproval(clk *clock, key string, expiresIn time.Duration) *approval.Approval {
 	now := clk.Now()
 	return &approval.Approval{
@@ -343,14 +313,13 @@ func response() approval.StoredResponse {
 	return approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}
 }
 
-// mustCreateApproval creates a pending approval the way the API does: claim the key, then
-// insert the approval and complete the record in one transaction.
+// mustCreateApproval creates a pending approval the way the API does: the approval and its
+// idempotency record in one transaction.
 func mustCreateApproval(tb testing.TB, s approval.Store, clk *clock, key string, expiresIn time.Duration) *approval.Approval {
 	tb.Helper()
-	claim := mustClaim(tb, s, key)
 	a := newApproval(clk, key, expiresIn)
-	if err := s.CreateApproval(context.Background(), a, claim, response(), retain, approval.HTTPCause("req-"+key)); err != nil {
-		tb.Fatalf("create approval %s: %v", key, err)
+	if h, err := s.InsertApproval(context.Background(), a, response(), retain, approval.HTTPCause("req-"+key)); err != nil || h != nil {
+		tb.Fatalf("create approval %s: got holder %+v, error %v, want neither", key, h, err)
 	}
 	return a
 }
