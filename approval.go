@@ -139,8 +139,9 @@ const Precision = time.Microsecond
 // Now returns the current time at store precision, in UTC.
 func Now() time.Time { return time.Now().UTC().Truncate(Precision) }
 
-// MarshalJSON shows an execution as DESIGN.md does: only {"status": "not_configured"} while an
-// action without a target has had no outcome reported, the full record otherwise.
+// MarshalJSON shows an execution as the API does (docs/http-api.md, "The approval"): only
+// {"status": "not_configured"} while an action without a target has had no outcome reported,
+// the full record otherwise.
 func (e Execution) MarshalJSON() ([]byte, error) {
 	type plain Execution
 	if e.Status == ExecutionNotConfigured {

@@ -28,7 +28,7 @@ const (
 // CauseKind names what made a transition happen.
 type CauseKind string
 
-// The cause kinds of DESIGN.md.
+// The cause kinds (docs/invariants.md, invariant 7).
 const (
 	CauseHTTP     CauseKind = "http"
 	CauseInbox    CauseKind = "inbox"

@@ -93,9 +93,9 @@ type ExecutionFilter struct {
 	Cursor string
 }
 
-// ExecutionStore is the durable half of the execution ledger (DESIGN.md invariant 5). Every
-// change appends an event to the approval's audit trail with its cause (the worker attempt,
-// the operator, the report).
+// ExecutionStore is the durable half of the execution ledger (docs/invariants.md, invariant 5).
+// Every change appends an event to the approval's audit trail with its cause (the worker
+// attempt, the operator, the report).
 //
 // The outbox: when Decide (or ApplyInbox deciding) makes an approval approved, the same
 // transaction inserts its execution: queued and due now when the store's Targeted(action)

@@ -92,8 +92,8 @@ type InboxFilter struct {
 	Cursor string
 }
 
-// InboxStore is the durable half of the webhook inbox (DESIGN.md invariant 3). Both stores
-// implement it as part of Store.
+// InboxStore is the durable half of the webhook inbox (docs/invariants.md, invariant 3). Both
+// stores implement it as part of Store.
 type InboxStore interface {
 	// RecordInbox stores e (ID, Source, EventID, Type, Headers, Body, ReceivedAt set by the
 	// caller; status pending, next attempt now) under the unique (source, event_id) in one

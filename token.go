@@ -10,7 +10,7 @@ import (
 // Role is what a token's subject may do.
 type Role string
 
-// The four roles of DESIGN.md.
+// The four roles (docs/http-api.md, "Authentication and roles").
 const (
 	RoleRequester Role = "requester" // create, cancel own, read own
 	RoleApprover  Role = "approver"  // decide where listed, read where listed

@@ -48,9 +48,9 @@ func (p principal) mayRead(a *approval.Approval) bool {
 	return p.Role.ReadsAll() || a.VisibleTo(p.Subject)
 }
 
-// mayDecide reports whether p's role may vote at all: approvers decide where listed, admins
-// may do everything (DESIGN.md "Auth"); requesters and operators may not. The store checks
-// that p is listed.
+// mayDecide reports whether p's role may vote at all: approvers decide where listed, admins may
+// do everything (docs/http-api.md, "Authentication and roles"); requesters and operators may
+// not. The store checks that p is listed.
 func (p principal) mayDecide() bool {
 	return p.Role == approval.RoleApprover || p.Role == approval.RoleAdmin
 }
@@ -61,7 +61,8 @@ func (p principal) mayCancel(a *approval.Approval) bool {
 }
 
 // authenticateOperator authenticates the request and lets operators and admins through:
-// executions and the inbox are theirs (DESIGN.md "Auth"). Anyone else is EFORBIDDEN.
+// executions and the inbox are theirs (docs/http-api.md, "Authentication and roles"). Anyone
+// else is EFORBIDDEN.
 func (s *Server) authenticateOperator(r *http.Request) (principal, error) {
 	p, err := s.authenticate(r.Context(), r)
 	if err != nil {

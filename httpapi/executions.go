@@ -179,9 +179,10 @@ type reportAnswer struct {
 // "succeeded|failed", "version": N, "result": {...}}: the outcome of an approved action,
 // reported by whoever executed it (its requester when the action has no target, an operator or
 // an admin). A report is applied only when its version is newer than the last one applied
-// (DESIGN.md invariant 4); an older one answers "applied": false and changes nothing but the
-// audit trail. 409 with the approval when it is not approved, or when approvald records the
-// execution's outcome from its own call to the target (approval.ExecutionRecord.Reportable).
+// (docs/invariants.md, invariant 4); an older one answers "applied": false and changes nothing
+// but the audit trail. 409 with the approval when it is not approved, or when approvald records
+// the execution's outcome from its own call to the target
+// (approval.ExecutionRecord.Reportable).
 func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 	p, err := s.authenticate(r.Context(), r)
 	if err != nil {

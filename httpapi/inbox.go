@@ -43,10 +43,10 @@ type intakeAnswer struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
-// handleIntake is POST /v1/inbox/{source}: a signed webhook (DESIGN.md invariant 3). The
-// signature is the authentication, so no bearer token is asked for. The delivery is verified
-// over the raw body, stored under its (source, event id) and acknowledged only after the
-// commit; a redelivery is acknowledged as a duplicate. Nothing is stored for a refused
+// handleIntake is POST /v1/inbox/{source}: a signed webhook (docs/invariants.md, invariant 3).
+// The signature is the authentication, so no bearer token is asked for. The delivery is
+// verified over the raw body, stored under its (source, event id) and acknowledged only after
+// the commit; a redelivery is acknowledged as a duplicate. Nothing is stored for a refused
 // delivery, and no business work happens here: the inbox worker claims stored events.
 func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 	src := s.sources[r.PathValue("source")]

@@ -199,9 +199,9 @@ func flipByte(b []byte, i int) []byte {
 	return c
 }
 
-// TestIntakeStatuses sends every case of DESIGN.md "Webhook intake" through HTTP, signed by
-// the providers' own libraries: what is accepted is stored and answered 200, and every
-// refusal (400, 401, 404, 413) stores nothing.
+// TestIntakeStatuses sends every case of docs/http-api.md, "Webhook intake", through HTTP,
+// signed by the providers' own libraries: what is accepted is stored and answered 200, and
+// every refusal (400, 401, 404, 413) stores nothing.
 func TestIntakeStatuses(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {

@@ -133,7 +133,7 @@ func TestLongPoll(t *testing.T) {
 
 		t.Run("cut short by shutdown", func(t *testing.T) {
 			// Server shutdown cancels the requests' base context: the long-poll still answers
-			// 200 with the approval, as DESIGN.md promises.
+			// 200 with the approval, as docs/http-api.md promises.
 			f := setup(t, kind, func(c *httpapi.Config) { c.LongPollInterval = time.Hour })
 			ci := f.token("ci-bot", approval.RoleRequester)
 			a := f.mustCreate(ci, "poll-shutdown", createBody("Poll", "alice"))

@@ -1,6 +1,7 @@
-// Package httpapi serves approvald's JSON API (DESIGN.md "HTTP API v1"), the signed webhook
-// intake (DESIGN.md "Webhook intake"), /healthz, /readyz and /metrics. Every request gets a request id, one access log line and its metrics; every error
-// is answered as RFC 9457 problem+json through one code-to-status table (problem.go).
+// Package httpapi serves approvald's JSON API, the signed webhook intake, /healthz, /readyz
+// and /metrics: the HTTP contract of docs/http-api.md. Every request gets a request id, one
+// access log line and its metrics; every error is answered as RFC 9457 problem+json through
+// one code-to-status table (problem.go).
 //
 // The package grows by resource: one file per resource holds its handlers, and the route table
 // in this file lists every route the server answers.
@@ -42,9 +43,9 @@ type Config struct {
 	Failpoints        *failpoint.Set       // nil = none
 }
 
-// Source is one configured webhook sender (DESIGN.md "Webhook intake"). cmd/approvald builds
-// the list from the configuration file, whose Validate checks the verifiers and that names
-// are unique.
+// Source is one configured webhook sender (docs/http-api.md, "Webhook intake"). cmd/approvald
+// builds the list from the configuration file, whose Validate checks the verifiers and that
+// names are unique.
 type Source struct {
 	Name     string
 	Verifier webhook.Verifier // scheme, secrets (several while rotating), tolerance

@@ -1,5 +1,5 @@
 // Package webhook verifies signed inbound webhooks and signs outbound ones, for the three
-// schemes of DESIGN.md "Webhook intake": Standard Webhooks, Stripe and GitHub.
+// schemes of docs/http-api.md, "Webhook intake": Standard Webhooks, Stripe and GitHub.
 //
 // A Verifier checks one delivery over its raw body and returns the provider's event id, which
 // the intake stores under a unique constraint. Every check is an HMAC-SHA256 over exactly the

@@ -22,10 +22,10 @@ const (
 // DefaultInboxBackoff spaces the attempts of an inbox event whose store work failed.
 var DefaultInboxBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute, Multiplier: 2, Jitter: 0.2}
 
-// InboxProcessor applies stored webhook events (DESIGN.md invariant 3: work happens after the
-// acknowledgement, in a worker that claims stored events). Every replica runs one; claims are
-// leased in the store, so an event is applied once however many processors race for it, and
-// an event whose processor died is taken over when its lease ends.
+// InboxProcessor applies stored webhook events (docs/invariants.md, invariant 3: work happens
+// after the acknowledgement, in a worker that claims stored events). Every replica runs one;
+// claims are leased in the store, so an event is applied once however many processors race for
+// it, and an event whose processor died is taken over when its lease ends.
 type InboxProcessor struct {
 	Store  approval.Store
 	Logger *slog.Logger // slog.Default() when nil

@@ -28,7 +28,8 @@ const (
 // maxResult bounds the response body kept as an execution's result, and a lookup's.
 const maxResult = 1 << 20
 
-// Target is the downstream call that carries out one action (DESIGN.md "Execution targets").
+// Target is the downstream call that carries out one action (docs/http-api.md, "Execution
+// targets").
 type Target struct {
 	Action string
 	URL    string
@@ -52,11 +53,11 @@ type Target struct {
 	Policy Policy
 }
 
-// Runner carries out approved actions (DESIGN.md invariant 5): it claims due executions from
-// the store, calls each action's target, and records the outcome. The store records every
-// attempt before the call is made, so an attempt cut short by a crash is known afterwards,
-// and every outcome is written only while the attempt still owns the execution. Every
-// replica runs one.
+// Runner carries out approved actions (docs/invariants.md, invariant 5): it claims due
+// executions from the store, calls each action's target, and records the outcome. The store
+// records every attempt before the call is made, so an attempt cut short by a crash is known
+// afterwards, and every outcome is written only while the attempt still owns the execution.
+// Every replica runs one.
 type Runner struct {
 	Store   approval.Store
 	Logger  *slog.Logger      // slog.Default() when nil

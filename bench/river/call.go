@@ -16,7 +16,7 @@ import (
 )
 
 // The call River's workers make is the call approvald's runner makes for an approved action
-// (DESIGN.md, "Execution targets"): POST {"approval": {...}} with the operation key as
+// (docs/http-api.md, "Execution targets"): POST {"approval": {...}} with the operation key as
 // Idempotency-Key and a Standard Webhooks signature made with the target's secret. Only the
 // body's values differ; its shape and size are those of an approvald approval.
 

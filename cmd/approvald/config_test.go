@@ -12,7 +12,8 @@ import (
 	"github.com/approvald/approval/worker"
 )
 
-// designYAML is the configuration file of DESIGN.md, plus the idempotency lease.
+// designYAML sets every section of the configuration file, as the example in README.md,
+// "Configuration" does, plus the idempotency lease.
 const designYAML = `
 listen: 127.0.0.1:8080
 database_url: file:approvald.db        # or postgres://user@host:5432/db
@@ -103,10 +104,10 @@ func TestParseConfig_Defaults(t *testing.T) {
 	}
 }
 
-// TestParseConfig_DesignDefaults pins the defaults DESIGN.md promises as literals, so changing
-// a Default* constant fails here (TestParseConfig_Defaults compares with DefaultConfig and
-// would follow it). An empty file has no sources, so a source's default tolerance is read from
-// a second file that names one without a tolerance.
+// TestParseConfig_DesignDefaults pins the documented defaults (README.md, "Configuration") as
+// literals, so changing a Default* constant fails here (TestParseConfig_Defaults compares with
+// DefaultConfig and would follow it). An empty file has no sources, so a source's default
+// tolerance is read from a second file that names one without a tolerance.
 func TestParseConfig_DesignDefaults(t *testing.T) {
 	c, err := ParseConfig(strings.NewReader(""))
 	if err != nil {

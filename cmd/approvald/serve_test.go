@@ -105,7 +105,7 @@ func TestServe_ShutdownEndsLongPolls(t *testing.T) {
 	if err := cmd.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	// The long-poll is answered rather than left hanging or dropped, and, as DESIGN.md
+	// The long-poll is answered rather than left hanging or dropped, and, as docs/http-api.md
 	// promises, with 200 and the approval even though shutdown cut its wait short.
 	got := <-polled
 	if got.err != nil {

@@ -7,7 +7,8 @@ CREATE TABLE approvals (
 	id                 TEXT    PRIMARY KEY,
 	requester          TEXT    NOT NULL,
 	-- The operation key and fingerprint are kept for ever: after the idempotency record is
-	-- purged they still stop a retry from creating a second approval (DESIGN.md invariant 2).
+	-- purged they still stop a retry from creating a second approval (docs/invariants.md,
+	-- invariant 2).
 	operation_key      TEXT    NOT NULL,
 	fingerprint        TEXT    NOT NULL,
 	action             TEXT    NOT NULL,

@@ -1,5 +1,5 @@
--- 0002_inbox_executions: the webhook inbox (DESIGN.md invariant 3) and the execution ledger
--- (invariants 4 and 5). Times are INTEGER unix microseconds, as in 0001.
+-- 0002_inbox_executions: the webhook inbox (docs/invariants.md, invariant 3) and the execution
+-- ledger (invariants 4 and 5). Times are INTEGER unix microseconds, as in 0001.
 
 -- Verified inbound webhook deliveries, stored before they are acknowledged. (source, event_id)
 -- is what makes a redelivery a duplicate; the row is kept (body cleared first) for as long as
