@@ -147,7 +147,7 @@ const finalReadTimeout = 2 * time.Second
 // the approval. Signals are hints that can be lost, so it also re-reads every pollInterval.
 //
 // When the request's context ends first (the server shutting down cancels it, or the client
-// left) it still answers 200 with the approval, read on a context of its own: DESIGN.md
+// left) it still answers 200 with the approval, read on a context of its own: docs/http-api.md
 // promises 200 either way, and if the client is really gone nothing is lost.
 func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p principal, id string, version int64, wait time.Duration) {
 	// Subscribe before the first read, so that a change committed between the read and the

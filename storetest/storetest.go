@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite every approval.Store implementation must pass.
-// It is the executable form of the doc comments on approval.Store and of the DESIGN.md
-// invariants that rest on the store: one terminal decision (1), one approval per operation (2),
+// It is the executable form of the doc comments on approval.Store and of the invariants in
+// docs/invariants.md that rest on the store: one terminal decision (1), one approval per operation (2),
 // one intake per event (3), no step backwards (4), one effect per approved action (5), durable
 // state only (6) and every transition explaining itself (7).
 //
