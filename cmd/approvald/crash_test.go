@@ -45,13 +45,19 @@ const (
 // crashRounds is how many crashes each (failpoint, target kind) sequence goes through:
 // APPROVALD_CRASH_ROUNDS, 50 by default.
 func crashRounds(t *testing.T) int {
-	v := os.Getenv("APPROVALD_CRASH_ROUNDS")
+	return roundsFromEnv(t, "APPROVALD_CRASH_ROUNDS", 50)
+}
+
+// roundsFromEnv is how many crash rounds a test goes through: the environment variable name,
+// or def when it is unset.
+func roundsFromEnv(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
 	if v == "" {
-		return 50
+		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		t.Fatalf("APPROVALD_CRASH_ROUNDS=%q: want a whole number >= 1", v)
+		t.Fatalf("%s=%q: want a whole number >= 1", name, v)
 	}
 	return n
 }
