@@ -65,7 +65,7 @@ type InboxEvent struct {
 }
 
 // InboxAction is what a handler decided to do with a claimed event, computed from the body
-// without touching the store, then applied by ApplyInbox in one transaction with marking the
+// without touching the store, then applied by Service.ApplyInbox in one transaction with marking the
 // event done, so a crash between the two cannot apply an event twice.
 type InboxAction struct {
 	Kind   InboxActionKind
@@ -110,15 +110,9 @@ type InboxStore interface {
 	// FOR UPDATE SKIP LOCKED so replicas never claim the same event.
 	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*InboxEvent, error)
 
-	// ApplyInbox applies a to the claimed event e and marks it processed (or ignored, or
-	// stale) with its outcome, in one transaction, only while e.LeaseToken still holds the
-	// event (ECONFLICT otherwise, nothing applied). A decision refused by the rules (403/409
-	// of the API) is a processed event whose Outcome says why, not an error. A decision's
-	// audit event has cause {kind: inbox, source, event_id}.
-	ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) (*InboxEvent, error)
-
 	// FailInbox records a failed attempt of the claimed event: with retryAt non-nil the event
-	// goes back to pending for then; with nil it becomes failed. Lease-fenced like ApplyInbox.
+	// goes back to pending for then; with nil it becomes failed. Lease-fenced like
+	// Service.ApplyInbox.
 	FailInbox(ctx context.Context, e *InboxEvent, errMsg string, retryAt *time.Time) error
 
 	// InboxEvent returns one event with its body, or ENOTFOUND.

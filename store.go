@@ -42,28 +42,12 @@ type Store interface {
 	// the cursor of the next page ("" on the last page).
 	Approvals(ctx context.Context, f ApprovalFilter) ([]*Approval, string, error)
 
-	// Decide records one approver's vote through one conditional write (ApplyInbox decides
-	// through the same code). In order:
-	//   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
-	//     ApprovalID is empty; an operation key used by several requesters is ECONFLICT);
-	//   - EFORBIDDEN if d.Approver is not an approver, or is the requester voting approve;
-	//   - if d.Approver already voted: the same verdict returns the current approval with no
-	//     change (a repeat); the other verdict is ECONFLICT carrying the current approval;
-	//   - ECONFLICT carrying the current approval if it is no longer pending;
-	//   - if expires_at <= now: the approval is moved to expired (with its event) in this
-	//     transaction and ECONFLICT carrying it is returned;
-	//   - otherwise the vote is stored, version+1, an EventVoted event appended; a reject
-	//     makes the approval rejected, and the approvals reaching required_approvals make it
-	//     approved (decided_at = now, with EventRejected/EventApproved) and, in the same
-	//     transaction, creates its execution (see ExecutionStore). The status change is
-	//     `UPDATE ... WHERE status = 'pending' AND expires_at > now`.
-	Decide(ctx context.Context, d DecideRequest) (*Approval, error)
+	// Begin opens a transaction for the Service to compose a rule in (see Tx).
+	Begin(ctx context.Context) (Tx, error)
 
-	// Cancel moves a pending approval to cancelled (version+1, decided_at = now,
-	// EventCancelled with actor and cause). ENOTFOUND if missing; ECONFLICT carrying the
-	// current approval if it is already terminal (including past expires_at, which is
-	// expired as in Decide). Permission checks belong to the caller.
-	Cancel(ctx context.Context, id, actor string, cause Cause) (*Approval, error)
+	// HasTarget reports whether an action has a downstream target, which decides whether
+	// approving queues its execution or records it as not_configured.
+	HasTarget(action string) bool
 
 	// ExpireDue moves up to limit pending approvals with expires_at <= now to expired, each
 	// with an EventExpired (actor "system", cause sweeper), and returns how many it moved.

@@ -320,7 +320,7 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 		}
 
 		id := r.PathValue("id")
-		a, err := s.store.Decide(r.Context(), approval.DecideRequest{
+		a, err := s.svc.Decide(r.Context(), approval.DecideRequest{
 			ApprovalID: id,
 			Approver:   p.Subject,
 			Verdict:    verdict,
@@ -358,7 +358,7 @@ func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "only the requester (%s) or an admin may cancel approval %s", a.Requester, id))
 		return
 	}
-	a, err = s.store.Cancel(r.Context(), id, p.Subject, approval.HTTPCause(s.info(r).id))
+	a, err = s.svc.Cancel(r.Context(), id, p.Subject, approval.HTTPCause(s.info(r).id))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

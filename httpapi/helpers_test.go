@@ -52,6 +52,9 @@ type fixture struct {
 	logs     *lockedBuffer
 }
 
+// service returns the rules over the fixture's store, for a change made behind the API's back.
+func (f *fixture) service() *approval.Service { return &approval.Service{Store: f.store} }
+
 // setup starts a server over a new store of the given kind. opts adjust the Config.
 func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	tb.Helper()

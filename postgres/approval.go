@@ -76,199 +76,6 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	return list, next, nil
 }
 
-// Decide records one approver's vote through decide, the code ApplyInbox decides with too.
-// A refusal by the rules is committed before it is returned, because finding the approval past
-// its expiry expires it, and that truth is kept.
-func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval.Approval, error) {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	res, err := s.decide(ctx, tx, d)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.commit(ctx, "commit decision"); err != nil {
-		return nil, err
-	}
-	if res.refusal != nil {
-		return nil, res.refusal
-	}
-	return res.approval, nil
-}
-
-// decided is what decide did. A refusal is the rules' answer to the request (403, 404, 409 of
-// the API), not a failure: what decide wrote before refusing (an expiry) is to be committed.
-type decided struct {
-	approval *approval.Approval // the approval as it now is; nil if it was not found
-	repeat   bool               // the approver's earlier identical vote; nothing changed
-	refusal  *approval.Error
-}
-
-// decide applies one vote inside tx: the rules of approval.Store.Decide, shared by Decide and
-// by ApplyInbox so that a decision arriving by webhook is held to exactly the API's rules. The
-// approval's row lock orders it against every other vote, cancel and expiry of the same
-// approval, and the status change itself is the conditional write of invariant 1. An error
-// means tx must be rolled back.
-func (s *Store) decide(ctx context.Context, tx *tx, d approval.DecideRequest) (decided, error) {
-	refuse := func(a *approval.Approval, e *approval.Error) (decided, error) {
-		return decided{approval: a, refusal: e}, nil
-	}
-	if !d.Verdict.Valid() {
-		return refuse(nil, approval.Errorf(approval.EINVALID, "unknown verdict %q", d.Verdict))
-	}
-	id := d.ApprovalID
-	if id == "" && d.OperationKey != "" {
-		var refusal *approval.Error
-		var err error
-		if id, refusal, err = tx.approvalIDByKey(ctx, d.OperationKey); err != nil {
-			return decided{}, err
-		} else if refusal != nil {
-			return refuse(nil, refusal)
-		}
-	}
-	a, err := tx.approval(ctx, id, true)
-	if e := approval.AsError(err); e != nil && e.Code == approval.ENOTFOUND {
-		return refuse(nil, e)
-	} else if err != nil {
-		return decided{}, err
-	}
-	if !a.IsApprover(d.Approver) {
-		return refuse(a, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver))
-	}
-	if d.Approver == a.Requester && d.Verdict == approval.VerdictApprove {
-		return refuse(a, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request"))
-	}
-	if prev, ok := a.DecisionBy(d.Approver); ok {
-		if prev.Verdict == d.Verdict {
-			return decided{approval: a, repeat: true}, nil
-		}
-		return refuse(a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict))
-	}
-	if a.Status.Terminal() {
-		return refuse(a, conflict(a, "the approval is already %s", a.Status))
-	}
-	if !a.ExpiresAt.After(tx.now) {
-		if err := tx.expire(ctx, a, d.Cause); err != nil {
-			return decided{}, err
-		}
-		return refuse(a, conflict(a, "the approval has expired"))
-	}
-
-	seq, err := tx.appendEvent(ctx, a.ID, approval.EventVoted, d.Approver, d.Cause,
-		map[string]any{"verdict": d.Verdict, "comment": d.Comment})
-	if err != nil {
-		return decided{}, err
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
-		VALUES ($1, $2, $3, $4, $5, $6)`,
-		a.ID, d.Approver, string(d.Verdict), d.Comment, tx.now, seq,
-	); err != nil {
-		return decided{}, translate("insert decision", err)
-	}
-	a.Decisions = append(a.Decisions, approval.Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: tx.now})
-
-	status, event := approval.StatusPending, ""
-	switch {
-	case d.Verdict == approval.VerdictReject:
-		status, event = approval.StatusRejected, approval.EventRejected
-	case a.Approvals() >= a.RequiredApprovals:
-		status, event = approval.StatusApproved, approval.EventApproved
-	}
-	var decidedAt *time.Time
-	if status.Terminal() {
-		now := tx.now
-		decidedAt = &now
-	}
-	if err := tx.transition(ctx, a, status, decidedAt); err != nil {
-		if e := approval.AsError(err); e != nil && e.Code == approval.ECONFLICT && e.Approval != nil {
-			return refuse(e.Approval, e)
-		}
-		return decided{}, err
-	}
-	if event != "" {
-		if _, err := tx.appendEvent(ctx, a.ID, event, d.Approver, d.Cause, nil); err != nil {
-			return decided{}, err
-		}
-	}
-	if status == approval.StatusApproved {
-		rec, err := s.insertExecution(ctx, tx, a, d.Approver, d.Cause)
-		if err != nil {
-			return decided{}, err
-		}
-		a.Execution = rec.Public()
-	}
-	if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
-		return decided{}, err
-	}
-	return decided{approval: a}, nil
-}
-
-// approvalIDByKey finds the one approval under an operation key. Keys are unique per
-// requester only, so a key several requesters used does not name one approval: that, and no
-// approval at all, are refusals (ECONFLICT, ENOTFOUND); err is a failure.
-func (tx *tx) approvalIDByKey(ctx context.Context, key string) (id string, refusal *approval.Error, err error) {
-	rows, err := tx.Query(ctx, `SELECT id FROM approvals WHERE operation_key = $1 LIMIT 2`, key)
-	if err != nil {
-		return "", nil, translate("find approval by operation key", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", nil, translate("find approval by operation key", err)
-	}
-	switch len(ids) {
-	case 0:
-		return "", approval.Errorf(approval.ENOTFOUND, "no approval has operation key %q", key), nil
-	case 1:
-		return ids[0], nil, nil
-	}
-	return "", approval.Errorf(approval.ECONFLICT, "operation key %q is used by several requesters; name the approval id", key), nil
-}
-
-// Cancel moves a pending approval to cancelled.
-func (s *Store) Cancel(ctx context.Context, id, actor string, cause approval.Cause) (*approval.Approval, error) {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	a, err := tx.approval(ctx, id, true)
-	if err != nil {
-		return nil, err
-	}
-	if a.Status.Terminal() {
-		return nil, conflict(a, "the approval is already %s", a.Status)
-	}
-	if !a.ExpiresAt.After(tx.now) {
-		// Too late, but the truth the request discovered is kept.
-		if err := tx.expire(ctx, a, cause); err != nil {
-			return nil, err
-		}
-		if err := tx.commit(ctx, "commit expiry"); err != nil {
-			return nil, err
-		}
-		return nil, conflict(a, "the approval has expired")
-	}
-	now := tx.now
-	if err := tx.transition(ctx, a, approval.StatusCancelled, &now); err != nil {
-		return nil, err
-	}
-	if _, err := tx.appendEvent(ctx, a.ID, approval.EventCancelled, actor, cause, nil); err != nil {
-		return nil, err
-	}
-	if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
-		return nil, err
-	}
-	if err := tx.commit(ctx, "commit cancel"); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
 // ExpireDue expires up to limit due pending approvals in one statement. SKIP LOCKED lets
 // several replicas sweep at once without waiting on each other or on a vote in progress
 // (which expires the approval itself if it is due), and the events are inserted from the
@@ -306,7 +113,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
 			COALESCE((SELECT max(e.seq) FROM events e WHERE e.approval_id = expired.id), 0) + 1,
 			$3::text, $1::timestamptz, $4::text, $5::jsonb
 		FROM expired`,
-		tx.now, limit, approval.EventExpired, systemActor, cause)
+		tx.now, limit, approval.EventExpired, approval.ActorSystem, cause)
 	if err != nil {
 		return 0, translate("expire due approvals", err)
 	}
@@ -393,9 +200,6 @@ func (s *Store) Events(ctx context.Context, approvalID string) ([]approval.Event
 	return events, tx.commit(ctx, "commit list events")
 }
 
-// systemActor is the actor of transitions nobody asked for: expiry.
-const systemActor = "system"
-
 // approvalColumns are the approvals columns scanApproval reads, in order, from alias a.
 const approvalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.requester,
 	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
@@ -424,13 +228,6 @@ func scanApproval(row pgx.Row, extra ...any) (*approval.Approval, error) {
 	a.ExpiresAt = a.ExpiresAt.UTC()
 	a.CreatedAt = a.CreatedAt.UTC()
 	return &a, nil
-}
-
-// approval reads one approval with its approvers and decisions, locking its row FOR UPDATE
-// when lock is set so that the caller may change it and append events (whose seq is
-// max(seq)+1 and so relies on that lock).
-func (tx *tx) approval(ctx context.Context, id string, lock bool) (*approval.Approval, error) {
-	return readApproval(ctx, tx, id, lock)
 }
 
 // approvalDetailSQL reads an approval with everything its answer shows in one statement:
@@ -553,49 +350,6 @@ func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error 
 		byID[rec.ApprovalID].Execution = rec.Public()
 	}
 	return nil
-}
-
-// transition is the one conditional status write of invariant 1: it changes a locked,
-// pending, unexpired approval and bumps its version. Under the row lock the condition holds;
-// if it ever does not, the caller gets the current state as a conflict rather than a
-// silent overwrite.
-func (tx *tx) transition(ctx context.Context, a *approval.Approval, status approval.Status, decidedAt *time.Time) error {
-	err := tx.QueryRow(ctx, `
-		UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
-		WHERE id = $1 AND status = 'pending' AND expires_at > $4
-		RETURNING version`,
-		a.ID, string(status), decidedAt, tx.now).Scan(&a.Version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		current, err := tx.approval(ctx, a.ID, false)
-		if err != nil {
-			return err
-		}
-		return conflict(current, "the approval is already %s", current.Status)
-	} else if err != nil {
-		return translate("update approval status", err)
-	}
-	a.Status, a.DecidedAt = status, decidedAt
-	return nil
-}
-
-// expire moves a locked, pending approval found past its expiry to expired, with its event.
-// The caller commits it and answers its request with a conflict: the request came too late,
-// but the truth it discovered is kept.
-func (tx *tx) expire(ctx context.Context, a *approval.Approval, cause approval.Cause) error {
-	err := tx.QueryRow(ctx, `
-		UPDATE approvals SET status = 'expired', decided_at = $2, version = version + 1
-		WHERE id = $1 AND status = 'pending' AND expires_at <= $2
-		RETURNING version`,
-		a.ID, tx.now).Scan(&a.Version)
-	if err != nil {
-		return translate("expire approval", err)
-	}
-	now := tx.now
-	a.Status, a.DecidedAt = approval.StatusExpired, &now
-	if _, err := tx.appendEvent(ctx, a.ID, approval.EventExpired, systemActor, cause, nil); err != nil {
-		return err
-	}
-	return tx.notify(ctx, approval.TopicApprovals)
 }
 
 // appendEvent adds the next event of an approval and returns its seq. The caller holds the

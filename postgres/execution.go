@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -107,7 +106,7 @@ func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit 
 		ids[i] = c.Record.ApprovalID
 		cause := approval.Cause{Kind: approval.CauseWorker, Attempt: c.Attempt}
 		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
-		if _, err := tx.appendEvent(ctx, c.Record.ApprovalID, approval.EventExecutionAttempt, systemActor, cause, detail); err != nil {
+		if _, err := tx.appendEvent(ctx, c.Record.ApprovalID, approval.EventExecutionAttempt, approval.ActorSystem, cause, detail); err != nil {
 			return nil, err
 		}
 	}
@@ -227,7 +226,7 @@ func (s *Store) FinishAttempt(ctx context.Context, id string, attempt int, o app
 		detail["retry_at"] = *retryAt
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-	if _, err := tx.appendEvent(ctx, rec.ApprovalID, event, systemActor, cause, detail); err != nil {
+	if _, err := tx.appendEvent(ctx, rec.ApprovalID, event, approval.ActorSystem, cause, detail); err != nil {
 		return nil, err
 	}
 	if o.Status == approval.ExecutionQueued {
@@ -268,7 +267,7 @@ func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) er
 		return translate("release execution", err)
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-	if _, err := tx.appendEvent(ctx, approvalID, approval.EventExecutionReleased, systemActor, cause, map[string]any{"execution_id": id}); err != nil {
+	if _, err := tx.appendEvent(ctx, approvalID, approval.EventExecutionReleased, approval.ActorSystem, cause, map[string]any{"execution_id": id}); err != nil {
 		return err
 	}
 	if err := tx.notify(ctx, approval.TopicExecutions); err != nil {
@@ -504,66 +503,7 @@ func (s *Store) ExecutionCounts(ctx context.Context) (map[approval.ExecutionStat
 	return counts, stuck, tx.commit(ctx, "commit count executions")
 }
 
-// insertExecution creates the execution of an approval that tx has just approved (the
-// transactional outbox of invariant 5): queued and due now when the action has a target,
-// not_configured when it has none. A targeted execution whose operation key and action another
-// approval's execution already has goes to needs_review instead: the key is unique per
-// requester only, yet it is the target's Idempotency-Key, so the target would take the two
-// for one operation.
-func (s *Store) insertExecution(ctx context.Context, tx *tx, a *approval.Approval, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-	status := approval.ExecutionNotConfigured
-	var due *time.Time
-	var lastError, otherID, otherRequester string
-	targeted := s.Targeted != nil && s.Targeted(a.Action)
-	if targeted {
-		now := tx.now
-		status, due = approval.ExecutionQueued, &now
-		// Two requesters' approvals under one key may be approved at once, each transaction
-		// blind to the other's uncommitted execution: a transaction-scoped lock on the
-		// (action, key) pair makes the second wait for the first and then see its row.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
-			operationKeyLock, a.Action+"\n"+a.OperationKey); err != nil {
-			return nil, translate("lock operation key", err)
-		}
-		err := tx.QueryRow(ctx, `
-			SELECT x.approval_id, a.requester FROM executions x JOIN approvals a ON a.id = x.approval_id
-			WHERE x.operation_key = $1 AND x.action = $2 AND x.approval_id <> $3
-			ORDER BY x.created_at, x.id LIMIT 1`,
-			a.OperationKey, a.Action, a.ID).Scan(&otherID, &otherRequester)
-		switch {
-		case err == nil:
-			status, due = approval.ExecutionNeedsReview, nil
-			lastError = fmt.Sprintf("operation key %s is also used by approval %s of requester %s for the same action; the target cannot tell them apart, so approvald will not call it: an operator must decide", a.OperationKey, otherID, otherRequester)
-		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, translate("find executions under the operation key", err)
-		}
-	}
-	rec, err := scanExecution(tx.QueryRow(ctx, `
-		INSERT INTO executions AS x (id, approval_id, operation_key, action, targeted, status, last_error, next_attempt_at, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
-		RETURNING `+executionColumns,
-		approval.NewID("exe"), a.ID, a.OperationKey, a.Action, targeted, string(status), lastError, due, tx.now))
-	if err != nil {
-		return nil, translate("insert execution", err)
-	}
-	switch status {
-	case approval.ExecutionQueued:
-		if _, err := tx.appendEvent(ctx, a.ID, approval.EventExecutionQueued, actor, cause, map[string]any{"execution_id": rec.ID}); err != nil {
-			return nil, err
-		}
-		if err := tx.notify(ctx, approval.TopicExecutions); err != nil {
-			return nil, err
-		}
-	case approval.ExecutionNeedsReview:
-		detail := map[string]any{"execution_id": rec.ID, "reason": lastError, "other_approval_id": otherID}
-		if _, err := tx.appendEvent(ctx, a.ID, approval.EventExecutionNeedsReview, actor, cause, detail); err != nil {
-			return nil, err
-		}
-	}
-	return rec, nil
-}
-
-// operationKeyLock is the first key of the pg_advisory_xact_lock that insertExecution takes
+// operationKeyLock is the first key of the pg_advisory_xact_lock that ExecutionGetByOperationKey takes
 // on an (action, operation key) pair ("opky" in ASCII); the second is a hash of the pair. The
 // two-key form never meets Migrate's one-key lock, and two pairs whose hashes collide only
 // wait for each other.

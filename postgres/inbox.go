@@ -127,106 +127,6 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	return events, nil
 }
 
-// ApplyInbox applies a handler's action to a claimed event and marks the event done, in one
-// transaction and only while e's claim still holds it. A decision goes through decide and a
-// result through report, the very code of Decide and ReportExecution; what their rules refuse
-// is the event's outcome, not an error.
-func (s *Store) ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error) {
-	switch {
-	case a.Kind == approval.ActionDecide && a.Decide == nil,
-		a.Kind == approval.ActionExecutionResult && a.Report == nil:
-		return nil, approval.Errorf(approval.EINVALID, "inbox action %d has no payload", a.Kind)
-	case a.Kind != approval.ActionIgnore && a.Kind != approval.ActionDecide && a.Kind != approval.ActionExecutionResult:
-		return nil, approval.Errorf(approval.EINVALID, "unknown inbox action %d", a.Kind)
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	var status, token, source, eventID string
-	err = tx.QueryRow(ctx, `
-		SELECT status, lease_token, source, event_id FROM inbox_events WHERE id = $1 FOR UPDATE`,
-		e.ID).Scan(&status, &token, &source, &eventID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", e.ID)
-	} else if err != nil {
-		return nil, translate("lock inbox event", err)
-	}
-	if e.LeaseToken == "" || token != e.LeaseToken || status != string(approval.InboxPending) {
-		return nil, lostInboxClaim(e.ID)
-	}
-	cause := approval.Cause{Kind: approval.CauseInbox, Source: source, EventID: eventID}
-
-	final, outcome := approval.InboxProcessed, ""
-	var approvalID *string
-	switch a.Kind {
-	case approval.ActionIgnore:
-		final, outcome = approval.InboxIgnored, a.Reason
-
-	case approval.ActionDecide:
-		d := *a.Decide
-		d.Cause = cause
-		res, err := s.decide(ctx, tx, d)
-		if err != nil {
-			return nil, err
-		}
-		if res.approval != nil {
-			approvalID = &res.approval.ID
-		}
-		if res.refusal != nil {
-			if !refusedByRules(res.refusal) {
-				return nil, res.refusal
-			}
-			outcome = "refused: " + res.refusal.Message
-			break
-		}
-		outcome = decisionOutcome(res, d)
-
-	case approval.ActionExecutionResult:
-		r := *a.Report
-		r.Cause = cause
-		if r.Actor == "" {
-			r.Actor = source
-		}
-		res, err := tx.report(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		if res.rec != nil {
-			approvalID = &res.rec.ApprovalID
-		}
-		switch {
-		case res.refusal != nil:
-			if !refusedByRules(res.refusal) {
-				return nil, res.refusal
-			}
-			outcome = "refused: " + res.refusal.Message
-		case res.applied:
-			outcome = fmt.Sprintf("execution %s of approval %s reported %s (version %d)", res.rec.ID, res.rec.ApprovalID, r.Status, r.Version)
-		default:
-			final = approval.InboxStale
-			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, res.rec.AppliedVersion)
-		}
-	}
-
-	done, err := scanInbox(tx.QueryRow(ctx, `
-		UPDATE inbox_events i
-		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
-			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
-		WHERE i.id = $1
-		RETURNING `+inboxColumns+`, i.body`,
-		e.ID, string(final), outcome, approvalID, tx.now))
-	if err != nil {
-		return nil, translate("mark inbox event done", err)
-	}
-	if err := tx.commit(ctx, "commit inbox event"); err != nil {
-		return nil, err
-	}
-	return done, nil
-}
-
 // FailInbox records a failed attempt of a claimed event, only while e's claim still holds it:
 // back to pending at retryAt, or failed for good when retryAt is nil.
 func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
@@ -427,30 +327,6 @@ func (s *Store) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, 
 		return nil, translate("count inbox events", err)
 	}
 	return counts, tx.commit(ctx, "commit count inbox events")
-}
-
-// refusedByRules reports whether an error of decide or report is the rules' answer to the
-// event (the API's 403, 404 and 409), which is the event's outcome rather than a failure.
-func refusedByRules(e *approval.Error) bool {
-	switch e.Code {
-	case approval.EFORBIDDEN, approval.ECONFLICT, approval.ENOTFOUND:
-		return true
-	}
-	return false
-}
-
-// decisionOutcome says in words what an applied inbox decision changed.
-func decisionOutcome(res decided, d approval.DecideRequest) string {
-	a := res.approval
-	switch {
-	case res.repeat:
-		return fmt.Sprintf("approval %s: %s already voted %s; no change", a.ID, d.Approver, d.Verdict)
-	case a.Status == approval.StatusApproved:
-		return fmt.Sprintf("approval %s approved by %s", a.ID, d.Approver)
-	case a.Status == approval.StatusRejected:
-		return fmt.Sprintf("approval %s rejected by %s", a.ID, d.Approver)
-	}
-	return fmt.Sprintf("approval %s: %s voted %s (%d of %d approvals)", a.ID, d.Approver, d.Verdict, a.Approvals(), a.RequiredApprovals)
 }
 
 // lostInboxClaim is the answer to a worker whose claim no longer holds the event.

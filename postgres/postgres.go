@@ -156,8 +156,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 // tx is one store method's transaction, carrying the clock reading the method uses for every
 // comparison.
 type tx struct {
-	pgx.Tx
+	dbtx
 	now time.Time
+}
+
+// dbtx is what a store method's transaction runs statements with: a pgx.Tx, or the
+// pipelining transaction the Service composes rules in (ruleTx).
+type dbtx interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Commit(ctx context.Context) error
+	Rollback(ctx context.Context) error
 }
 
 // begin starts a read-committed write transaction and reads the clock. Races between
@@ -183,7 +193,7 @@ func (s *Store) beginTx(ctx context.Context, opts pgx.TxOptions) (*tx, error) {
 	if err != nil {
 		return nil, translate("begin transaction", err)
 	}
-	return &tx{Tx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
+	return &tx{dbtx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
 }
 
 // acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
@@ -255,17 +265,4 @@ func unavailableCode(code string) bool {
 		return true
 	}
 	return strings.HasPrefix(code, "08")
-}
-
-// uniqueViolation reports whether err is a unique violation of the named constraint.
-func uniqueViolation(err error, constraint string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
-}
-
-// conflict is an ECONFLICT error carrying the approval the caller lost against.
-func conflict(a *approval.Approval, format string, args ...any) *approval.Error {
-	e := approval.Errorf(approval.ECONFLICT, format, args...)
-	e.Approval = a
-	return e
 }

@@ -305,7 +305,7 @@ func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
 	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("create")); err != nil || h != nil {
 		tb.Fatalf("create approval: got holder %+v, error %v, want neither", h, err)
 	}
-	approved, err := s.Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
+	approved, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
 	if err != nil {
 		tb.Fatalf("approve %s: %v", a.ID, err)
 	}

@@ -64,7 +64,7 @@ func TestRoundTrips(t *testing.T) {
 			return err
 		}
 		before := rt.Count()
-		_, err = s.Decide(ctx, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")})
+		_, err = svc.Decide(ctx, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")})
 		decideTrips = rt.Count() - before
 		return err
 	}

@@ -14,9 +14,6 @@ import (
 	"github.com/approvald/approval"
 )
 
-// actorSystem is the actor of transitions no person made, such as expiry.
-const actorSystem = "system"
-
 // InsertApproval writes a new approval with its idempotency record in one write transaction,
 // or returns what holds its key; see approval.Store. SQLite's single writer orders concurrent
 // inserts of one key: the second finds the first's record.
@@ -255,238 +252,6 @@ func pageLimit(limit int) (int, error) {
 	return limit, nil
 }
 
-// Decide records one approver's vote; see approval.Store.
-func (s *Store) Decide(ctx context.Context, d approval.DecideRequest) (*approval.Approval, error) {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return nil, fail("decide", err)
-	}
-	defer tx.Rollback()
-
-	a, refusal, err := s.decide(ctx, tx, d)
-	if err != nil {
-		return nil, fail("decide", err)
-	}
-	// A refusal is committed too: a vote that finds the approval past its expiry has just
-	// expired it, and that change stands.
-	if err := tx.commit(); err != nil {
-		return nil, fail("decide", err)
-	}
-	if refusal != nil {
-		return nil, refusal
-	}
-	return a, nil
-}
-
-// decide applies d: it is the one code path of a vote, whether it comes from the API (Decide)
-// or from an inbox event (ApplyInbox). It returns the approval after the vote, or a refusal
-// to answer the caller with once whatever decide wrote is committed, or an error that aborts.
-// With a refusal it still returns the approval when one was found, so that the inbox can
-// name it.
-func (s *Store) decide(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.Approval, refusal, err error) {
-	if !d.Verdict.Valid() {
-		return nil, nil, approval.Errorf(approval.EINVALID, "verdict must be approve or reject")
-	}
-	if a, refusal, err = findDecided(ctx, tx, d); refusal != nil || err != nil {
-		return nil, refusal, err
-	}
-	if !a.IsApprover(d.Approver) {
-		return a, approval.Errorf(approval.EFORBIDDEN, "%s is not an approver of this approval", d.Approver), nil
-	}
-	if d.Approver == a.Requester && d.Verdict == approval.VerdictApprove {
-		return a, approval.Errorf(approval.EFORBIDDEN, "the requester may not approve their own request"), nil
-	}
-	if prev, ok := a.DecisionBy(d.Approver); ok {
-		if prev.Verdict == d.Verdict {
-			return a, nil, nil // a repeat of the same vote changes nothing
-		}
-		return a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict), nil
-	}
-	if refusal, err := refuseUnlessPending(ctx, tx, a, d.Cause); err != nil {
-		return nil, nil, err
-	} else if refusal != nil {
-		return a, refusal, nil
-	}
-
-	status := approval.StatusPending
-	switch {
-	case d.Verdict == approval.VerdictReject:
-		status = approval.StatusRejected // any single rejection is final
-	case a.Approvals()+1 >= a.RequiredApprovals:
-		status = approval.StatusApproved
-	}
-	var decidedAt *time.Time
-	if status.Terminal() {
-		decidedAt = &tx.now
-	}
-	if ok, err := transition(ctx, tx, a.ID, status, decidedAt); err != nil {
-		return nil, nil, err
-	} else if !ok {
-		return nil, nil, fmt.Errorf("approval %s changed inside the write transaction", a.ID)
-	}
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at)
-		VALUES (?, ?, ?, ?, ?)`,
-		a.ID, d.Approver, string(d.Verdict), d.Comment, micros(tx.now),
-	); err != nil {
-		return nil, nil, fmt.Errorf("insert decision: %w", err)
-	}
-	detail := map[string]any{"verdict": string(d.Verdict), "comment": d.Comment}
-	if err := appendEvent(ctx, tx, a.ID, approval.EventVoted, d.Approver, d.Cause, detail); err != nil {
-		return nil, nil, err
-	}
-	switch status {
-	case approval.StatusApproved:
-		if err := appendEvent(ctx, tx, a.ID, approval.EventApproved, d.Approver, d.Cause, nil); err != nil {
-			return nil, nil, err
-		}
-		// The outbox: the execution exists from the instant the approval does, so no crash
-		// can leave an approved action that nobody will run.
-		if err := insertExecution(ctx, tx, a, s.targeted(a.Action), d.Approver, d.Cause); err != nil {
-			return nil, nil, err
-		}
-	case approval.StatusRejected:
-		if err := appendEvent(ctx, tx, a.ID, approval.EventRejected, d.Approver, d.Cause, nil); err != nil {
-			return nil, nil, err
-		}
-	}
-	a, err = findApproval(ctx, tx, a.ID)
-	return a, nil, err
-}
-
-// findDecided finds the approval a vote names: by id, or else by operation key. Not finding
-// it, or a key that several requesters use, is a refusal.
-func findDecided(ctx context.Context, tx *tx, d approval.DecideRequest) (a *approval.Approval, refusal, err error) {
-	if d.ApprovalID != "" {
-		a, err := findApproval(ctx, tx, d.ApprovalID)
-		if approval.ErrorCode(err) == approval.ENOTFOUND {
-			return nil, err, nil
-		}
-		return a, nil, err
-	}
-	if d.OperationKey == "" {
-		return nil, nil, approval.Errorf(approval.EINVALID, "a vote must name the approval by id or operation key")
-	}
-	// Operation keys are unique per requester only; the vote carries no requester, so a key
-	// two requesters use cannot name one approval.
-	list, err := findApprovals(ctx, tx, "a.operation_key = ?", []any{d.OperationKey}, "LIMIT 2")
-	switch {
-	case err != nil:
-		return nil, nil, err
-	case len(list) == 0:
-		return nil, approval.Errorf(approval.ENOTFOUND, "no approval has operation key %q", d.OperationKey), nil
-	case len(list) > 1:
-		return nil, approval.Errorf(approval.ECONFLICT, "operation key %q is used by several requesters; name the approval id", d.OperationKey), nil
-	}
-	return list[0], nil, nil
-}
-
-// Cancel moves a pending approval to cancelled; see approval.Store.
-func (s *Store) Cancel(ctx context.Context, id, actor string, cause approval.Cause) (*approval.Approval, error) {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return nil, fail("cancel", err)
-	}
-	defer tx.Rollback()
-
-	a, refusal, err := cancel(ctx, tx, id, actor, cause)
-	if err != nil {
-		return nil, fail("cancel", err)
-	}
-	// As in Decide, a refusal may follow an expiry that must be kept.
-	if err := tx.commit(); err != nil {
-		return nil, fail("cancel", err)
-	}
-	if refusal != nil {
-		return nil, refusal
-	}
-	return a, nil
-}
-
-func cancel(ctx context.Context, tx *tx, id, actor string, cause approval.Cause) (a *approval.Approval, refusal, err error) {
-	if a, err = findApproval(ctx, tx, id); err != nil {
-		return nil, nil, err
-	}
-	if refusal, err := refuseUnlessPending(ctx, tx, a, cause); refusal != nil || err != nil {
-		return nil, refusal, err
-	}
-	if ok, err := transition(ctx, tx, id, approval.StatusCancelled, &tx.now); err != nil {
-		return nil, nil, err
-	} else if !ok {
-		return nil, nil, fmt.Errorf("approval %s changed inside the write transaction", id)
-	}
-	if err := appendEvent(ctx, tx, id, approval.EventCancelled, actor, cause, nil); err != nil {
-		return nil, nil, err
-	}
-	a, err = findApproval(ctx, tx, id)
-	return a, nil, err
-}
-
-// refuseUnlessPending returns the conflict to answer with when a can no longer change: it is
-// terminal, or its expiry has passed, in which case it is expired here first (with cause).
-func refuseUnlessPending(ctx context.Context, tx *tx, a *approval.Approval, cause approval.Cause) (refusal, err error) {
-	if a.Status.Terminal() {
-		return conflict(a, "the approval is already %s", a.Status), nil
-	}
-	if a.ExpiresAt.After(tx.now) {
-		return nil, nil
-	}
-	if _, err := expire(ctx, tx, a.ID, cause); err != nil {
-		return nil, err
-	}
-	expired, err := findApproval(ctx, tx, a.ID)
-	if err != nil {
-		return nil, err
-	}
-	return conflict(expired, "the approval has expired"), nil
-}
-
-// transition moves a pending, unexpired approval to status (which may stay pending, for a
-// vote that does not decide) with version+1, reporting whether it did. The condition in the
-// WHERE clause, not any earlier read, is what guarantees one terminal decision.
-func transition(ctx context.Context, tx *tx, id string, status approval.Status, decidedAt *time.Time) (bool, error) {
-	res, err := tx.ExecContext(ctx, `
-		UPDATE approvals SET status = ?, decided_at = ?, version = version + 1
-		WHERE id = ? AND status = 'pending' AND expires_at > ?`,
-		string(status), nullMicros(decidedAt), id, micros(tx.now))
-	if err != nil {
-		return false, fmt.Errorf("update approval status: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("update approval status: %w", err)
-	}
-	if n == 1 {
-		tx.signal(approval.TopicApprovals)
-	}
-	return n == 1, nil
-}
-
-// expire moves approval id to expired if it is pending and due, with an EventExpired by the
-// system naming cause, and reports whether it did.
-func expire(ctx context.Context, tx *tx, id string, cause approval.Cause) (bool, error) {
-	res, err := tx.ExecContext(ctx, `
-		UPDATE approvals SET status = 'expired', decided_at = ?, version = version + 1
-		WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
-		micros(tx.now), id, micros(tx.now))
-	if err != nil {
-		return false, fmt.Errorf("expire approval: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return false, fmt.Errorf("expire approval: %w", err)
-	} else if n != 1 {
-		return false, nil
-	}
-	tx.signal(approval.TopicApprovals)
-	return true, appendEvent(ctx, tx, id, approval.EventExpired, actorSystem, cause, nil)
-}
-
-func conflict(a *approval.Approval, format string, args ...any) error {
-	e := approval.Errorf(approval.ECONFLICT, format, args...)
-	e.Approval = a
-	return e
-}
-
 // ExpireDue expires up to limit pending approvals past their expiry, oldest expiry first.
 func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
 	if limit < 1 {
@@ -542,6 +307,25 @@ func expireDue(ctx context.Context, tx *tx, limit int) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// expire moves approval id to expired if it is pending and due, with an EventExpired by the
+// system naming cause, and reports whether it did.
+func expire(ctx context.Context, tx *tx, id string, cause approval.Cause) (bool, error) {
+	res, err := tx.ExecContext(ctx, `
+		UPDATE approvals SET status = 'expired', decided_at = ?, version = version + 1
+		WHERE id = ? AND status = 'pending' AND expires_at <= ?`,
+		micros(tx.now), id, micros(tx.now))
+	if err != nil {
+		return false, fmt.Errorf("expire approval: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return false, fmt.Errorf("expire approval: %w", err)
+	} else if n != 1 {
+		return false, nil
+	}
+	tx.signal(approval.TopicApprovals)
+	return true, appendEvent(ctx, tx, id, approval.EventExpired, approval.ActorSystem, cause, nil)
 }
 
 // PurgeResponses deletes up to limit idempotency records past their retention or abandoned

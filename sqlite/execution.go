@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -98,7 +97,7 @@ func claimExecutions(ctx context.Context, tx *tx, lease time.Duration, limit int
 		}
 		detail := map[string]any{"execution_id": d.id, "recovered": d.recovered}
 		cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-		if err := appendEvent(ctx, tx, approvalID, approval.EventExecutionAttempt, actorSystem, cause, detail); err != nil {
+		if err := appendEvent(ctx, tx, approvalID, approval.EventExecutionAttempt, approval.ActorSystem, cause, detail); err != nil {
 			return nil, err
 		}
 		claims = append(claims, &approval.ExecutionClaim{Attempt: attempt, Recovered: d.recovered})
@@ -230,7 +229,7 @@ func finishAttempt(ctx context.Context, tx *tx, id string, attempt int, o approv
 	if retryAt != nil {
 		detail["retry_at"] = retryAt.UTC().Truncate(approval.Precision)
 	}
-	if err := appendEvent(ctx, tx, rec.ApprovalID, event, actorSystem, cause, detail); err != nil {
+	if err := appendEvent(ctx, tx, rec.ApprovalID, event, approval.ActorSystem, cause, detail); err != nil {
 		return nil, err
 	}
 	if o.Status == approval.ExecutionQueued {
@@ -266,7 +265,7 @@ func (s *Store) ReleaseExecution(ctx context.Context, id string, attempt int) er
 		return fail("release execution", err)
 	}
 	cause := approval.Cause{Kind: approval.CauseWorker, Attempt: attempt}
-	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReleased, actorSystem, cause, map[string]any{"execution_id": id}); err != nil {
+	if err := appendEvent(ctx, tx, rec.ApprovalID, approval.EventExecutionReleased, approval.ActorSystem, cause, map[string]any{"execution_id": id}); err != nil {
 		return fail("release execution", err)
 	}
 	tx.signal(approval.TopicExecutions)
@@ -608,49 +607,6 @@ func validExecutionStatus(st approval.ExecutionStatus) bool {
 		}
 	}
 	return false
-}
-
-// insertExecution is the outbox write of an approving transaction: a's execution, queued and
-// due now when its action has a target (with its event and a signal to the runners),
-// not_configured otherwise. A targeted execution whose operation key and action another
-// approval's execution already has goes to needs_review instead: the key is unique per
-// requester only, yet it is the target's Idempotency-Key, so the target would take the two
-// for one operation. The single writer makes the check and the insert one step.
-func insertExecution(ctx context.Context, tx *tx, a *approval.Approval, targeted bool, actor string, cause approval.Cause) error {
-	id := approval.NewID("exe")
-	status, next := approval.ExecutionNotConfigured, (*time.Time)(nil)
-	var lastError, otherID, otherRequester string
-	if targeted {
-		status, next = approval.ExecutionQueued, &tx.now
-		err := tx.QueryRowContext(ctx, `
-			SELECT e.approval_id, a.requester FROM executions e JOIN approvals a ON a.id = e.approval_id
-			WHERE e.operation_key = ? AND e.action = ? AND e.approval_id <> ?
-			ORDER BY e.created_at, e.id LIMIT 1`,
-			a.OperationKey, a.Action, a.ID).Scan(&otherID, &otherRequester)
-		switch {
-		case err == nil:
-			status, next = approval.ExecutionNeedsReview, nil
-			lastError = fmt.Sprintf("operation key %s is also used by approval %s of requester %s for the same action; the target cannot tell them apart, so approvald will not call it: an operator must decide", a.OperationKey, otherID, otherRequester)
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("find executions under operation key %s: %w", a.OperationKey, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
-			last_error, next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, a.ID, a.OperationKey, a.Action, targeted, string(status), lastError, nullMicros(next), micros(tx.now), micros(tx.now),
-	); err != nil {
-		return fmt.Errorf("insert execution: %w", err)
-	}
-	switch status {
-	case approval.ExecutionQueued:
-		tx.signal(approval.TopicExecutions)
-		return appendEvent(ctx, tx, a.ID, approval.EventExecutionQueued, actor, cause, map[string]any{"execution_id": id})
-	case approval.ExecutionNeedsReview:
-		return appendEvent(ctx, tx, a.ID, approval.EventExecutionNeedsReview, actor, cause, map[string]any{"execution_id": id, "reason": lastError, "other_approval_id": otherID})
-	}
-	return nil
 }
 
 // findExecution returns the execution with id, or ENOTFOUND.

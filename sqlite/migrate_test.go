@@ -35,7 +35,7 @@ func TestMigrate_UpgradesFromPhaseOne(t *testing.T) {
 		t.Fatalf("schema_migrations rows after the upgrade: got %d, want %d", got, want)
 	}
 	s.Targeted = func(string) bool { return true }
-	a, err := s.Decide(ctx, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
+	a, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
 	if err != nil {
 		t.Fatalf("approve the old approval: %v", err)
 	}

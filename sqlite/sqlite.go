@@ -335,6 +335,9 @@ func unavailable(err error) error {
 // fail annotates err with the method that failed. An *approval.Error made by the store is
 // returned as it is, so callers see its code and message directly.
 func fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
 	if _, ok := err.(*approval.Error); ok {
 		return err
 	}

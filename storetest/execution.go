@@ -87,7 +87,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		rejected := create(nil)
 		mustDecide(t, f.store, rejected.ID, "bob", approval.VerdictReject)
 		cancelled := create(nil)
-		if _, err := f.store.Cancel(ctx, cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := f.service().Cancel(ctx, cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		halfway := create(func(a *approval.Approval) { a.RequiredApprovals = 2 })
@@ -115,7 +115,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			race(2, func(i int) {
 				// One vote wins; the other finds the approval approved (ECONFLICT), which the
 				// checks below account for.
-				f.store.Decide(t.Context(), approval.DecideRequest{
+				f.service().Decide(t.Context(), approval.DecideRequest{
 					ApprovalID: a.ID, Approver: a.Approvers[i], Verdict: approval.VerdictApprove, Cause: voteCause(a.Approvers[i]),
 				})
 			})
@@ -195,7 +195,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			}
 			errs := make([]error, 2)
 			race(2, func(i int) {
-				_, errs[i] = f.store.Decide(ctx, approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+				_, errs[i] = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 			})
 			statuses := map[approval.ExecutionStatus]int{}
 			for i := range pair {

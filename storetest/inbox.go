@@ -198,7 +198,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 
 		// The worker whose lease expired has lost the event: its token applies nothing.
-		_, err := f.store.ApplyInbox(ctx, first[1], approval.InboxAction{Kind: approval.ActionIgnore, Reason: "late"})
+		_, err := f.service().ApplyInbox(ctx, first[1], approval.InboxAction{Kind: approval.ActionIgnore, Reason: "late"})
 		wantCode(t, err, approval.ECONFLICT)
 		got := mustInboxEvent(t, f.store, evs[1].ID)
 		if got.Status != approval.InboxPending || got.Attempts != 2 || got.Outcome != "" {
@@ -219,7 +219,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		f.clock.Advance(workLease + time.Second)
 		holder := mustClaimOneInbox(t, f.store, "evt_1")
 
-		_, err := f.store.ApplyInbox(ctx, lost, decideAction(a.ID, "alice", approval.VerdictApprove))
+		_, err := f.service().ApplyInbox(ctx, lost, decideAction(a.ID, "alice", approval.VerdictApprove))
 		wantCode(t, err, approval.ECONFLICT)
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusPending, 1)
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated)
@@ -271,7 +271,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		wantEvent(t, evs[2], "alice", cause, f.clock.Now())
 
 		// Applied once: the claim is spent, so a repeated apply changes nothing.
-		_, err := f.store.ApplyInbox(ctx, claimed, action)
+		_, err := f.service().ApplyInbox(ctx, claimed, action)
 		wantCode(t, err, approval.ECONFLICT)
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
 		f.clock.Advance(workLease + time.Second)
@@ -298,7 +298,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		} {
 			eventID := fmt.Sprintf("evt_%d", i)
 			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", eventID, approval.TypeApprovalDecision, `{}`))
-			got, err := f.store.ApplyInbox(t.Context(), mustClaimOneInbox(t, f.store, eventID), tc.action)
+			got, err := f.service().ApplyInbox(t.Context(), mustClaimOneInbox(t, f.store, eventID), tc.action)
 			if err != nil {
 				t.Fatalf("%s: apply inbox: got %v, want the event processed as refused", tc.name, err)
 			}
@@ -772,7 +772,7 @@ func mustClaimOneInbox(tb testing.TB, s approval.Store, eventID string) *approva
 
 func mustApplyInbox(tb testing.TB, s approval.Store, e *approval.InboxEvent, a approval.InboxAction) *approval.InboxEvent {
 	tb.Helper()
-	got, err := s.ApplyInbox(tb.Context(), e, a)
+	got, err := (&approval.Service{Store: s}).ApplyInbox(tb.Context(), e, a)
 	if err != nil {
 		tb.Fatalf("apply inbox %s: %v", e.EventID, err)
 	}

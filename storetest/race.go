@@ -57,7 +57,7 @@ func exerciseRace(t *testing.T, s suite) {
 				reqs[i] = approval.DecideRequest{ApprovalID: a.ID, Approver: v.approver, Verdict: v.verdict, Cause: voteCause(v.approver)}
 			}
 			vote := func(i int) func() {
-				return func() { got[i], errs[i] = f.store.Decide(ctx, reqs[i]) }
+				return func() { got[i], errs[i] = f.service().Decide(ctx, reqs[i]) }
 			}
 			raceTwo(round, vote(0), vote(1))
 
@@ -115,7 +115,7 @@ func exerciseRace(t *testing.T, s suite) {
 			)
 			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
 			raceTwo(round, func() {
-				voted, voteErr = f.store.Decide(ctx, req)
+				voted, voteErr = f.service().Decide(ctx, req)
 			}, func() {
 				f.clock.Advance(time.Microsecond)
 				expired, swpErr = f.store.ExpireDue(ctx, 10)
@@ -166,9 +166,9 @@ func exerciseRace(t *testing.T, s suite) {
 			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
 			cancelCause := approval.HTTPCause("cancel")
 			raceTwo(round, func() {
-				results[0], errs[0] = f.store.Decide(ctx, req)
+				results[0], errs[0] = f.service().Decide(ctx, req)
 			}, func() {
-				results[1], errs[1] = f.store.Cancel(ctx, a.ID, a.Requester, cancelCause)
+				results[1], errs[1] = f.service().Cancel(ctx, a.ID, a.Requester, cancelCause)
 			})
 
 			final := mustApproval(t, f.store, a.ID)

@@ -105,7 +105,8 @@ func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
 func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) error {
 	log := p.logger().With("inbox_event", e.ID, "source", e.Source, "event_id", e.EventID, "type", e.Type, "attempt", e.Attempts)
 	action := Handle(e, p.Sources[e.Source])
-	done, err := p.Store.ApplyInbox(ctx, e, action)
+	// The rules of applying an event are the Service's, the same the API decides with.
+	done, err := (&approval.Service{Store: p.Store}).ApplyInbox(ctx, e, action)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "inbox event handled", "status", done.Status, "outcome", done.Outcome)

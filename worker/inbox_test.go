@@ -355,11 +355,25 @@ type failingApply struct {
 	eventID string
 }
 
-func (s *failingApply) ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error) {
-	if e.ID == s.eventID {
+func (s *failingApply) Begin(ctx context.Context) (approval.Tx, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &failingTx{Tx: tx, eventID: s.eventID}, nil
+}
+
+// failingTx fails reading the one event, the first statement of applying it.
+type failingTx struct {
+	approval.Tx
+	eventID string
+}
+
+func (t *failingTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	if id == t.eventID {
 		return nil, approval.Errorf(approval.EUNAVAILABLE, "database unavailable")
 	}
-	return s.Store.ApplyInbox(ctx, e, a)
+	return t.Tx.InboxGetForUpdate(ctx, id)
 }
 
 func decisionBody(approvalID, approver string, verdict approval.Verdict) string {
@@ -424,7 +438,7 @@ func mustEvents(tb testing.TB, s approval.Store, approvalID string) []approval.E
 // mustApprove has alice approve a, through the API's path.
 func mustApprove(tb testing.TB, s approval.Store, a *approval.Approval) *approval.Approval {
 	tb.Helper()
-	got, err := s.Decide(context.Background(), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice",
+	got, err := (&approval.Service{Store: s}).Decide(context.Background(), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice",
 		Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("req-approve-" + a.OperationKey)})
 	if err != nil {
 		tb.Fatalf("approve %s: %v", a.OperationKey, err)

@@ -375,7 +375,7 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 			t.Fatalf("claim: got %d events, %v; want 5", len(claimed), err)
 		}
 		for _, e := range claimed {
-			if _, err := s.ApplyInbox(ctx, e, approval.InboxAction{Kind: approval.ActionIgnore, Reason: "unknown type"}); err != nil {
+			if _, err := (&approval.Service{Store: s}).ApplyInbox(ctx, e, approval.InboxAction{Kind: approval.ActionIgnore, Reason: "unknown type"}); err != nil {
 				t.Fatalf("apply %s: %v", e.EventID, err)
 			}
 		}

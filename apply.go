@@ -1,0 +1,121 @@
+package approval
+
+import (
+	"context"
+	"fmt"
+)
+
+// ApplyInbox applies a handler's action to the claimed event e and marks it processed (or
+// ignored, or stale) with its outcome, in one transaction, only while e.LeaseToken still
+// holds the event (ECONFLICT otherwise, nothing applied), so a crash between applying and
+// marking cannot apply an event twice (docs/invariants.md, invariants 3 and 4). A decision
+// goes through the same rules as Decide and a result through those of ReportExecution: what
+// they refuse (403, 404, 409 of the API) is a processed event whose Outcome says why, not an
+// error. The audit events name the cause {kind: inbox, source, event_id}.
+func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) (*InboxEvent, error) {
+	switch {
+	case a.Kind == ActionDecide && a.Decide == nil,
+		a.Kind == ActionExecutionResult && a.Report == nil:
+		return nil, Errorf(EINVALID, "inbox action %d has no payload", a.Kind)
+	case a.Kind != ActionIgnore && a.Kind != ActionDecide && a.Kind != ActionExecutionResult:
+		return nil, Errorf(EINVALID, "unknown inbox action %d", a.Kind)
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	cur, err := tx.InboxGetForUpdate(ctx, e.ID)
+	if err != nil {
+		return nil, err
+	}
+	if e.LeaseToken == "" || cur.LeaseToken != e.LeaseToken || cur.Status != InboxPending {
+		return nil, Errorf(ECONFLICT, "the claim on inbox event %s was lost", e.ID)
+	}
+	cause := Cause{Kind: CauseInbox, Source: cur.Source, EventID: cur.EventID}
+
+	status, outcome, approvalID := InboxProcessed, "", ""
+	switch a.Kind {
+	case ActionIgnore:
+		status, outcome = InboxIgnored, a.Reason
+
+	case ActionDecide:
+		d := *a.Decide
+		d.Cause = cause
+		res, err := s.decide(ctx, tx, d)
+		if err != nil {
+			return nil, err
+		}
+		if res.approval != nil {
+			approvalID = res.approval.ID
+		}
+		if res.refusal != nil {
+			if !refusedByRules(res.refusal) {
+				return nil, res.refusal
+			}
+			outcome = "refused: " + res.refusal.Message
+			break
+		}
+		outcome = decisionOutcome(res, d)
+
+	case ActionExecutionResult:
+		r := *a.Report
+		r.Cause = cause
+		if r.Actor == "" {
+			r.Actor = cur.Source
+		}
+		res, err := tx.ExecutionApplyReport(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if res.Record != nil {
+			approvalID = res.Record.ApprovalID
+		}
+		switch {
+		case res.Refusal != nil:
+			if !refusedByRules(res.Refusal) {
+				return nil, res.Refusal
+			}
+			outcome = "refused: " + res.Refusal.Message
+		case res.Applied:
+			outcome = fmt.Sprintf("execution %s of approval %s reported %s (version %d)", res.Record.ID, res.Record.ApprovalID, r.Status, r.Version)
+		default:
+			status = InboxStale
+			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, res.Record.AppliedVersion)
+		}
+	}
+
+	done, err := tx.InboxSetDone(ctx, e.ID, status, outcome, approvalID)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// refusedByRules reports whether a refusal is the rules' answer to an event's content (it is
+// recorded as the event's outcome) rather than a request the handler got wrong.
+func refusedByRules(e *Error) bool {
+	switch e.Code {
+	case EFORBIDDEN, ECONFLICT, ENOTFOUND:
+		return true
+	}
+	return false
+}
+
+// decisionOutcome says in words what an applied inbox decision changed.
+func decisionOutcome(res decided, d DecideRequest) string {
+	a := res.approval
+	switch {
+	case res.repeat:
+		return fmt.Sprintf("approval %s: %s already voted %s; no change", a.ID, d.Approver, d.Verdict)
+	case a.Status == StatusApproved:
+		return fmt.Sprintf("approval %s approved by %s", a.ID, d.Approver)
+	case a.Status == StatusRejected:
+		return fmt.Sprintf("approval %s rejected by %s", a.ID, d.Approver)
+	}
+	return fmt.Sprintf("approval %s: %s voted %s (%d of %d approvals)", a.ID, d.Approver, d.Verdict, a.Approvals(), a.RequiredApprovals)
+}

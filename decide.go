@@ -1,0 +1,268 @@
+package approval
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ActorSystem is the actor of transitions nobody asked for, such as expiry.
+const ActorSystem = "system"
+
+// Decide records one approver's vote (docs/invariants.md, invariant 1), in one store
+// transaction. In order:
+//   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
+//     ApprovalID is empty; an operation key used by several requesters is ECONFLICT);
+//   - EFORBIDDEN if d.Approver is not an approver, or is the requester voting approve;
+//   - if d.Approver already voted: the same verdict returns the current approval with no
+//     change (a repeat); the other verdict is ECONFLICT carrying the current approval;
+//   - ECONFLICT carrying the current approval if it is no longer pending;
+//   - if expires_at <= now: the approval is moved to expired (with its event) in this
+//     transaction, and ECONFLICT carrying it is returned;
+//   - otherwise the vote is stored, version+1, an EventVoted event appended; a reject makes
+//     the approval rejected, and the approvals reaching required_approvals make it approved
+//     (decided_at = now, with EventRejected/EventApproved) and, in the same transaction,
+//     create its execution (the outbox; see ExecutionStore).
+//
+// A refusal is committed before it is returned, because finding the approval past its expiry
+// expires it, and that truth is kept.
+func (s *Service) Decide(ctx context.Context, d DecideRequest) (*Approval, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	res, err := s.decide(ctx, tx, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	if res.refusal != nil {
+		return nil, res.refusal
+	}
+	return res.approval, nil
+}
+
+// Cancel moves a pending approval to cancelled (version+1, decided_at = now, EventCancelled
+// with actor and cause). ENOTFOUND if missing; ECONFLICT carrying the current approval if it
+// is already terminal, or past expires_at (it is expired then, as in Decide). Who may cancel
+// is the caller's check.
+func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*Approval, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	a, err := tx.ApprovalGetForUpdate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	refusal, err := refuseUnlessPending(ctx, tx, a, cause)
+	if err != nil {
+		return nil, err
+	}
+	if refusal == nil {
+		now := tx.Now()
+		if err := tx.ApprovalSetStatusIfPending(ctx, a.ID, StatusCancelled, &now); err != nil {
+			return nil, err
+		}
+		if err := tx.EventInsert(ctx, a.ID, EventCancelled, actor, cause, nil); err != nil {
+			return nil, err
+		}
+		if err := tx.Notify(ctx, TopicApprovals); err != nil {
+			return nil, err
+		}
+		a.Status, a.DecidedAt, a.Version = StatusCancelled, &now, a.Version+1
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	if refusal != nil {
+		return nil, refusal
+	}
+	return a, nil
+}
+
+// decided is what decide did. A refusal is the rules' answer to the request (403, 404, 409 of
+// the API), not a failure: what decide wrote before refusing (an expiry) is to be committed.
+type decided struct {
+	approval *Approval // the approval as it now is; nil if it was not found
+	repeat   bool      // the approver's earlier identical vote; nothing changed
+	refusal  *Error
+}
+
+// decide applies one vote inside tx: the one code path of a vote, whether it comes from the
+// API (Decide) or from an inbox event (ApplyInbox), so a decision arriving by webhook is held
+// to exactly the API's rules. The approval's lock orders it against every other vote, cancel
+// and expiry of the same approval. An error means tx must be rolled back.
+func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, error) {
+	refuse := func(a *Approval, e *Error) (decided, error) {
+		return decided{approval: a, refusal: e}, nil
+	}
+	if !d.Verdict.Valid() {
+		return refuse(nil, Errorf(EINVALID, "unknown verdict %q; use approve or reject", d.Verdict))
+	}
+	id := d.ApprovalID
+	if id == "" {
+		if d.OperationKey == "" {
+			return refuse(nil, Errorf(EINVALID, "a vote must name the approval by id or operation key"))
+		}
+		// Operation keys are unique per requester only; the vote carries no requester, so a
+		// key two requesters use cannot name one approval.
+		ids, err := tx.ApprovalIDsByOperationKey(ctx, d.OperationKey, 2)
+		switch {
+		case err != nil:
+			return decided{}, err
+		case len(ids) == 0:
+			return refuse(nil, Errorf(ENOTFOUND, "no approval has operation key %q", d.OperationKey))
+		case len(ids) > 1:
+			return refuse(nil, Errorf(ECONFLICT, "operation key %q is used by several requesters; name the approval id", d.OperationKey))
+		}
+		id = ids[0]
+	}
+	a, err := tx.ApprovalGetForUpdate(ctx, id)
+	if e := AsError(err); e != nil && e.Code == ENOTFOUND {
+		return refuse(nil, e)
+	} else if err != nil {
+		return decided{}, err
+	}
+	if !a.IsApprover(d.Approver) {
+		return refuse(a, Errorf(EFORBIDDEN, "%s is not an approver of this approval", d.Approver))
+	}
+	if d.Approver == a.Requester && d.Verdict == VerdictApprove {
+		return refuse(a, Errorf(EFORBIDDEN, "the requester may not approve their own request"))
+	}
+	if prev, ok := a.DecisionBy(d.Approver); ok {
+		if prev.Verdict == d.Verdict {
+			return decided{approval: a, repeat: true}, nil
+		}
+		return refuse(a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict))
+	}
+	if refusal, err := refuseUnlessPending(ctx, tx, a, d.Cause); err != nil {
+		return decided{}, err
+	} else if refusal != nil {
+		return refuse(a, refusal)
+	}
+
+	now := tx.Now()
+	vote := Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: now}
+	status, event := StatusPending, ""
+	switch {
+	case d.Verdict == VerdictReject:
+		status, event = StatusRejected, EventRejected // any single rejection is final
+	case a.Approvals()+1 >= a.RequiredApprovals:
+		status, event = StatusApproved, EventApproved
+	}
+	var decidedAt *time.Time
+	if status.Terminal() {
+		decidedAt = &now
+	}
+	if err := tx.EventInsert(ctx, a.ID, EventVoted, d.Approver, d.Cause,
+		map[string]any{"verdict": d.Verdict, "comment": d.Comment}); err != nil {
+		return decided{}, err
+	}
+	if err := tx.DecisionInsert(ctx, a.ID, vote); err != nil {
+		return decided{}, err
+	}
+	if err := tx.ApprovalSetStatusIfPending(ctx, a.ID, status, decidedAt); err != nil {
+		return decided{}, err
+	}
+	if event != "" {
+		if err := tx.EventInsert(ctx, a.ID, event, d.Approver, d.Cause, nil); err != nil {
+			return decided{}, err
+		}
+	}
+	a.Decisions = append(a.Decisions, vote)
+	a.Status, a.DecidedAt, a.Version = status, decidedAt, a.Version+1
+	if status == StatusApproved {
+		// The outbox: the execution exists from the instant the approval is approved, so no
+		// crash can leave an approved action that nobody will run.
+		rec, err := s.queueExecution(ctx, tx, a, d.Approver, d.Cause)
+		if err != nil {
+			return decided{}, err
+		}
+		a.Execution = rec.Public()
+	}
+	if err := tx.Notify(ctx, TopicApprovals); err != nil {
+		return decided{}, err
+	}
+	return decided{approval: a}, nil
+}
+
+// queueExecution creates the execution of an approval being approved in tx: queued and due
+// now when its action has a target, not_configured otherwise; in needs_review when another
+// approval's execution has the same action and operation key, since the target, which sees
+// the bare key, could not tell the two apart.
+func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor string, cause Cause) (*ExecutionRecord, error) {
+	now := tx.Now()
+	rec := &ExecutionRecord{
+		ID: NewID("exe"), ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action,
+		Status: ExecutionNotConfigured, CreatedAt: now, UpdatedAt: now,
+	}
+	var otherID string
+	if s.Store.HasTarget(a.Action) {
+		rec.Targeted, rec.Status, rec.NextAttemptAt = true, ExecutionQueued, &now
+		other, requester, err := tx.ExecutionGetByOperationKey(ctx, a.Action, a.OperationKey, a.ID)
+		switch {
+		case err == nil:
+			otherID = other
+			rec.Status, rec.NextAttemptAt = ExecutionNeedsReview, nil
+			rec.LastError = fmt.Sprintf("operation key %s is also used by approval %s of requester %s for the same action; the target cannot tell them apart, so approvald will not call it: an operator must decide", a.OperationKey, other, requester)
+		case ErrorCode(err) != ENOTFOUND:
+			return nil, err
+		}
+	}
+	if err := tx.ExecutionInsert(ctx, rec); err != nil {
+		return nil, err
+	}
+	switch rec.Status {
+	case ExecutionQueued:
+		if err := tx.EventInsert(ctx, a.ID, EventExecutionQueued, actor, cause, map[string]any{"execution_id": rec.ID}); err != nil {
+			return nil, err
+		}
+		if err := tx.Notify(ctx, TopicExecutions); err != nil {
+			return nil, err
+		}
+	case ExecutionNeedsReview:
+		detail := map[string]any{"execution_id": rec.ID, "reason": rec.LastError, "other_approval_id": otherID}
+		if err := tx.EventInsert(ctx, a.ID, EventExecutionNeedsReview, actor, cause, detail); err != nil {
+			return nil, err
+		}
+	}
+	return rec, nil
+}
+
+// refuseUnlessPending returns the conflict to answer with when a can no longer change: it is
+// terminal, or its expiry has passed, in which case it is expired here first (with cause) and
+// a is updated to say so.
+func refuseUnlessPending(ctx context.Context, tx Tx, a *Approval, cause Cause) (*Error, error) {
+	if a.Status.Terminal() {
+		return conflict(a, "the approval is already %s", a.Status), nil
+	}
+	now := tx.Now()
+	if a.ExpiresAt.After(now) {
+		return nil, nil
+	}
+	if err := tx.ApprovalSetStatusIfPending(ctx, a.ID, StatusExpired, &now); err != nil {
+		return nil, err
+	}
+	if err := tx.EventInsert(ctx, a.ID, EventExpired, ActorSystem, cause, nil); err != nil {
+		return nil, err
+	}
+	if err := tx.Notify(ctx, TopicApprovals); err != nil {
+		return nil, err
+	}
+	a.Status, a.DecidedAt, a.Version = StatusExpired, &now, a.Version+1
+	return conflict(a, "the approval has expired"), nil
+}
+
+// conflict is an ECONFLICT error carrying the approval the caller lost against.
+func conflict(a *Approval, format string, args ...any) *Error {
+	e := Errorf(ECONFLICT, format, args...)
+	e.Approval = a
+	return e
+}

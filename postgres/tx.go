@@ -1,0 +1,344 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/approvald/approval"
+)
+
+var _ approval.Tx = (*ruleTx)(nil)
+
+// Begin opens the transaction the Service composes a rule in. It costs no round trip of its
+// own: BEGIN travels with the first read, and the writes, which the rules never need an
+// answer from, travel together with the next read or with COMMIT. A decision is so one
+// round trip to read and lock the approval and one to write and commit.
+func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
+	conn, now, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &ruleTx{conn: conn}
+	t.tx = &tx{dbtx: t, now: now}
+	return t, nil
+}
+
+// HasTarget reports whether an action has a downstream target (the Targeted field).
+func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
+
+// ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
+// and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
+// A guarded write whose guard fails raises an error inside the database, so the transaction
+// aborts there and a COMMIT sent behind it cannot commit the rest.
+type ruleTx struct {
+	tx    *tx // the same transaction, for the statements the rules share with the per-store code
+	conn  *pgxpool.Conn
+	begun bool
+	done  bool
+	queue []queued
+}
+
+// queued is a write waiting for the next batch.
+type queued struct {
+	op   string
+	sql  string
+	args []any
+}
+
+func (t *ruleTx) Now() time.Time { return t.tx.now }
+
+// enqueue adds a write to the next batch.
+func (t *ruleTx) enqueue(op, sql string, args ...any) {
+	t.queue = append(t.queue, queued{op: op, sql: sql, args: args})
+}
+
+// send sends BEGIN (the first time), the queued writes and then the statement sql, if any,
+// as one batch, and returns the results positioned at sql's. The caller closes them.
+func (t *ruleTx) send(ctx context.Context, sql string, args ...any) (pgx.BatchResults, error) {
+	if t.done {
+		return nil, errors.New("postgres: statement after the transaction ended")
+	}
+	b := &pgx.Batch{}
+	if !t.begun {
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	}
+	for _, q := range t.queue {
+		b.Queue(q.sql, q.args...)
+	}
+	if sql != "" {
+		b.Queue(sql, args...)
+	}
+	br := t.conn.SendBatch(ctx, b)
+	if !t.begun {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, translate("begin transaction", err)
+		}
+		t.begun = true
+	}
+	queue := t.queue
+	t.queue = nil
+	for _, q := range queue {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, translate(q.op, err)
+		}
+	}
+	return br, nil
+}
+
+// QueryRow runs one statement, after BEGIN and the queued writes, in one round trip.
+func (t *ruleTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	br, err := t.send(ctx, sql, args...)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{br: br, row: br.QueryRow()}
+}
+
+// Query runs one statement, after BEGIN and the queued writes, in one round trip.
+func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	br, err := t.send(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return batchRows{Rows: rows, br: br}, nil
+}
+
+// Exec runs one statement now, after BEGIN and the queued writes, in one round trip.
+func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	br, err := t.send(ctx, sql, args...)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Commit sends the queued writes and COMMIT in one round trip.
+func (t *ruleTx) Commit(ctx context.Context) error {
+	if t.done {
+		return nil
+	}
+	if !t.begun && len(t.queue) == 0 {
+		t.end()
+		return nil
+	}
+	br, err := t.send(ctx, "COMMIT")
+	if err != nil {
+		t.Rollback(ctx)
+		return err
+	}
+	_, err = br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Rollback(ctx)
+		return translate("commit", err)
+	}
+	t.end()
+	return nil
+}
+
+// Rollback ends a transaction that did not commit; after Commit it does nothing.
+func (t *ruleTx) Rollback(ctx context.Context) error {
+	if t.done {
+		return nil
+	}
+	var err error
+	if t.begun {
+		// The transaction may be aborted already; ROLLBACK ends it either way. A connection
+		// that cannot take it is closed by the pool on release rather than reused.
+		_, err = t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	t.end()
+	return translate("rollback", err)
+}
+
+func (t *ruleTx) end() {
+	t.done = true
+	t.queue = nil
+	t.conn.Release()
+}
+
+// ApprovalGetForUpdate reads and locks one approval in one statement.
+func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
+	return readApproval(ctx, t, id, true)
+}
+
+func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := t.Query(ctx, `SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, translate("find approvals by operation key", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, translate("find approvals by operation key", err)
+}
+
+// ApprovalSetStatusIfPending: 1/count(*) divides by zero when the guard matched no row, which
+// aborts the transaction inside the database.
+func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
+	guard := `expires_at > $4`
+	if status == approval.StatusExpired {
+		guard = `expires_at <= $4`
+	}
+	t.enqueue("set approval status", `
+		WITH changed AS (
+			UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
+			WHERE id = $1 AND status = 'pending' AND `+guard+`
+			RETURNING 1
+		)
+		SELECT 1 / count(*) FROM changed`,
+		id, string(status), decidedAt, t.tx.now)
+	return nil
+}
+
+// DecisionInsert orders the decision by the approval.voted event just appended.
+func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
+	t.enqueue("insert decision", `
+		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
+		SELECT $1, $2, $3, $4, $5, max(seq) FROM events WHERE approval_id = $1`,
+		approvalID, d.Approver, string(d.Verdict), d.Comment, d.At)
+	return nil
+}
+
+func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
+	causeJSON, detailJSON, err := eventJSON(cause, detail)
+	if err != nil {
+		return err
+	}
+	t.enqueue("append event", insertEventSQL, approvalID, typ, t.tx.now, actor, causeJSON, detailJSON)
+	return nil
+}
+
+func (t *ruleTx) Notify(ctx context.Context, topic string) error {
+	t.enqueue("notify "+topic, `SELECT pg_notify(`+channelExpr+`, '')`, topic)
+	return nil
+}
+
+func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
+	// Two requesters' approvals under one key may be approved at once, each transaction
+	// blind to the other's uncommitted execution: a transaction-scoped lock on the (action,
+	// key) pair makes the second wait for the first and then see its row. The lock and the
+	// lookup go out in one batch.
+	t.enqueue("lock operation key", `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
+		operationKeyLock, action+"\n"+key)
+	var otherID, otherRequester string
+	err := t.QueryRow(ctx, `
+		SELECT x.approval_id, a.requester FROM executions x JOIN approvals a ON a.id = x.approval_id
+		WHERE x.operation_key = $1 AND x.action = $2 AND x.approval_id <> $3
+		ORDER BY x.created_at, x.id LIMIT 1`,
+		key, action, approvalID).Scan(&otherID, &otherRequester)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", approval.Errorf(approval.ENOTFOUND, "no other execution under operation key %q", key)
+	} else if err != nil {
+		return "", "", translate("find executions under the operation key", err)
+	}
+	return otherID, otherRequester, nil
+}
+
+func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRecord) error {
+	t.enqueue("insert execution", `
+		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status, last_error, next_attempt_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
+		rec.LastError, rec.NextAttemptAt, t.tx.now)
+	return nil
+}
+
+func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
+	res, err := t.tx.report(ctx, r)
+	return approval.ReportResult{Applied: res.applied, Record: res.rec, Refusal: res.refusal}, err
+}
+
+func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	e, err := scanInbox(t.QueryRow(ctx, `SELECT `+inboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
+	}
+	return e, translate("lock inbox event", err)
+}
+
+func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
+	var ref *string
+	if approvalID != "" {
+		ref = &approvalID
+	}
+	e, err := scanInbox(t.QueryRow(ctx, `
+		UPDATE inbox_events i
+		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
+			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
+		WHERE i.id = $1 AND i.status = 'pending'
+		RETURNING `+inboxColumns+`, i.body`,
+		id, string(status), outcome, ref, t.tx.now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
+	}
+	return e, translate("mark inbox event done", err)
+}
+
+// insertEventSQL appends an approval's next event; the caller holds the approval's lock,
+// which makes max(seq)+1 safe.
+const insertEventSQL = `
+	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+	SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
+	FROM events WHERE approval_id = $1`
+
+// eventJSON encodes an event's cause and detail (nil when there is none).
+func eventJSON(cause approval.Cause, detail map[string]any) (causeJSON, detailJSON []byte, err error) {
+	if causeJSON, err = json.Marshal(cause); err != nil {
+		return nil, nil, fmt.Errorf("encode event cause: %w", err)
+	}
+	if detail != nil {
+		if detailJSON, err = json.Marshal(detail); err != nil {
+			return nil, nil, fmt.Errorf("encode event detail: %w", err)
+		}
+	}
+	return causeJSON, detailJSON, nil
+}
+
+// errRow is a pgx.Row that fails with err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// batchRow is a batch's last row: scanning it closes the batch.
+type batchRow struct {
+	br  pgx.BatchResults
+	row pgx.Row
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// batchRows are a batch's last rows: closing them closes the batch.
+type batchRows struct {
+	pgx.Rows
+	br pgx.BatchResults
+}
+
+func (r batchRows) Close() {
+	r.Rows.Close()
+	r.br.Close()
+}

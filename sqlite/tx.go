@@ -1,0 +1,166 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+var _ approval.Tx = (*ruleTx)(nil)
+
+// Begin opens the write transaction the Service composes a rule in. It holds SQLite's one
+// write lock from its first statement (BEGIN IMMEDIATE), which is what every "ForUpdate"
+// read of approval.Tx relies on here: no other writer runs until it ends.
+func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
+	t, err := s.beginWrite(ctx)
+	if err != nil {
+		return nil, fail("begin", err)
+	}
+	return &ruleTx{tx: t}, nil
+}
+
+// HasTarget reports whether an action has a downstream target (the Targeted field).
+func (s *Store) HasTarget(action string) bool { return s.targeted(action) }
+
+// ruleTx is approval.Tx on the write connection. Its statements run at once: they cost no
+// network round trip.
+type ruleTx struct {
+	tx *tx
+}
+
+func (t *ruleTx) Now() time.Time { return t.tx.now }
+
+func (t *ruleTx) Commit(ctx context.Context) error { return fail("commit", t.tx.commit()) }
+
+func (t *ruleTx) Rollback(ctx context.Context) error {
+	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fail("rollback", err)
+	}
+	return nil
+}
+
+func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
+	a, err := findApproval(ctx, t.tx, id)
+	return a, fail("read approval", err)
+}
+
+func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM approvals WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+	if err != nil {
+		return nil, fail("find approvals by operation key", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fail("find approvals by operation key", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, fail("find approvals by operation key", rows.Err())
+}
+
+func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
+	guard := `expires_at > ?`
+	if status == approval.StatusExpired {
+		guard = `expires_at <= ?`
+	}
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE approvals SET status = ?, decided_at = ?, version = version + 1
+		WHERE id = ? AND status = 'pending' AND `+guard,
+		string(status), nullMicros(decidedAt), id, micros(t.tx.now))
+	if err != nil {
+		return fail("set approval status", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail("set approval status", err)
+	} else if n != 1 {
+		return fmt.Errorf("set approval status: approval %s changed under the write lock", id)
+	}
+	return nil
+}
+
+func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
+	_, err := t.tx.ExecContext(ctx, `
+		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at)
+		VALUES (?, ?, ?, ?, ?)`,
+		approvalID, d.Approver, string(d.Verdict), d.Comment, micros(d.At))
+	return fail("insert decision", err)
+}
+
+func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
+	return fail("append event", appendEvent(ctx, t.tx, approvalID, typ, actor, cause, detail))
+}
+
+func (t *ruleTx) Notify(ctx context.Context, topic string) error {
+	t.tx.signal(topic)
+	return nil
+}
+
+// ExecutionGetByOperationKey needs no lock of its own: the write lock orders every approving
+// transaction.
+func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
+	var otherID, otherRequester string
+	err := t.tx.QueryRowContext(ctx, `
+		SELECT e.approval_id, a.requester FROM executions e JOIN approvals a ON a.id = e.approval_id
+		WHERE e.operation_key = ? AND e.action = ? AND e.approval_id <> ?
+		ORDER BY e.created_at, e.id LIMIT 1`,
+		key, action, approvalID).Scan(&otherID, &otherRequester)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", approval.Errorf(approval.ENOTFOUND, "no other execution under operation key %q", key)
+	}
+	return otherID, otherRequester, fail("find executions under the operation key", err)
+}
+
+func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRecord) error {
+	_, err := t.tx.ExecContext(ctx, `
+		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
+			last_error, next_attempt_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
+		rec.LastError, nullMicros(rec.NextAttemptAt), micros(t.tx.now), micros(t.tx.now))
+	return fail("insert execution", err)
+}
+
+func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
+	applied, rec, err := report(ctx, t.tx, r)
+	if e := approval.AsError(err); e != nil && refused(err) {
+		return approval.ReportResult{Record: rec, Refusal: e}, nil
+	} else if err != nil {
+		return approval.ReportResult{}, fail("apply report", err)
+	}
+	return approval.ReportResult{Applied: applied, Record: rec}, nil
+}
+
+func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	e, err := findInboxEvent(ctx, t.tx, id)
+	return e, fail("read inbox event", err)
+}
+
+func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
+	var ref sql.NullString
+	if approvalID != "" {
+		ref = sql.NullString{String: approvalID, Valid: true}
+	}
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = ?, outcome = ?, approval_id = ?, processed_at = ?, next_attempt_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND status = 'pending'`,
+		string(status), outcome, ref, micros(t.tx.now), id)
+	if err != nil {
+		return nil, fail("mark inbox event done", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fail("mark inbox event done", err)
+	} else if n != 1 {
+		return nil, fmt.Errorf("mark inbox event done: inbox event %s changed under the write lock", id)
+	}
+	e, err := findInboxEvent(ctx, t.tx, id)
+	return e, fail("read inbox event", err)
+}

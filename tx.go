@@ -1,0 +1,78 @@
+package approval
+
+import (
+	"context"
+	"time"
+)
+
+// Tx is one store transaction as the Service composes it: statements, no decisions. Each
+// method is one statement of the store's dialect, named by what it touches, what it does and
+// the guard that its SQL holds (River's driver executor is the model). The Service reads
+// what a rule needs, decides in Go, and writes through these; the store may send the
+// writes together with the commit (PostgreSQL does, in one round trip), so a write's failure
+// can surface at Commit.
+//
+// Store.Begin opens one. The transaction's clock (Now) is read once, after the transaction
+// holds its connection, and every comparison with expires_at or a lease inside it uses that
+// value, never the database's own clock, so tests can move time.
+type Tx interface {
+	// Now is the instant the transaction runs at, at Precision in UTC.
+	Now() time.Time
+	// Commit commits the transaction, running any writes still queued first.
+	Commit(ctx context.Context) error
+	// Rollback ends the transaction without its changes; after Commit it does nothing, so
+	// it can be deferred.
+	Rollback(ctx context.Context) error
+
+	// ApprovalGetForUpdate returns one approval with its approvers, decisions (oldest first)
+	// and execution, and locks it against every other transaction's change until this one
+	// ends: the lock orders votes, cancels and expiries of one approval, and makes the
+	// events' seq (max+1) safe. ENOTFOUND if there is none.
+	ApprovalGetForUpdate(ctx context.Context, id string) (*Approval, error)
+	// ApprovalIDsByOperationKey returns the ids of up to limit approvals made under key, by
+	// any requester.
+	ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error)
+	// ApprovalSetStatusIfPending is the one conditional write of invariant 1: it sets the
+	// status and decided_at of the approval and adds one to its version, only while it is
+	// pending and (for any status but expired) expires_at > Now, or (for expired)
+	// expires_at <= Now. When the guard fails the transaction fails: the caller holds the
+	// approval's lock, so that is a broken invariant, never a race to report.
+	ApprovalSetStatusIfPending(ctx context.Context, id string, status Status, decidedAt *time.Time) error
+	// DecisionInsert records an approver's vote; the approval's events must already hold the
+	// approval.voted event that records it (decisions are ordered by it).
+	DecisionInsert(ctx context.Context, approvalID string, d Decision) error
+	// EventInsert appends the approval's next event (seq max+1, at Now).
+	EventInsert(ctx context.Context, approvalID, typ, actor string, cause Cause, detail map[string]any) error
+	// Notify signals topic to every subscriber once the transaction commits.
+	Notify(ctx context.Context, topic string) error
+
+	// ExecutionGetByOperationKey returns the approval id and requester of the oldest other
+	// execution (not approvalID's) with the same action and operation key, or ENOTFOUND.
+	// Approvals racing to approve under one pair see each other: PostgreSQL serializes them
+	// with a transaction-scoped lock on the pair, SQLite's single writer does by itself.
+	ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (otherApprovalID, otherRequester string, err error)
+	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey, Action,
+	// Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
+	ExecutionInsert(ctx context.Context, rec *ExecutionRecord) error
+	// ExecutionApplyReport applies an asynchronous outcome under the rules of
+	// ExecutionStore.ReportExecution, inside this transaction. (It is the last rule still
+	// written per store; it moves up with the execution ledger.)
+	ExecutionApplyReport(ctx context.Context, r ExecutionReport) (ReportResult, error)
+
+	// InboxGetForUpdate returns one inbox event without its body, locked until the
+	// transaction ends, or ENOTFOUND.
+	InboxGetForUpdate(ctx context.Context, id string) (*InboxEvent, error)
+	// InboxSetDone marks a pending event handled (status processed, ignored or stale) with
+	// its outcome and the approval it touched, clears its lease, and returns it with its
+	// body.
+	InboxSetDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) (*InboxEvent, error)
+}
+
+// ReportResult is what applying an execution report did. A refusal (no such execution, an
+// ambiguous operation key, an execution whose outcome is approvald's own) is the answer to
+// the reporter, not a failure of the transaction.
+type ReportResult struct {
+	Applied bool
+	Record  *ExecutionRecord
+	Refusal *Error
+}
