@@ -31,48 +31,51 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		return false, fmt.Errorf("encode inbox headers: %w", err)
 	}
 
-	tx, err := s.begin(ctx)
+	conn, now, err := s.acquire(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback(ctx)
+	defer conn.Release()
 
-	// A concurrent delivery of the same event makes this insert wait for that transaction
-	// and then do nothing: exactly one of them stores the event.
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status, next_attempt_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
-		ON CONFLICT (source, event_id) DO NOTHING`,
-		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, e.ReceivedAt, tx.now)
-	if err != nil {
+	// One statement, so one round trip and atomic without an explicit transaction. A
+	// concurrent delivery of the same event makes this insert wait for that transaction and
+	// then do nothing: exactly one of them stores the event.
+	var inserted, signalled int
+	if err := conn.QueryRow(ctx, `
+		WITH stored AS (
+			INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status, next_attempt_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
+			ON CONFLICT (source, event_id) DO NOTHING
+			RETURNING 1
+		), signal AS (
+			SELECT pg_notify(`+strings.ReplaceAll(channelExpr, "$1", "$9")+`, '') FROM stored
+		)
+		SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM signal)`,
+		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, e.ReceivedAt, now, approval.TopicInbox,
+	).Scan(&inserted, &signalled); err != nil {
 		return false, translate("insert inbox event", err)
 	}
-	if tag.RowsAffected() == 1 {
-		if err := tx.notify(ctx, approval.TopicInbox); err != nil {
-			return false, err
-		}
-		if err := tx.commit(ctx, "commit inbox event"); err != nil {
-			return false, err
-		}
-		now := tx.now
+	if inserted == 1 {
 		e.Status, e.NextAttemptAt = approval.InboxPending, &now
 		return false, nil
 	}
 
-	// A purged body cannot be compared, so a redelivery after the purge is not a conflict.
-	if _, err := tx.Exec(ctx, `
-		UPDATE inbox_events SET conflicts = conflicts + 1, last_conflict_at = $3
-		WHERE source = $1 AND event_id = $2 AND body IS NOT NULL AND body <> $4`,
-		e.Source, e.EventID, tx.now, e.Body); err != nil {
-		return false, translate("record inbox conflict", err)
-	}
-	stored, err := scanInbox(tx.QueryRow(ctx, `SELECT `+inboxColumns+`, i.body FROM inbox_events i
-		WHERE i.source = $1 AND i.event_id = $2`, e.Source, e.EventID))
+	// A duplicate: the second statement sees the event the first one waited for. A different
+	// body counts as a conflict (a purged body cannot be compared, so a redelivery after the
+	// purge is not one); the answer is the event as stored, after that count.
+	stored, err := scanInbox(conn.QueryRow(ctx, `
+		WITH conflicted AS (
+			UPDATE inbox_events i SET conflicts = conflicts + 1, last_conflict_at = $3
+			WHERE i.source = $1 AND i.event_id = $2 AND i.body IS NOT NULL AND i.body <> $4
+			RETURNING `+inboxColumns+`, i.body
+		)
+		SELECT * FROM conflicted
+		UNION ALL
+		SELECT `+inboxColumns+`, i.body FROM inbox_events i
+		WHERE i.source = $1 AND i.event_id = $2 AND NOT EXISTS (SELECT 1 FROM conflicted)`,
+		e.Source, e.EventID, now, e.Body))
 	if err != nil {
 		return false, translate("read the stored inbox event", err)
-	}
-	if err := tx.commit(ctx, "commit inbox duplicate"); err != nil {
-		return false, err
 	}
 	// A worker's claim token is not the caller's to hold.
 	stored.LeaseToken = ""
