@@ -31,7 +31,7 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if !p.mayCreate() {
+	if !p.MayCreate() {
 		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "role %s may not create approvals; use a requester or admin token", p.Role))
 		return
 	}
@@ -237,7 +237,7 @@ func (s *Server) readableApproval(ctx context.Context, p principal, id string) (
 	if err != nil {
 		return nil, err
 	}
-	if !p.mayRead(a) {
+	if !p.MayRead(a) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 	}
 	return a, nil
@@ -302,7 +302,7 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		if !p.mayDecide() {
+		if !p.MayDecide() {
 			s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "role %s may not decide approvals; use an approver token", p.Role))
 			return
 		}
@@ -354,7 +354,7 @@ func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if !p.mayCancel(a) {
+	if !p.MayCancel(a) {
 		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "only the requester (%s) or an admin may cancel approval %s", a.Requester, id))
 		return
 	}

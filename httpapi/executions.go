@@ -195,7 +195,7 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if !p.mayReport(a) {
+	if !p.MayReport(a) {
 		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "only the requester (%s), an operator or an admin may report the execution of approval %s", a.Requester, id))
 		return
 	}

@@ -1,0 +1,44 @@
+package approval
+
+// Principal is an authenticated caller: a token's subject and role. Its methods are the
+// permission rules, written once for every consumer (the API, the approver pages, the
+// commands); docs/http-api.md, "Authentication and roles", states them.
+type Principal struct {
+	Subject string
+	Role    Role
+}
+
+// MayCreate reports whether p may create approvals (and so become their requester).
+func (p Principal) MayCreate() bool {
+	return p.Role == RoleRequester || p.Role == RoleAdmin
+}
+
+// MayRead reports whether p may see a. An approval p may not see is answered as if it did
+// not exist, so that its existence is not revealed.
+func (p Principal) MayRead(a *Approval) bool {
+	return p.Role.ReadsAll() || a.VisibleTo(p.Subject)
+}
+
+// MayDecide reports whether p's role may vote at all: approvers decide where listed, admins
+// may do everything; requesters and operators may not. Service.Decide checks that p is
+// listed.
+func (p Principal) MayDecide() bool {
+	return p.Role == RoleApprover || p.Role == RoleAdmin
+}
+
+// MayCancel reports whether p may cancel a: its requester (with a requester token) or an
+// admin.
+func (p Principal) MayCancel(a *Approval) bool {
+	return p.Role == RoleAdmin || (p.Role == RoleRequester && a.Requester == p.Subject)
+}
+
+// MayReport reports whether p may report the execution outcome of a: its requester (who
+// executes actions without a target), an operator or an admin.
+func (p Principal) MayReport(a *Approval) bool {
+	return p.Role.ReadsAll() || (p.Role == RoleRequester && a.Requester == p.Subject)
+}
+
+// MayOperate reports whether p may manage executions and the inbox: operators and admins.
+func (p Principal) MayOperate() bool {
+	return p.Role == RoleOperator || p.Role == RoleAdmin
+}
