@@ -27,7 +27,10 @@ var DefaultInboxBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute, M
 // claims are leased in the store, so an event is applied once however many processors race for
 // it, and an event whose processor died is taken over when its lease ends.
 type InboxProcessor struct {
-	Store  approval.Store
+	Store InboxStore
+	// Rules applies an event by approvald's rules (an *approval.Service); a Service over
+	// Store when nil.
+	Rules  InboxRules
 	Logger *slog.Logger // slog.Default() when nil
 
 	// Sources maps each configured source to the handlers (event types) it may trigger. An
@@ -42,6 +45,18 @@ type InboxProcessor struct {
 
 	Now  func() time.Time // time.Now when nil; for the next attempt's due time
 	Rand func() float64   // jitter source; nil means math/rand/v2
+}
+
+// InboxStore is what an InboxProcessor needs of the store.
+type InboxStore interface {
+	Subscribe(topic string) (<-chan struct{}, func())
+	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error)
+	FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error
+}
+
+// InboxRules applies a claimed event: approval.Service.ApplyInbox.
+type InboxRules interface {
+	ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error)
 }
 
 // Run processes events as they become due until ctx ends, then returns nil. It wakes on the
@@ -105,8 +120,7 @@ func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
 func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) error {
 	log := p.logger().With("inbox_event", e.ID, "source", e.Source, "event_id", e.EventID, "type", e.Type, "attempt", e.Attempts)
 	action := Handle(e, p.Sources[e.Source])
-	// The rules of applying an event are the Service's, the same the API decides with.
-	done, err := (&approval.Service{Store: p.Store}).ApplyInbox(ctx, e, action)
+	done, err := p.rules().ApplyInbox(ctx, e, action)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "inbox event handled", "status", done.Status, "outcome", done.Outcome)
@@ -143,11 +157,24 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) err
 	return nil
 }
 
+// rules is Rules, or else the Service over Store: the rules the API decides with.
+func (p *InboxProcessor) rules() InboxRules {
+	if p.Rules != nil {
+		return p.Rules
+	}
+	if s, ok := p.Store.(approval.Store); ok {
+		return &approval.Service{Store: s}
+	}
+	return nil
+}
+
 // validate reports a misconfigured processor.
 func (p *InboxProcessor) validate() error {
 	switch {
 	case p.Store == nil:
 		return errors.New("inbox processor: no store")
+	case p.rules() == nil:
+		return errors.New("inbox processor: no rules to apply events with")
 	case p.Lease < 0 || p.Poll < 0 || p.Batch < 0 || p.MaxAttempts < 0:
 		return fmt.Errorf("inbox processor: negative lease %s, poll %s, batch %d or max attempts %d", p.Lease, p.Poll, p.Batch, p.MaxAttempts)
 	}

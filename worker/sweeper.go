@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/approvald/approval"
 )
 
 // Defaults used when the corresponding Sweeper field is zero.
@@ -20,7 +18,7 @@ const (
 // lease has ended, and purges finished inbox events past their retention. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
-	Store  approval.Store
+	Store  SweepStore
 	Logger *slog.Logger // slog.Default() when nil
 
 	// Interval is the time between passes (DefaultSweepInterval when zero).
@@ -37,6 +35,13 @@ type Sweeper struct {
 	// with it). Zero InboxIDs leaves the inbox alone, for a sweeper given no retention.
 	InboxIDs    time.Duration
 	InboxBodies time.Duration
+}
+
+// SweepStore is what a Sweeper needs of the store.
+type SweepStore interface {
+	ExpireDue(ctx context.Context, limit int) (int, error)
+	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
+	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
 }
 
 // Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
