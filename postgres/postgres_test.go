@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/postgres"
@@ -200,4 +202,41 @@ func newApproval(tb testing.TB, key string) *approval.Approval {
 		tb.Fatalf("new approval: %v", err)
 	}
 	return a
+}
+
+// An in-flight record left by the two-transaction create of earlier versions (a claim whose
+// process died before its approval committed) does not block the key: the first create
+// after the upgrade takes it over and creates the approval.
+func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dsn := testdb.DSN(t, testdb.Postgres)
+	s := mustOpen(t, dsn)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO idempotency_records (requester, key, fingerprint, state, token, lease_expires_at, created_at)
+		VALUES ('ci-bot', 'deploy-1', 'fp-old', 'in_flight', 'clm_old', now() + interval '1 hour', now())`); err != nil {
+		t.Fatalf("insert a legacy claim: %v", err)
+	}
+	a := newApproval(t, "deploy-1")
+	if h, err := s.InsertApproval(ctx, a, approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}, time.Hour, approval.HTTPCause("r")); err != nil || h != nil {
+		t.Fatalf("insert over a legacy claim: got holder %+v, error %v, want neither", h, err)
+	}
+	var state, fingerprint string
+	if err := conn.QueryRow(ctx, `SELECT state, fingerprint FROM idempotency_records WHERE key = 'deploy-1'`).Scan(&state, &fingerprint); err != nil {
+		t.Fatal(err)
+	}
+	if state != "completed" || fingerprint != a.Fingerprint {
+		t.Fatalf("record after the takeover: got %s %s, want completed %s", state, fingerprint, a.Fingerprint)
+	}
+	if _, err := s.Approval(ctx, a.ID); err != nil {
+		t.Fatalf("approval after the takeover: %v", err)
+	}
 }

@@ -377,3 +377,29 @@ func migrationFiles(tb testing.TB) int {
 	}
 	return len(names)
 }
+
+// An in-flight record left by the two-transaction create of earlier versions (a claim whose
+// process died before its approval committed) does not block the key: the first create
+// after the upgrade takes it over and creates the approval.
+func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	s := MustOpen(t, path)
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`
+		INSERT INTO idempotency_records (requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at)
+		VALUES ('ci-bot', 'deploy-1', 'fp-old', 'in_flight', 'clm_old', ?, ?)`,
+		time.Now().Add(time.Hour).UnixMicro(), time.Now().UnixMicro()); err != nil {
+		t.Fatalf("insert a legacy claim: %v", err)
+	}
+	a := MustCreateApproval(t, s, "ci-bot", "deploy-1")
+	var state, fingerprint string
+	queryRaw(t, path, `SELECT state, fingerprint FROM idempotency_records WHERE idempotency_key = 'deploy-1'`, &state, &fingerprint)
+	if state != "completed" || fingerprint != a.Fingerprint {
+		t.Fatalf("record after the takeover: got %q %q, want completed %q", state, fingerprint, a.Fingerprint)
+	}
+}
