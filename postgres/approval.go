@@ -27,8 +27,7 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 	return readApproval(ctx, conn, id, false)
 }
 
-// Approvals lists approvals newest first. The page's approvers and decisions are loaded with
-// one query each, whatever the page size.
+// Approvals lists approvals newest first.
 func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
 	limit, err := pageSize(f.Limit)
 	if err != nil {
@@ -52,28 +51,18 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 	if err := q.after(f.Cursor, "a.created_at", "a.id"); err != nil {
 		return nil, "", err
 	}
-	// One row more than the page tells whether there is a next page.
-	sql := `SELECT ` + approvalColumns + ` FROM approvals a` + q.where() +
+	// One row more than the page tells whether there is a next page. One statement: one
+	// round trip, one snapshot, whatever the page size.
+	sql := approvalDetailSQL + q.where() +
 		` ORDER BY a.created_at DESC, a.id DESC LIMIT ` + q.param(limit+1)
 
-	tx, err := s.beginRead(ctx)
+	conn, _, err := s.acquire(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	defer tx.Rollback(ctx)
-
-	list, next, err := collectPage(ctx, tx, "list approvals", sql, q.args, limit, func(row pgx.Row) (*approval.Approval, error) { return scanApproval(row) },
+	defer conn.Release()
+	return collectPage(ctx, conn, "list approvals", sql, q.args, limit, scanApprovalDetail,
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
-	if err != nil {
-		return nil, "", err
-	}
-	if err := tx.loadDetails(ctx, list); err != nil {
-		return nil, "", err
-	}
-	if err := tx.commit(ctx, "commit list approvals"); err != nil {
-		return nil, "", err
-	}
-	return list, next, nil
 }
 
 // ExpireDue expires up to limit due pending approvals in one statement. SKIP LOCKED lets
@@ -230,24 +219,34 @@ func scanApproval(row pgx.Row, extra ...any) (*approval.Approval, error) {
 	return &a, nil
 }
 
-// approvalDetailSQL reads an approval with everything its answer shows in one statement:
+// approvalDetailSQL reads approvals with everything their answer shows, in one statement:
 // the approvers in listed order, the decisions oldest first (as JSON, decoded here) and the
-// public fields of its execution.
+// public fields of the execution. Callers add the WHERE clause.
 const approvalDetailSQL = `SELECT ` + approvalColumns + `,
 	ARRAY(SELECT p.approver FROM approval_approvers p WHERE p.approval_id = a.id ORDER BY p.position),
 	(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
 		'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
 	 FROM decisions d WHERE d.approval_id = a.id),
 	x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at
-FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id
-WHERE a.id = $1`
+FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 
-// readApproval runs approvalDetailSQL, FOR UPDATE of the approval's row when lock is set.
+// readApproval reads one approval, FOR UPDATE of its row when lock is set.
 func readApproval(ctx context.Context, q querier, id string, lock bool) (*approval.Approval, error) {
-	sql := approvalDetailSQL
+	sql := approvalDetailSQL + ` WHERE a.id = $1`
 	if lock {
 		sql += ` FOR UPDATE OF a`
 	}
+	a, err := scanApprovalDetail(q.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	} else if err != nil {
+		return nil, translate("read approval", err)
+	}
+	return a, nil
+}
+
+// scanApprovalDetail reads a row of approvalDetailSQL.
+func scanApprovalDetail(row pgx.Row) (*approval.Approval, error) {
 	var (
 		approvers []string
 		decisions []byte
@@ -258,12 +257,10 @@ func readApproval(ctx context.Context, q querier, id string, lock bool) (*approv
 		xResult   []byte
 		xUpdated  *time.Time
 	)
-	a, err := scanApproval(q.QueryRow(ctx, sql, id),
+	a, err := scanApproval(row,
 		&approvers, &decisions, &xID, &xStatus, &xAttempts, &xError, &xResult, &xUpdated)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
-	} else if err != nil {
-		return nil, translate("read approval", err)
+	if err != nil {
+		return nil, err
 	}
 	a.Approvers = approvers
 	if a.Approvers == nil {
@@ -272,7 +269,7 @@ func readApproval(ctx context.Context, q querier, id string, lock bool) (*approv
 	a.Decisions = []approval.Decision{}
 	if decisions != nil {
 		if err := json.Unmarshal(decisions, &a.Decisions); err != nil {
-			return nil, fmt.Errorf("decode decisions of %s: %w", id, err)
+			return nil, fmt.Errorf("decode decisions of %s: %w", a.ID, err)
 		}
 		for i := range a.Decisions {
 			a.Decisions[i].At = a.Decisions[i].At.UTC()
@@ -392,7 +389,7 @@ func pageSize(limit int) (int, error) {
 // rows, ordered newest first by the (time, id) pair key returns, so that the extra row tells
 // whether there is a next page: the page is trimmed to limit and the cursor points after its
 // last row, or is empty on the last page. Errors are translated with op.
-func collectPage[T any](ctx context.Context, tx *tx, op, sql string, args []any, limit int, scan func(pgx.Row) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+func collectPage[T any](ctx context.Context, tx rowsQuerier, op, sql string, args []any, limit int, scan func(pgx.Row) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, "", translate(op, err)
@@ -406,6 +403,11 @@ func collectPage[T any](ctx context.Context, tx *tx, op, sql string, args []any,
 	}
 	list = list[:limit]
 	return list, encodeCursor(key(list[limit-1])), nil
+}
+
+// rowsQuerier runs a query: a transaction or a pooled connection.
+type rowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // filter builds the WHERE clause of a listing from fixed SQL fragments; only values travel,
