@@ -306,7 +306,15 @@ func fromNullMicros(v sql.NullInt64) *time.Time {
 // input, a database that cannot be used becomes EUNAVAILABLE. Other errors pass unchanged.
 func classify(err error) error {
 	var e *sqlite.Error
-	if approval.AsError(err) != nil || !errors.As(err, &e) {
+	if approval.AsError(err) != nil {
+		return err
+	}
+	// A transaction that waited for the write connection until its deadline found the
+	// database too busy to answer in time: 503, as on PostgreSQL, not an internal error.
+	if errors.Is(err, context.DeadlineExceeded) {
+		return unavailable(err)
+	}
+	if !errors.As(err, &e) {
 		return err
 	}
 	switch e.Code() {
