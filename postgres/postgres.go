@@ -64,6 +64,20 @@ type Store struct {
 // migrate: the first method call connects (an unreachable server is an EUNAVAILABLE error),
 // and Migrate creates the schema.
 func Open(ctx context.Context, url string) (*Store, error) {
+	pool, err := OpenPool(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{Now: time.Now, pool: pool}
+	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
+	return s, nil
+}
+
+// OpenPool returns the connection pool a Store works on, configured as Open configures it
+// (pgx's defaults, or pool_max_conns and the like from the URL). It is exported so that a
+// benchmark's baseline can run plain statements on a pool of the store's size; the caller
+// closes it.
+func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgconn redacts the password in its parse errors.
@@ -73,9 +87,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create postgres pool: %w", err)
 	}
-	s := &Store{Now: time.Now, pool: pool}
-	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
-	return s, nil
+	return pool, nil
 }
 
 // Close stops the LISTEN connection, if Subscribe started it, and releases the store's
