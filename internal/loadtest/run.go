@@ -11,6 +11,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -51,6 +52,10 @@ func BaselineOf(scenario string) string {
 // DefaultPool is how many approvals replay and get cycle over, and how many rows select does.
 const DefaultPool = 256
 
+// prepareWorkers is how many clients prepare pools, whatever the step's count: enough to
+// overlap the round trips, few enough not to queue on the store.
+const prepareWorkers = 8
+
 // prepareTimeout bounds preparing a pool: creating approvals before a step is not timed, but
 // it must end.
 const prepareTimeout = 10 * time.Minute
@@ -87,7 +92,7 @@ type Config struct {
 // then computes each scenario's ratio to its baseline at the same count. It stops at the
 // first error that is not a failed request (failed requests are counted, not fatal).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	r := &runner{cfg: cfg, progress: cfg.Progress}
+	r := &runner{cfg: cfg, progress: cfg.Progress, rates: make(map[string]float64)}
 	if r.progress == nil {
 		r.progress = io.Discard
 	}
@@ -131,9 +136,11 @@ type runner struct {
 	progress io.Writer
 	prefix   string // of every key and row id of the run, so that runs never collide
 
-	rowBody []byte   // a baseline row's body: as long as an approval
-	pool    []pooled // approvals for replay and get
-	rows    []string // row ids for select
+	rowBody []byte             // a baseline row's body: as long as an approval
+	pool    []pooled           // approvals for replay and get
+	rows    []string           // row ids for select
+	rates   map[string]float64 // requests/s measured so far, by "scenario/clients"
+	batches int                // of pending approvals prepared so far
 }
 
 // pooled is an approval of the pool, with the key and body that created it.
@@ -159,6 +166,7 @@ func (r *runner) probe(ctx context.Context) error {
 func (r *runner) step(ctx context.Context, name string, clients int) (Result, error) {
 	s := Step{Clients: clients, Warmup: r.cfg.Warmup, Duration: r.cfg.Duration}
 	var op Op
+	var ids []string // decide's pending approvals
 	api, requester := r.cfg.API, r.cfg.Requester
 	switch name {
 	case Create:
@@ -190,8 +198,8 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 			return api.Get(ctx, requester, r.pool[i%len(r.pool)].id)
 		}
 	case Decide:
-		ids, err := r.preparePending(ctx, clients)
-		if err != nil {
+		var err error
+		if ids, err = r.preparePending(ctx, clients, 0); err != nil {
 			return Result{}, err
 		}
 		s.Limit = len(ids)
@@ -216,9 +224,26 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 	}
 
 	m := Measure(ctx, s, op)
+	if m.Exhausted && name == Decide && ctx.Err() == nil {
+		// Decides outran the estimate: measure again, once, with enough for the rate seen.
+		fmt.Fprintf(r.progress, "bench: %s decide clients=%d ran out of its %d pending approvals after %.2fs; preparing more to measure again\n",
+			r.cfg.Store, clients, s.Limit, m.Elapsed.Seconds())
+		var err error
+		if ids, err = r.preparePending(ctx, clients, max(r.pendingFor(m.Rate()), 4*s.Limit)); err != nil {
+			return Result{}, err
+		}
+		s.Limit = len(ids)
+		first := m
+		m = Measure(ctx, s, op)
+		m.Errors += first.Errors
+		if m.FirstError == nil {
+			m.FirstError = first.FirstError
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	r.rates[name+"/"+strconv.Itoa(clients)] = m.Rate()
 	res := newResult(r.cfg.Store, name, clients, m)
 	line := fmt.Sprintf("bench: %s %-6s clients=%-3d %7d requests in %5.2fs, %9.1f/s, p50 %7.2f ms, p99 %7.2f ms, %d errors",
 		r.cfg.Store, name, clients, res.Requests, res.Seconds, res.RequestsPerSecond, res.P50Ms, res.P99Ms, res.Errors)
@@ -239,7 +264,7 @@ func (r *runner) preparePool(ctx context.Context) error {
 	}
 	start := time.Now()
 	pool := make([]pooled, r.cfg.Pool)
-	err := r.prepare(ctx, len(pool), 4, func(ctx context.Context, i int) error {
+	err := r.prepare(ctx, len(pool), prepareWorkers, func(ctx context.Context, i int) error {
 		p := pooled{key: r.prefix + "pool-" + strconv.Itoa(i), body: approvalBody(i, r.cfg.Approver.Name, r.cfg.OtherApprover)}
 		c, err := r.cfg.API.Create(ctx, r.cfg.Requester, p.key, p.body)
 		if err != nil {
@@ -259,41 +284,54 @@ func (r *runner) preparePool(ctx context.Context) error {
 	return nil
 }
 
-// preparePending creates pending approvals for one decide step: enough for the whole step at
-// twice the rate a first batch was created at, since a decide is a write much like a create.
-// Should the step still run out, it ends early and says so.
-func (r *runner) preparePending(ctx context.Context, clients int) ([]string, error) {
-	workers := max(clients, 4)
-	prefix := r.prefix + "pending-c" + strconv.Itoa(clients) + "-"
-	ids := make([]string, 0, 1024)
-	create := func(from, n int) error {
-		batch := make([]string, n)
-		err := r.prepare(ctx, n, workers, func(ctx context.Context, i int) error {
-			i += from
-			c, err := r.cfg.API.Create(ctx, r.cfg.Requester, prefix+strconv.Itoa(i), approvalBody(i, r.cfg.Approver.Name, r.cfg.OtherApprover))
+// preparePending creates pending approvals for one decide step: need of them, or when need
+// is 0, enough for the whole step at twice the fastest write rate seen so far (a first batch's
+// creates, the creates and the decides measured before), since a decide is a write much like
+// a create. Should the step still run out, it is measured again with more.
+func (r *runner) preparePending(ctx context.Context, clients, need int) ([]string, error) {
+	r.batches++ // every batch its own keys: a key used before would be answered as a replay
+	prefix := r.prefix + "pending-" + strconv.Itoa(r.batches) + "-"
+	var ids []string
+	create := func(n int) error {
+		from, batch := len(ids), make([]string, n)
+		err := r.prepare(ctx, n, prepareWorkers, func(ctx context.Context, i int) error {
+			c, err := r.cfg.API.Create(ctx, r.cfg.Requester, prefix+strconv.Itoa(from+i), approvalBody(from+i, r.cfg.Approver.Name, r.cfg.OtherApprover))
 			if err != nil {
 				return err
 			}
-			batch[i-from], err = approvalID(c.body)
+			batch[i], err = approvalID(c.body)
 			return err
 		})
 		ids = append(ids, batch...)
 		return err
 	}
 	start := time.Now()
-	first := max(50, 25*clients)
-	if err := create(0, first); err != nil {
-		return nil, fmt.Errorf("prepare pending approvals: %w", err)
+	if need == 0 {
+		first := max(50, 25*clients)
+		if err := create(first); err != nil {
+			return nil, fmt.Errorf("prepare pending approvals: %w", err)
+		}
+		rate := float64(first) / time.Since(start).Seconds()
+		for key, seen := range r.rates {
+			if strings.HasPrefix(key, Decide+"/") || key == Create+"/"+strconv.Itoa(clients) {
+				rate = max(rate, seen)
+			}
+		}
+		need = r.pendingFor(rate)
 	}
-	rate := float64(first) / time.Since(start).Seconds()
-	need := min(int(2*rate*(r.cfg.Warmup+r.cfg.Duration).Seconds()), MaxStepRequests)
-	if need > first {
-		if err := create(first, need-first); err != nil {
+	if need > len(ids) {
+		if err := create(need - len(ids)); err != nil {
 			return nil, fmt.Errorf("prepare pending approvals: %w", err)
 		}
 	}
 	fmt.Fprintf(r.progress, "bench: %s prepared %d pending approvals for decide at %d clients in %.1fs\n", r.cfg.Store, len(ids), clients, time.Since(start).Seconds())
 	return ids, nil
+}
+
+// pendingFor returns how many pending approvals a decide step needs at rate decides per
+// second, with a margin of two.
+func (r *runner) pendingFor(rate float64) int {
+	return min(int(2*rate*(r.cfg.Warmup+r.cfg.Duration).Seconds())+1, MaxStepRequests)
 }
 
 // prepareRows inserts the rows select reads, once per run.
@@ -305,7 +343,7 @@ func (r *runner) prepareRows(ctx context.Context) error {
 	for i := range rows {
 		rows[i] = r.prefix + "row-" + strconv.Itoa(i)
 	}
-	if err := r.prepare(ctx, len(rows), 4, func(ctx context.Context, i int) error {
+	if err := r.prepare(ctx, len(rows), prepareWorkers, func(ctx context.Context, i int) error {
 		return r.cfg.Rows.Insert(ctx, rows[i], r.rowBody)
 	}); err != nil {
 		return fmt.Errorf("prepare the rows of select: %w", err)
