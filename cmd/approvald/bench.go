@@ -80,6 +80,8 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	fs := newFlagSet("approvald bench", benchUsage, c.stderr)
 	var cf configFlags
 	cf.register(fs)
+	// Not serve's database: bench never writes into one it did not make.
+	fs.Lookup("database-url").Usage = "database `URL`: postgres://... makes a fresh schema there, file:PATH a new file (default: SQLite in a temporary directory); with --server, the server's database, for the baselines"
 	fs.StringVar(&c.serverURL, "server", "", "load the server already running at `URL` (loopback only) instead of one started in process")
 	fs.StringVar(&c.token, "token", "", "with --server: a requester's `TOKEN`, which creates every approval")
 	fs.StringVar(&c.approver, "approver", "", "with --server: the `NAME` of the approver who decides in the decide scenario")
@@ -100,6 +102,15 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	// The in-process runner calls the targets of approved actions: keep that traffic on this
+	// machine too.
+	for i, a := range cfg.Actions {
+		for _, raw := range []string{a.URL, a.LookupURL} {
+			if u, err := url.Parse(raw); raw != "" && (err != nil || !loadtest.LoopbackHost(u.Hostname())) {
+				return fmt.Errorf("actions[%d]: bench calls targets on loopback only, not %q", i, raw)
+			}
+		}
 	}
 	c.config, c.databaseURL = cfg, cf.databaseURL
 	if c.databaseURL != "" {

@@ -129,12 +129,23 @@ func TestBench_UsageErrors(t *testing.T) {
 		{"--server", "http://127.0.0.1:8080"},
 		{"--server", "http://127.0.0.1:8080", "--token", "apv_x", "--scenarios", "decide"},
 		{"--server", "http://127.0.0.1:8080", "--token", "apv_x", "--scenarios", "select"},
+		{"--config", remoteActionConfig(t)},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := NewMain(&stdout, &stderr).Run(context.Background(), append([]string{"bench"}, args...)); code != exitUsage {
 			t.Errorf("bench %v: got exit %d, want %d; stderr %s", args, code, exitUsage, stderr.String())
 		}
 	}
+}
+
+// remoteActionConfig writes a configuration whose action's target is off the machine.
+func remoteActionConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "approvald.yaml")
+	if err := os.WriteFile(path, []byte("actions:\n  - name: deploy\n    url: http://192.0.2.1:9000/deploy\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // benchDatabase returns the flags that name the database of an in-process bench, and a check

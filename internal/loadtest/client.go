@@ -71,11 +71,16 @@ func CheckLoopback(rawURL string) error {
 	if u.Scheme != "http" || u.Host == "" {
 		return fmt.Errorf("server url %q: must be http://HOST:PORT", rawURL)
 	}
-	host := u.Hostname()
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !LoopbackHost(u.Hostname()) {
 		return fmt.Errorf("server url %q: %w", rawURL, ErrNotLoopback)
 	}
 	return nil
+}
+
+// LoopbackHost reports whether host is localhost or a loopback IP address.
+func LoopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // Close closes the idle connections.
