@@ -74,7 +74,9 @@ func (m Measurement) Percentile(q float64) time.Duration {
 // Measure runs op from s.Clients goroutines, each sending its next request when the last one
 // is answered, until s.Warmup+s.Duration has passed, s.Limit requests have started or ctx
 // ends. A request counts when it started after the warm-up; one still in flight when the
-// time is up is waited for and counted, so Elapsed runs to the last answer.
+// time is up is waited for and counted, so Elapsed runs to the last answer. Should no request
+// begun after the warm-up have been answered by then, the clients go on until one is
+// (within opGrace).
 func Measure(ctx context.Context, s Step, op Op) Measurement {
 	limit := s.Limit
 	if limit <= 0 || limit > MaxStepRequests {
@@ -83,12 +85,14 @@ func Measure(ctx context.Context, s Step, op Op) Measurement {
 	start := time.Now()
 	from := start.Add(s.Warmup)
 	end := from.Add(s.Duration)
-	opCtx, cancel := context.WithDeadline(ctx, end.Add(opGrace))
+	hardEnd := end.Add(opGrace)
+	opCtx, cancel := context.WithDeadline(ctx, hardEnd)
 	defer cancel()
 
 	var (
 		next      atomic.Int64
 		exhausted atomic.Bool
+		answered  atomic.Bool // some request that began after the warm-up was answered
 		wg        sync.WaitGroup
 		mu        sync.Mutex
 		total     Measurement
@@ -102,7 +106,10 @@ func Measure(ctx context.Context, s Step, op Op) Measurement {
 				firstErr error
 				lastDone time.Time
 			)
-			for ctx.Err() == nil && time.Now().Before(end) {
+			// Past end, clients go on only until a request that began after the warm-up
+			// has been answered, so that a step whose requests all began in the warm-up
+			// (on a very slow machine) still measures one.
+			for ctx.Err() == nil && (time.Now().Before(end) || !answered.Load() && time.Now().Before(hardEnd)) {
 				i := int(next.Add(1) - 1)
 				if i >= limit {
 					if time.Now().Before(end) {
@@ -113,6 +120,9 @@ func Measure(ctx context.Context, s Step, op Op) Measurement {
 				began := time.Now()
 				err := op(opCtx, i)
 				done := time.Now()
+				if !began.Before(from) {
+					answered.Store(true)
+				}
 				if err != nil {
 					if errs++; firstErr == nil {
 						firstErr = err

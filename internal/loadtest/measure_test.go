@@ -71,6 +71,19 @@ func TestMeasure_Warmup(t *testing.T) {
 	}
 }
 
+// A step whose requests all began in the warm-up and ended after its duration (a very slow
+// machine) goes on until it has measured one.
+func TestMeasure_SlowerThanTheStep(t *testing.T) {
+	t.Parallel()
+	m := loadtest.Measure(context.Background(), loadtest.Step{Clients: 2, Warmup: time.Millisecond, Duration: time.Millisecond}, func(ctx context.Context, i int) error {
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if m.Requests == 0 || m.Rate() <= 0 {
+		t.Errorf("got %d requests at %.1f/s, want some", m.Requests, m.Rate())
+	}
+}
+
 func TestCheckLoopback(t *testing.T) {
 	t.Parallel()
 	for url, ok := range map[string]bool{
