@@ -64,19 +64,47 @@ type Store struct {
 // migrate: the first method call connects (an unreachable server is an EUNAVAILABLE error),
 // and Migrate creates the schema.
 func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := parseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	return openConfig(ctx, cfg)
+}
+
+// OpenPool returns the connection pool a Store works on, configured as Open configures it
+// (pgx's defaults, or pool_max_conns and the like from the URL). It is exported so that a
+// benchmark's baseline can run plain statements on a pool of the store's size; the caller
+// closes it.
+func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := parseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	return newPool(ctx, cfg)
+}
+
+func parseConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// pgconn redacts the password in its parse errors.
 		return nil, fmt.Errorf("parse postgres url: %w", err)
 	}
-	return openConfig(ctx, cfg)
+	return cfg, nil
+}
+
+func newPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create postgres pool: %w", err)
+	}
+	return pool, nil
 }
 
 // openConfig returns a store on a parsed pool configuration.
 func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := newPool(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("create postgres pool: %w", err)
+		return nil, err
 	}
 	s := &Store{Now: time.Now, pool: pool}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)

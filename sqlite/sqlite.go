@@ -63,14 +63,27 @@ type Store struct {
 // (passed on to the driver) or a bare path, creating the file if needed. It does not migrate;
 // call Migrate.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	writeDSN, readDSN, err := poolDSNs(dsn)
+	write, read, err := OpenPools(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
+	return &Store{Now: time.Now, write: write, read: read, hub: newHub()}, nil
+}
 
-	write, err := sql.Open("sqlite", writeDSN)
+// OpenPools opens the two pools a Store works on, as Open does: a write pool of exactly one
+// connection whose transactions begin IMMEDIATE, and a read-only pool of readConns
+// connections, both with the store's pragmas (WAL, busy_timeout, foreign_keys). It is
+// exported so that a benchmark's baseline can run plain statements on connections opened
+// exactly as the store's are; the caller closes both.
+func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error) {
+	writeDSN, readDSN, err := poolDSNs(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", dsn, err)
+		return nil, nil, err
+	}
+
+	write, err = sql.Open("sqlite", writeDSN)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", dsn, err)
 	}
 	// One connection: writers queue for it inside database/sql (honouring their contexts)
 	// instead of meeting SQLite's lock.
@@ -79,23 +92,22 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	// read-only connection (which could do neither) opens it.
 	if err := write.PingContext(ctx); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open %s: %w", dsn, classify(err))
+		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 
-	read, err := sql.Open("sqlite", readDSN)
+	read, err = sql.Open("sqlite", readDSN)
 	if err != nil {
 		write.Close()
-		return nil, fmt.Errorf("open %s: %w", dsn, err)
+		return nil, nil, fmt.Errorf("open %s: %w", dsn, err)
 	}
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
 	if err := read.PingContext(ctx); err != nil {
 		write.Close()
 		read.Close()
-		return nil, fmt.Errorf("open %s: %w", dsn, classify(err))
+		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
-
-	return &Store{Now: time.Now, write: write, read: read, hub: newHub()}, nil
+	return write, read, nil
 }
 
 // poolDSNs returns the driver DSNs of the write and the read pool for a user's DSN. The

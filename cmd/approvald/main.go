@@ -3,6 +3,7 @@
 //	approvald serve          the HTTP API and the background workers
 //	approvald migrate        apply database migrations and exit
 //	approvald token create   make a bearer token and print it
+//	approvald bench          measure the server under concurrent load beside baselines
 //	approvald version        print the version
 //
 // Problems with the command line or the configuration exit 2; failures while running exit 1
@@ -82,6 +83,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		name, args = "token create", args[1:]
 		cmd = NewTokenCreateCommand(m.Stdout, m.Stderr)
+	case "bench":
+		cmd = NewBenchCommand(m.Stdout, m.Stderr)
 	case "version":
 		cmd = NewVersionCommand(m.Stdout, m.Stderr)
 	case "help", "-h", "-help", "--help":
@@ -127,6 +130,7 @@ Commands:
 	serve          run the HTTP API and the background workers
 	migrate        apply database migrations and exit
 	token create   make a bearer token (--subject NAME --role ROLE) and print it
+	bench          measure the server under concurrent load beside baselines
 	version        print the version
 
 Every command takes --config FILE and --database-url URL.

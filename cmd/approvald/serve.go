@@ -107,14 +107,9 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	if c.failpoints != nil {
 		c.logger.Warn("failpoints armed: this process may fail or kill itself on purpose", "failpoints", c.failpoints.String())
 	}
-	targets := make(map[string]worker.Target, len(c.config.Actions))
-	for _, a := range c.config.Actions {
-		targets[a.Name] = a.Target()
-	}
-	// The approving transaction creates the execution queued when the action has a target
-	// here, not_configured otherwise. Replicas must share the actions for this to agree.
-	targeted := func(action string) bool { _, ok := targets[action]; return ok }
-	s, err := openStore(ctx, c.config.DatabaseURL, targeted)
+	svc := newService(c.config, c.logger, c.failpoints)
+	svc.connState = c.connState
+	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted)
 	if err != nil {
 		return err
 	}
@@ -123,145 +118,13 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 		return err
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	api := httpapi.New(httpapi.Config{
-		Store:             c.store,
-		Logger:            c.logger,
-		Registry:          registry,
-		IdempotencyLease:  c.config.Idempotency.Lease,
-		ResponseRetention: c.config.Retention.Responses,
-		Sources:           c.sources(),
-		Failpoints:        c.failpoints,
-	})
-
 	ln, err := net.Listen("tcp", c.config.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	// The real address, so that "listen: 127.0.0.1:0" can be found by whoever started us.
 	c.logger.Info("listening", "addr", ln.Addr().String())
-
-	// Requests run under requestCtx, which is cancelled longPollGrace into shutdown: by then
-	// ordinary requests have finished, and what is left are long-polls, which return at once
-	// instead of holding the drain for their full wait.
-	requestCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
-	defer endRequests()
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       idleTimeout,
-		BaseContext:       func(net.Listener) context.Context { return requestCtx },
-		ErrorLog:          slog.NewLogLogger(c.logger.Handler(), slog.LevelWarn),
-		ConnState:         c.connState,
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	workerCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWorkers()
-	var workers sync.WaitGroup
-	// A worker returns before workerCtx ends only when it cannot work at all; the process
-	// then stops rather than serve an API whose approvals would never execute.
-	workerFailed := make(chan error, 3)
-	startWorker := func(name string, run func(context.Context) error) {
-		workers.Go(func() {
-			if err := run(workerCtx); err != nil {
-				workerFailed <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
-	}
-	startWorker("sweeper", (&worker.Sweeper{
-		Store:       c.store,
-		Logger:      c.logger.With("worker", "sweeper"),
-		Interval:    c.config.Workers.Poll,
-		Batch:       sweepBatch,
-		Grace:       c.config.Idempotency.Lease,
-		InboxIDs:    c.config.Retention.InboxIDs,
-		InboxBodies: c.config.Retention.InboxBodyRetention(),
-	}).Run)
-	startWorker("inbox processor", (&worker.InboxProcessor{
-		Store:   c.store,
-		Logger:  c.logger.With("worker", "inbox"),
-		Sources: c.sourceHandlers(),
-		Lease:   c.config.Workers.Lease,
-		Poll:    c.config.Workers.Poll,
-		// Batch, Backoff and MaxAttempts: the worker's defaults. An event whose store work
-		// keeps failing is retried with backoff, then marked failed for an operator.
-	}).Run)
-	startWorker("execution runner", (&worker.Runner{
-		Store:       c.store,
-		Logger:      c.logger.With("worker", "runner"),
-		Targets:     targets,
-		Lease:       c.config.Workers.Lease,
-		Poll:        c.config.Workers.Poll,
-		Batch:       c.config.Workers.Concurrency,
-		Concurrency: c.config.Workers.Concurrency,
-		Failpoints:  c.failpoints,
-	}).Run)
-
-	var serveErr error
-	listenerFailed := false
-	select {
-	case <-ctx.Done():
-		c.logger.Info("shutting down")
-	case err := <-served: // the listener failed; there is nothing to drain
-		listenerFailed, serveErr = true, fmt.Errorf("serve http: %w", err)
-	case serveErr = <-workerFailed:
-		c.logger.Error("worker failed; shutting down", "error", serveErr)
-	}
-
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	endLongPolls := time.AfterFunc(longPollGrace, endRequests)
-	defer endLongPolls.Stop()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		srv.Close()
-		serveErr = errors.Join(serveErr, fmt.Errorf("drain http requests: %w", err))
-	}
-	if !listenerFailed {
-		<-served // http.ErrServerClosed, returned as soon as Shutdown began
-	}
-
-	stopWorkers()
-	workers.Wait()
-	close(workerFailed)
-	for err := range workerFailed { // a worker that failed while the others were stopping
-		serveErr = errors.Join(serveErr, err)
-	}
-	if serveErr == nil {
-		c.logger.Info("stopped")
-	}
-	return serveErr
-}
-
-// sources returns the webhook sources of the configuration for the intake.
-func (c *ServeCommand) sources() []httpapi.Source {
-	sources := make([]httpapi.Source, len(c.config.Sources))
-	for i, s := range c.config.Sources {
-		sources[i] = httpapi.Source{
-			Name: s.Name,
-			Verifier: webhook.Verifier{
-				Scheme:    webhook.Scheme(s.Scheme),
-				Secrets:   s.Secrets,
-				Tolerance: s.Tolerance,
-			},
-			MaxBody:  s.MaxBody,
-			Handlers: s.Handlers,
-		}
-	}
-	return sources
-}
-
-// sourceHandlers maps each source to the handlers its events may trigger, for the inbox
-// processor.
-func (c *ServeCommand) sourceHandlers() map[string][]string {
-	m := make(map[string][]string, len(c.config.Sources))
-	for _, s := range c.config.Sources {
-		m[s.Name] = s.Handlers
-	}
-	return m
+	return svc.serve(ctx, c.store, ln)
 }
 
 // bootstrap makes the first admin token on a new database and prints it once. Of several
@@ -290,6 +153,173 @@ func (c *ServeCommand) Close() error {
 		return fmt.Errorf("close store: %w", err)
 	}
 	return nil
+}
+
+// service is approvald's HTTP API and background workers (sweeper, inbox processor, execution
+// runner) on one store, wired from a Config: what serve runs, and what bench starts in
+// process, so that a benchmark measures the server as it is deployed.
+type service struct {
+	config     Config
+	logger     *slog.Logger
+	failpoints *failpoint.Set
+	targets    map[string]worker.Target // by action name
+
+	// connState, when set, is told of every connection state change.
+	connState func(net.Conn, http.ConnState)
+}
+
+// newService returns the service cfg describes. Open its store with targeted.
+func newService(cfg Config, logger *slog.Logger, fp *failpoint.Set) *service {
+	targets := make(map[string]worker.Target, len(cfg.Actions))
+	for _, a := range cfg.Actions {
+		targets[a.Name] = a.Target()
+	}
+	return &service{config: cfg, logger: logger, failpoints: fp, targets: targets}
+}
+
+// targeted reports whether action has an execution target. The approving transaction
+// creates the execution queued when it has, not_configured otherwise. Replicas must share
+// the actions for this to agree.
+func (svc *service) targeted(action string) bool {
+	_, ok := svc.targets[action]
+	return ok
+}
+
+// serve serves the API on ln and runs the workers on st until ctx ends or a worker fails,
+// then stops in order: HTTP intake first, then the workers. It does not close st.
+func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	api := httpapi.New(httpapi.Config{
+		Store:             st,
+		Logger:            svc.logger,
+		Registry:          registry,
+		IdempotencyLease:  svc.config.Idempotency.Lease,
+		ResponseRetention: svc.config.Retention.Responses,
+		Sources:           svc.sources(),
+		Failpoints:        svc.failpoints,
+	})
+
+	// Requests run under requestCtx, which is cancelled longPollGrace into shutdown: by then
+	// ordinary requests have finished, and what is left are long-polls, which return at once
+	// instead of holding the drain for their full wait.
+	requestCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer endRequests()
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		BaseContext:       func(net.Listener) context.Context { return requestCtx },
+		ErrorLog:          slog.NewLogLogger(svc.logger.Handler(), slog.LevelWarn),
+		ConnState:         svc.connState,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	workerCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWorkers()
+	var workers sync.WaitGroup
+	// A worker returns before workerCtx ends only when it cannot work at all; the process
+	// then stops rather than serve an API whose approvals would never execute.
+	workerFailed := make(chan error, 3)
+	startWorker := func(name string, run func(context.Context) error) {
+		workers.Go(func() {
+			if err := run(workerCtx); err != nil {
+				workerFailed <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	startWorker("sweeper", (&worker.Sweeper{
+		Store:       st,
+		Logger:      svc.logger.With("worker", "sweeper"),
+		Interval:    svc.config.Workers.Poll,
+		Batch:       sweepBatch,
+		Grace:       svc.config.Idempotency.Lease,
+		InboxIDs:    svc.config.Retention.InboxIDs,
+		InboxBodies: svc.config.Retention.InboxBodyRetention(),
+	}).Run)
+	startWorker("inbox processor", (&worker.InboxProcessor{
+		Store:   st,
+		Logger:  svc.logger.With("worker", "inbox"),
+		Sources: svc.sourceHandlers(),
+		Lease:   svc.config.Workers.Lease,
+		Poll:    svc.config.Workers.Poll,
+		// Batch, Backoff and MaxAttempts: the worker's defaults. An event whose store work
+		// keeps failing is retried with backoff, then marked failed for an operator.
+	}).Run)
+	startWorker("execution runner", (&worker.Runner{
+		Store:       st,
+		Logger:      svc.logger.With("worker", "runner"),
+		Targets:     svc.targets,
+		Lease:       svc.config.Workers.Lease,
+		Poll:        svc.config.Workers.Poll,
+		Batch:       svc.config.Workers.Concurrency,
+		Concurrency: svc.config.Workers.Concurrency,
+		Failpoints:  svc.failpoints,
+	}).Run)
+
+	var serveErr error
+	listenerFailed := false
+	select {
+	case <-ctx.Done():
+		svc.logger.Info("shutting down")
+	case err := <-served: // the listener failed; there is nothing to drain
+		listenerFailed, serveErr = true, fmt.Errorf("serve http: %w", err)
+	case serveErr = <-workerFailed:
+		svc.logger.Error("worker failed; shutting down", "error", serveErr)
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	endLongPolls := time.AfterFunc(longPollGrace, endRequests)
+	defer endLongPolls.Stop()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		srv.Close()
+		serveErr = errors.Join(serveErr, fmt.Errorf("drain http requests: %w", err))
+	}
+	if !listenerFailed {
+		<-served // http.ErrServerClosed, returned as soon as Shutdown began
+	}
+
+	stopWorkers()
+	workers.Wait()
+	close(workerFailed)
+	for err := range workerFailed { // a worker that failed while the others were stopping
+		serveErr = errors.Join(serveErr, err)
+	}
+	if serveErr == nil {
+		svc.logger.Info("stopped")
+	}
+	return serveErr
+}
+
+// sources returns the webhook sources of the configuration for the intake.
+func (svc *service) sources() []httpapi.Source {
+	sources := make([]httpapi.Source, len(svc.config.Sources))
+	for i, s := range svc.config.Sources {
+		sources[i] = httpapi.Source{
+			Name: s.Name,
+			Verifier: webhook.Verifier{
+				Scheme:    webhook.Scheme(s.Scheme),
+				Secrets:   s.Secrets,
+				Tolerance: s.Tolerance,
+			},
+			MaxBody:  s.MaxBody,
+			Handlers: s.Handlers,
+		}
+	}
+	return sources
+}
+
+// sourceHandlers maps each source to the handlers its events may trigger, for the inbox
+// processor.
+func (svc *service) sourceHandlers() map[string][]string {
+	m := make(map[string][]string, len(svc.config.Sources))
+	for _, s := range svc.config.Sources {
+		m[s.Name] = s.Handlers
+	}
+	return m
 }
 
 const serveUsage = `Usage: approvald serve [flags]

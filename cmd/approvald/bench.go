@@ -1,0 +1,472 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/loadtest"
+)
+
+// Defaults of bench's flags.
+const (
+	defaultBenchClients  = "1,8,32"
+	defaultBenchDuration = 5 * time.Second
+	defaultBenchWarmup   = time.Second
+	// maxBenchClients bounds --clients: every client is a goroutine and a connection.
+	maxBenchClients = 1024
+)
+
+// Subjects of the tokens bench makes on its fresh database.
+const (
+	benchRequester = "bench-requester"
+	benchApprover  = "bench-alice" // decides the decide scenario
+	benchOther     = "bench-bob"   // the second approver listed
+	benchAdmin     = "bench-admin"
+)
+
+var _ command = (*BenchCommand)(nil)
+
+// BenchCommand measures approvald under concurrent load over real HTTP, each scenario beside
+// a baseline on the same database in the same run (see internal/loadtest). By default it
+// makes a fresh database, starts the server in process on loopback with serve's wiring, and
+// removes the database at the end; with --server it loads a server already running on this
+// machine.
+type BenchCommand struct {
+	stdout io.Writer // the table, or the JSON
+	stderr io.Writer // progress lines, and the server's warnings and errors
+
+	config        Config // the server's settings; bench never uses its database_url
+	databaseURL   string // --database-url as given
+	serverURL     string
+	token         string
+	approver      string
+	approverToken string
+	scenarios     []string
+	clients       []int
+	warmup        time.Duration
+	duration      time.Duration
+	pool          int
+	json          bool
+	keep          bool
+
+	// closers release what Run made, in reverse order, in Close.
+	closers []func() error
+}
+
+// NewBenchCommand returns a BenchCommand writing to the given streams.
+func NewBenchCommand(stdout, stderr io.Writer) *BenchCommand {
+	return &BenchCommand{stdout: stdout, stderr: stderr}
+}
+
+// ParseFlags parses the flags and loads the configuration.
+func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
+	fs := newFlagSet("approvald bench", benchUsage, c.stderr)
+	var cf configFlags
+	cf.register(fs)
+	// Not serve's database: bench never writes into one it did not make.
+	fs.Lookup("database-url").Usage = "database `URL`: postgres://... makes a fresh schema there, file:PATH a new file (default: SQLite in a temporary directory); with --server, the server's database, for the baselines"
+	fs.StringVar(&c.serverURL, "server", "", "load the server already running at `URL` (loopback only) instead of one started in process")
+	fs.StringVar(&c.token, "token", "", "with --server: a requester's `TOKEN`, which creates every approval")
+	fs.StringVar(&c.approver, "approver", "", "with --server: the `NAME` of the approver who decides in the decide scenario")
+	fs.StringVar(&c.approverToken, "approver-token", "", "with --server: that approver's `TOKEN`")
+	scenarios := fs.String("scenarios", "", "comma-separated `LIST` of "+strings.Join(loadtest.Scenarios, ", ")+" (default all; a scenario's baseline always runs with it)")
+	clients := fs.String("clients", defaultBenchClients, "comma-separated `LIST` of concurrent client counts to sweep")
+	fs.DurationVar(&c.duration, "duration", defaultBenchDuration, "timed `DURATION` of each step")
+	fs.DurationVar(&c.warmup, "warmup", defaultBenchWarmup, "unmeasured `DURATION` before each step's timed phase")
+	fs.IntVar(&c.pool, "pool", loadtest.DefaultPool, "`N` approvals that replay and get cycle over (and rows that select does)")
+	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of a table")
+	fs.BoolVar(&c.keep, "keep", false, "keep the database (and the baseline table) at the end")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := cf.load()
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	// The in-process runner calls the targets of approved actions: keep that traffic on this
+	// machine too.
+	for i, a := range cfg.Actions {
+		for _, raw := range []string{a.URL, a.LookupURL} {
+			if u, err := url.Parse(raw); raw != "" && (err != nil || !loadtest.LoopbackHost(u.Hostname())) {
+				return fmt.Errorf("actions[%d]: bench calls targets on loopback only, not %q", i, raw)
+			}
+		}
+	}
+	c.config, c.databaseURL = cfg, cf.databaseURL
+	if c.databaseURL != "" {
+		if _, err := ParseDatabaseURL(c.databaseURL); err != nil {
+			return fmt.Errorf("--database-url: %w", err)
+		}
+	}
+
+	if c.clients, err = parseClients(*clients); err != nil {
+		return fmt.Errorf("--clients: %w", err)
+	}
+	if c.duration <= 0 {
+		return fmt.Errorf("--duration: %w", ErrNotPositive)
+	}
+	if c.warmup < 0 {
+		return fmt.Errorf("--warmup: %w", ErrNegative)
+	}
+	if c.pool <= 0 {
+		return fmt.Errorf("--pool: %w", ErrNotPositive)
+	}
+	// Baselines need the database: in process bench always has it, against --server only
+	// when --database-url names the server's.
+	withBaselines := c.serverURL == "" || c.databaseURL != ""
+	if c.scenarios, err = parseScenarios(*scenarios, withBaselines); err != nil {
+		return fmt.Errorf("--scenarios: %w", err)
+	}
+
+	if c.serverURL == "" {
+		if c.token != "" || c.approver != "" || c.approverToken != "" {
+			return errors.New("--token, --approver and --approver-token go with --server; in process bench makes its own tokens")
+		}
+		return nil
+	}
+	if err := loadtest.CheckLoopback(c.serverURL); err != nil {
+		return fmt.Errorf("--server: %w", err)
+	}
+	if c.token == "" {
+		return errors.New("--server needs --token, a requester's token")
+	}
+	if slices.Contains(c.scenarios, loadtest.Decide) && (c.approver == "" || c.approverToken == "") {
+		return errors.New("the decide scenario against --server needs --approver and --approver-token")
+	}
+	return nil
+}
+
+// Run prepares the database and the server, runs the scenarios and prints the results.
+func (c *BenchCommand) Run(ctx context.Context) error {
+	run := loadtest.Config{
+		Scenarios: c.scenarios,
+		Clients:   c.clients,
+		Warmup:    c.warmup,
+		Duration:  c.duration,
+		Pool:      c.pool,
+		Progress:  c.stderr,
+	}
+	var notes []string
+	var report *loadtest.Report
+	var err error
+	if c.serverURL == "" {
+		report, err = c.runInProcess(ctx, run)
+	} else {
+		report, err = c.runAgainstServer(ctx, run)
+		if c.databaseURL == "" {
+			notes = append(notes, "no baselines: pass --database-url with the server's database to run insert and select beside the scenarios")
+		}
+	}
+	if err != nil {
+		return err
+	}
+	info, _ := debug.ReadBuildInfo()
+	report.Version = "approvald " + version(info)
+	report.Notes = append(report.Notes, notes...)
+	if c.json {
+		return report.WriteJSON(c.stdout)
+	}
+	return report.WriteTable(c.stdout)
+}
+
+// runInProcess makes a fresh database, starts the server on it in this process with serve's
+// wiring, and runs the load against it.
+func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*loadtest.Report, error) {
+	dsn, kind, err := c.freshDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Warnings and errors only: an access log line per request would bury the progress.
+	logger := slog.New(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	svc := newService(c.config, logger, nil)
+	st, err := openStore(ctx, dsn, svc.targeted)
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, st.Close)
+	tokens := make(map[string]string)
+	for _, t := range []struct {
+		subject string
+		role    approval.Role
+	}{
+		{benchRequester, approval.RoleRequester},
+		{benchApprover, approval.RoleApprover},
+		{benchOther, approval.RoleApprover},
+		{benchAdmin, approval.RoleAdmin},
+	} {
+		secret, token := approval.NewToken(t.subject, t.role, approval.Now())
+		if err := st.CreateToken(ctx, token); err != nil {
+			return nil, fmt.Errorf("create token %s: %w", t.subject, err)
+		}
+		tokens[t.subject] = secret
+	}
+	if run.Rows, err = c.openRows(ctx, kind, dsn); err != nil {
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	serveCtx, stopServing := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- svc.serve(serveCtx, st, ln) }()
+	base := "http://" + ln.Addr().String()
+
+	run.Store, run.Server, run.InProcess = kind, "in process at "+base, true
+	run.Requester = tokens[benchRequester]
+	run.Approver = loadtest.Approver{Name: benchApprover, Token: tokens[benchApprover]}
+	run.OtherApprover = benchOther
+	report, runErr := c.load(ctx, base, run)
+	stopServing()
+	if err := <-served; err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("server: %w", err))
+	}
+	return report, runErr
+}
+
+// runAgainstServer runs the load against --server, with the baselines on --database-url when
+// it is given.
+func (c *BenchCommand) runAgainstServer(ctx context.Context, run loadtest.Config) (*loadtest.Report, error) {
+	run.Store, run.Server = "server", c.serverURL
+	if c.databaseURL != "" {
+		kind, _ := ParseDatabaseURL(c.databaseURL)
+		if kind == databaseSQLite {
+			// The server's database: opening a missing file would make an empty one.
+			if _, err := os.Stat(sqlitePath(c.databaseURL)); err != nil {
+				return nil, fmt.Errorf("--database-url: the server's database: %w", err)
+			}
+		}
+		rows, err := c.openRows(ctx, kind, c.databaseURL)
+		if err != nil {
+			return nil, err
+		}
+		run.Store, run.Rows = kind, rows
+	}
+	run.Requester = c.token
+	run.Approver = loadtest.Approver{Name: c.approver, Token: c.approverToken}
+	run.OtherApprover = benchOther
+	return c.load(ctx, c.serverURL, run)
+}
+
+// load runs the scenarios against the server at base.
+func (c *BenchCommand) load(ctx context.Context, base string, run loadtest.Config) (*loadtest.Report, error) {
+	// An idle connection per client, and some for the preparation of the pools.
+	api, err := loadtest.NewClient(base, slices.Max(run.Clients)+8)
+	if err != nil {
+		return nil, err
+	}
+	defer api.Close()
+	run.API = api
+	fmt.Fprintf(c.stderr, "bench: %s, server %s, clients %v, %s warm-up and %s per step\n", run.Store, run.Server, run.Clients, run.Warmup, run.Duration)
+	return loadtest.Run(ctx, run)
+}
+
+// freshDatabase makes the database the in-process server runs on and returns its URL and
+// kind: SQLite in a new temporary directory by default, a new file at --database-url
+// file:PATH, or a new schema on the PostgreSQL server --database-url names. Close removes it
+// unless --keep.
+func (c *BenchCommand) freshDatabase(ctx context.Context) (dsn, kind string, err error) {
+	if c.databaseURL == "" {
+		dir, err := os.MkdirTemp("", "approvald-bench-")
+		if err != nil {
+			return "", "", fmt.Errorf("make a temporary directory: %w", err)
+		}
+		c.cleanup("database directory "+dir, func() error { return os.RemoveAll(dir) })
+		// The default database URL's pragmas: none beyond the store's own (synchronous FULL).
+		return "file:" + filepath.Join(dir, "approvald.db"), databaseSQLite, nil
+	}
+	kind, _ = ParseDatabaseURL(c.databaseURL)
+	if kind == databaseSQLite {
+		path := sqlitePath(c.databaseURL)
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			return "", "", fmt.Errorf("--database-url: %s exists; bench makes a fresh database, name a new file", path)
+		}
+		c.cleanup("database "+path, func() error {
+			var errs []error
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		})
+		return c.databaseURL, kind, nil
+	}
+
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "bench_" + hex.EncodeToString(b[:])
+	u, err := url.Parse(c.databaseURL)
+	if err != nil {
+		return "", "", fmt.Errorf("--database-url: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, c.databaseURL)
+	if err != nil {
+		return "", "", fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return "", "", fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	c.cleanup("schema "+schema, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.databaseURL)
+		if err != nil {
+			return fmt.Errorf("connect to drop schema %s: %w", schema, err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			return fmt.Errorf("drop schema %s: %w", schema, err)
+		}
+		return nil
+	})
+	// Every statement of the store and of the baselines uses unqualified names.
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	fmt.Fprintf(c.stderr, "bench: postgres schema %s\n", schema)
+	return u.String(), databasePostgres, nil
+}
+
+// cleanup registers the removal of something bench made, unless --keep, which reports it.
+func (c *BenchCommand) cleanup(what string, remove func() error) {
+	if c.keep {
+		c.closers = append(c.closers, func() error {
+			fmt.Fprintf(c.stderr, "bench: kept the %s\n", what)
+			return nil
+		})
+		return
+	}
+	c.closers = append(c.closers, remove)
+}
+
+// openRows creates the baselines' table on the database dsn names, with connections opened as
+// the store opens its own. Close drops it unless --keep.
+func (c *BenchCommand) openRows(ctx context.Context, kind, dsn string) (loadtest.Rows, error) {
+	var rows loadtest.Rows
+	var err error
+	if kind == databasePostgres {
+		rows, err = loadtest.OpenPostgresRows(ctx, dsn)
+	} else {
+		rows, err = loadtest.OpenSQLiteRows(ctx, dsn)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("baseline table: %w", err)
+	}
+	c.closers = append(c.closers, rows.Close)
+	c.cleanup("table "+loadtest.RowsTable, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return rows.Drop(ctx)
+	})
+	return rows, nil
+}
+
+// Close releases, in reverse order, what Run made: the baseline table, the store, the
+// database.
+func (c *BenchCommand) Close() error {
+	var errs []error
+	for i := len(c.closers) - 1; i >= 0; i-- {
+		errs = append(errs, c.closers[i]())
+	}
+	c.closers = nil
+	return errors.Join(errs...)
+}
+
+// parseClients parses --clients: positive counts, at most maxBenchClients each.
+func parseClients(s string) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > maxBenchClients {
+			return nil, fmt.Errorf("%q: each must be a whole number from 1 to %d", f, maxBenchClients)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// parseScenarios parses --scenarios ("" for every one) and adds each scenario's baseline.
+// Without baselines, they are left out of the default and refused when named.
+func parseScenarios(s string, withBaselines bool) ([]string, error) {
+	if s == "" {
+		var all []string
+		for _, name := range loadtest.Scenarios {
+			if withBaselines || loadtest.BaselineOf(name) != "" {
+				all = append(all, name)
+			}
+		}
+		return all, nil
+	}
+	var names []string
+	for f := range strings.SplitSeq(s, ",") {
+		name := strings.TrimSpace(f)
+		switch {
+		case !slices.Contains(loadtest.Scenarios, name):
+			return nil, fmt.Errorf("unknown scenario %q; known: %s", name, strings.Join(loadtest.Scenarios, ", "))
+		case loadtest.BaselineOf(name) == "" && !withBaselines:
+			return nil, fmt.Errorf("%s is a baseline: against --server it needs --database-url with the server's database", name)
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		if base := loadtest.BaselineOf(name); base != "" && withBaselines && !slices.Contains(names, base) {
+			names = append(names, base)
+		}
+	}
+	return names, nil
+}
+
+// sqlitePath returns the file a SQLite database URL names.
+func sqlitePath(dsn string) string {
+	file, _, _ := strings.Cut(dsn, "?")
+	return strings.TrimPrefix(file, "file:")
+}
+
+const benchUsage = `Usage: approvald bench [flags]
+
+Measures approvald under concurrent load over real HTTP on loopback, and beside each scenario
+a baseline on the same database in the same run, at the same concurrency:
+
+	create   POST /v1/approvals, a new Idempotency-Key each time    (baseline insert)
+	replay   the same key and body again, answered from the store   (baseline insert)
+	decide   approve a pending approval, each once                  (baseline insert)
+	get      GET /v1/approvals/{id}                                 (baseline select)
+	insert   one row the size of an approval, in its own transaction
+	select   that row by primary key
+
+By default it makes a fresh SQLite database in a temporary directory (or, with
+--database-url postgres://..., a fresh schema there; with file:PATH, a new file), makes its
+tokens through the store, starts the server in this process on 127.0.0.1 with serve's wiring
+(and --config's settings; its database_url is never used) and removes the database at the end
+unless --keep. With --server URL it loads a server already running on this machine; the
+baselines then run only when --database-url names that server's database.
+
+Progress goes to stderr, the results to stdout: a table, or JSON with --json. Each figure
+comes with its ratio to its baseline, which moves much less than the figures themselves
+when the machine is shared.
+
+Flags:
+`

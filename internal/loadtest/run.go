@@ -1,0 +1,389 @@
+package loadtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Scenarios and baselines, by name.
+const (
+	// Create posts an approval under a new Idempotency-Key each time.
+	Create = "create"
+	// Replay repeats a completed create, same key and body, from a pool: the stored answer
+	// comes back with Idempotent-Replayed: true.
+	Replay = "replay"
+	// Get reads an approval of a pool by id.
+	Get = "get"
+	// Decide approves pending approvals prepared before the step, each once.
+	Decide = "decide"
+	// Insert is the baseline of the writes: one row the size of an approval inserted in a
+	// transaction of its own.
+	Insert = "insert"
+	// Select is the baseline of the reads: one such row read by primary key.
+	Select = "select"
+)
+
+// Scenarios lists every scenario and baseline in the order a sweep step runs them: each
+// baseline just before the scenarios compared with it, so that they run under the same load
+// from the rest of the machine.
+var Scenarios = []string{Insert, Create, Replay, Decide, Select, Get}
+
+// BaselineOf returns the baseline a scenario is compared with, or "" for a baseline.
+func BaselineOf(scenario string) string {
+	switch scenario {
+	case Create, Replay, Decide:
+		return Insert
+	case Get:
+		return Select
+	}
+	return ""
+}
+
+// DefaultPool is how many approvals replay and get cycle over, and how many rows select does.
+const DefaultPool = 256
+
+// prepareWorkers is how many clients prepare pools, whatever the step's count: enough to
+// overlap the round trips, few enough not to queue on the store.
+const prepareWorkers = 8
+
+// prepareTimeout bounds preparing a pool: creating approvals before a step is not timed, but
+// it must end.
+const prepareTimeout = 10 * time.Minute
+
+// Approver is a user who decides: the name listed in approvals and their token.
+type Approver struct {
+	Name  string
+	Token string
+}
+
+// Config describes a run.
+type Config struct {
+	Store     string  // labels the results: "sqlite", "postgres"
+	Server    string  // where the server runs, for the report
+	InProcess bool    // the server runs in this process (its memory is in the peak RSS)
+	API       *Client // the server under load
+
+	Requester     string   // a requester's token: creates every approval
+	Approver      Approver // listed first in every approval; decides in the decide scenario
+	OtherApprover string   // listed second
+
+	Rows Rows // the baseline table on the server's database; nil runs no baseline
+
+	Scenarios []string // which to run, in any order; Scenarios order is kept
+	Clients   []int    // the sweep of concurrencies
+	Warmup    time.Duration
+	Duration  time.Duration
+	Pool      int // approvals replay and get cycle over; 0 means DefaultPool
+
+	Progress io.Writer // one line per step and per preparation; nil discards them
+}
+
+// Run sweeps cfg.Clients, and at each count runs each scenario of cfg.Scenarios as a step,
+// then computes each scenario's ratio to its baseline at the same count. It stops at the
+// first error that is not a failed request (failed requests are counted, not fatal).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	r := &runner{cfg: cfg, progress: cfg.Progress, rates: make(map[string]float64)}
+	if r.progress == nil {
+		r.progress = io.Discard
+	}
+	if r.cfg.Pool <= 0 {
+		r.cfg.Pool = DefaultPool
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	r.prefix = "bench-" + hex.EncodeToString(b[:]) + "-"
+	report := &Report{
+		Store:     cfg.Store,
+		Server:    cfg.Server,
+		InProcess: cfg.InProcess,
+		Clients:   cfg.Clients,
+		Warmup:    cfg.Warmup.String(),
+		Duration:  cfg.Duration.String(),
+		Started:   time.Now().UTC(),
+	}
+	if err := r.probe(ctx); err != nil {
+		return nil, err
+	}
+	for _, clients := range cfg.Clients {
+		for _, name := range Scenarios {
+			if !slices.Contains(cfg.Scenarios, name) {
+				continue
+			}
+			res, err := r.step(ctx, name, clients)
+			if err != nil {
+				return nil, fmt.Errorf("%s at %d clients: %w", name, clients, err)
+			}
+			report.Results = append(report.Results, res)
+		}
+	}
+	report.finish()
+	return report, nil
+}
+
+// runner holds what the steps of a run share: the pools they prepare once.
+type runner struct {
+	cfg      Config
+	progress io.Writer
+	prefix   string // of every key and row id of the run, so that runs never collide
+
+	rowBody []byte             // a baseline row's body: as long as an approval
+	pool    []pooled           // approvals for replay and get
+	rows    []string           // row ids for select
+	rates   map[string]float64 // requests/s measured so far, by "scenario/clients"
+	batches int                // of pending approvals prepared so far
+}
+
+// pooled is an approval of the pool, with the key and body that created it.
+type pooled struct {
+	id, key string
+	body    []byte
+}
+
+// probe creates one approval: it checks the tokens before anything is timed, and its size
+// is the size of a baseline row.
+func (r *runner) probe(ctx context.Context) error {
+	body := approvalBody(0, r.cfg.Approver.Name, r.cfg.OtherApprover)
+	c, err := r.cfg.API.Create(ctx, r.cfg.Requester, r.prefix+"probe", body)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	r.rowBody = make([]byte, len(c.body))
+	rand.Read(r.rowBody)
+	return nil
+}
+
+// step prepares what the scenario needs, then measures it at clients.
+func (r *runner) step(ctx context.Context, name string, clients int) (Result, error) {
+	s := Step{Clients: clients, Warmup: r.cfg.Warmup, Duration: r.cfg.Duration}
+	var op Op
+	var ids []string // decide's pending approvals
+	api, requester := r.cfg.API, r.cfg.Requester
+	switch name {
+	case Create:
+		prefix := r.prefix + "create-c" + strconv.Itoa(clients) + "-"
+		op = func(ctx context.Context, i int) error {
+			c, err := api.Create(ctx, requester, prefix+strconv.Itoa(i), approvalBody(i, r.cfg.Approver.Name, r.cfg.OtherApprover))
+			if err == nil && c.replayed {
+				err = errors.New("create: a new key was answered as a replay")
+			}
+			return err
+		}
+	case Replay:
+		if err := r.preparePool(ctx); err != nil {
+			return Result{}, err
+		}
+		op = func(ctx context.Context, i int) error {
+			p := r.pool[i%len(r.pool)]
+			c, err := api.Create(ctx, requester, p.key, p.body)
+			if err == nil && !c.replayed {
+				err = errors.New("replay: answered without Idempotent-Replayed: true")
+			}
+			return err
+		}
+	case Get:
+		if err := r.preparePool(ctx); err != nil {
+			return Result{}, err
+		}
+		op = func(ctx context.Context, i int) error {
+			return api.Get(ctx, requester, r.pool[i%len(r.pool)].id)
+		}
+	case Decide:
+		var err error
+		if ids, err = r.preparePending(ctx, clients, 0); err != nil {
+			return Result{}, err
+		}
+		s.Limit = len(ids)
+		approver := r.cfg.Approver.Token
+		op = func(ctx context.Context, i int) error {
+			return api.Approve(ctx, approver, ids[i])
+		}
+	case Insert:
+		prefix := r.prefix + "insert-c" + strconv.Itoa(clients) + "-"
+		op = func(ctx context.Context, i int) error {
+			return r.cfg.Rows.Insert(ctx, prefix+strconv.Itoa(i), r.rowBody)
+		}
+	case Select:
+		if err := r.prepareRows(ctx); err != nil {
+			return Result{}, err
+		}
+		op = func(ctx context.Context, i int) error {
+			return r.cfg.Rows.Select(ctx, r.rows[i%len(r.rows)])
+		}
+	default:
+		return Result{}, fmt.Errorf("unknown scenario %q", name)
+	}
+
+	m := Measure(ctx, s, op)
+	if m.Exhausted && name == Decide && ctx.Err() == nil {
+		// Decides outran the estimate: measure again, once, with enough for the rate seen.
+		fmt.Fprintf(r.progress, "bench: %s decide clients=%d ran out of its %d pending approvals after %.2fs; preparing more to measure again\n",
+			r.cfg.Store, clients, s.Limit, m.Elapsed.Seconds())
+		var err error
+		if ids, err = r.preparePending(ctx, clients, max(r.pendingFor(m.Rate()), 4*s.Limit)); err != nil {
+			return Result{}, err
+		}
+		s.Limit = len(ids)
+		first := m
+		m = Measure(ctx, s, op)
+		m.Errors += first.Errors
+		if m.FirstError == nil {
+			m.FirstError = first.FirstError
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	r.rates[name+"/"+strconv.Itoa(clients)] = m.Rate()
+	res := newResult(r.cfg.Store, name, clients, m)
+	line := fmt.Sprintf("bench: %s %-6s clients=%-3d %7d requests in %5.2fs, %9.1f/s, p50 %7.2f ms, p99 %7.2f ms, %d errors",
+		r.cfg.Store, name, clients, res.Requests, res.Seconds, res.RequestsPerSecond, res.P50Ms, res.P99Ms, res.Errors)
+	if m.Exhausted {
+		line += fmt.Sprintf(" (ran out of its %d prepared approvals)", s.Limit)
+	}
+	if m.FirstError != nil {
+		line += "; first error: " + m.FirstError.Error()
+	}
+	fmt.Fprintln(r.progress, line)
+	return res, nil
+}
+
+// preparePool creates the pool of approvals replay and get use, once per run.
+func (r *runner) preparePool(ctx context.Context) error {
+	if r.pool != nil {
+		return nil
+	}
+	start := time.Now()
+	pool := make([]pooled, r.cfg.Pool)
+	err := r.prepare(ctx, len(pool), prepareWorkers, func(ctx context.Context, i int) error {
+		p := pooled{key: r.prefix + "pool-" + strconv.Itoa(i), body: approvalBody(i, r.cfg.Approver.Name, r.cfg.OtherApprover)}
+		c, err := r.cfg.API.Create(ctx, r.cfg.Requester, p.key, p.body)
+		if err != nil {
+			return err
+		}
+		if p.id, err = approvalID(c.body); err != nil {
+			return err
+		}
+		pool[i] = p
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("prepare the pool of approvals: %w", err)
+	}
+	r.pool = pool
+	fmt.Fprintf(r.progress, "bench: %s prepared a pool of %d approvals for replay and get in %.1fs\n", r.cfg.Store, len(pool), time.Since(start).Seconds())
+	return nil
+}
+
+// preparePending creates pending approvals for one decide step: need of them, or when need
+// is 0, enough for the whole step at twice the fastest write rate seen so far (a first batch's
+// creates, the creates and the decides measured before), since a decide is a write much like
+// a create. Should the step still run out, it is measured again with more.
+func (r *runner) preparePending(ctx context.Context, clients, need int) ([]string, error) {
+	r.batches++ // every batch its own keys: a key used before would be answered as a replay
+	prefix := r.prefix + "pending-" + strconv.Itoa(r.batches) + "-"
+	var ids []string
+	create := func(n int) error {
+		from, batch := len(ids), make([]string, n)
+		err := r.prepare(ctx, n, prepareWorkers, func(ctx context.Context, i int) error {
+			c, err := r.cfg.API.Create(ctx, r.cfg.Requester, prefix+strconv.Itoa(from+i), approvalBody(from+i, r.cfg.Approver.Name, r.cfg.OtherApprover))
+			if err != nil {
+				return err
+			}
+			batch[i], err = approvalID(c.body)
+			return err
+		})
+		ids = append(ids, batch...)
+		return err
+	}
+	start := time.Now()
+	if need == 0 {
+		first := max(50, 25*clients)
+		if err := create(first); err != nil {
+			return nil, fmt.Errorf("prepare pending approvals: %w", err)
+		}
+		rate := float64(first) / time.Since(start).Seconds()
+		for key, seen := range r.rates {
+			if strings.HasPrefix(key, Decide+"/") || key == Create+"/"+strconv.Itoa(clients) {
+				rate = max(rate, seen)
+			}
+		}
+		need = r.pendingFor(rate)
+	}
+	if need > len(ids) {
+		if err := create(need - len(ids)); err != nil {
+			return nil, fmt.Errorf("prepare pending approvals: %w", err)
+		}
+	}
+	fmt.Fprintf(r.progress, "bench: %s prepared %d pending approvals for decide at %d clients in %.1fs\n", r.cfg.Store, len(ids), clients, time.Since(start).Seconds())
+	return ids, nil
+}
+
+// pendingFor returns how many pending approvals a decide step needs at rate decides per
+// second, with a margin of two.
+func (r *runner) pendingFor(rate float64) int {
+	return min(int(2*rate*(r.cfg.Warmup+r.cfg.Duration).Seconds())+1, MaxStepRequests)
+}
+
+// prepareRows inserts the rows select reads, once per run.
+func (r *runner) prepareRows(ctx context.Context) error {
+	if r.rows != nil {
+		return nil
+	}
+	rows := make([]string, r.cfg.Pool)
+	for i := range rows {
+		rows[i] = r.prefix + "row-" + strconv.Itoa(i)
+	}
+	if err := r.prepare(ctx, len(rows), prepareWorkers, func(ctx context.Context, i int) error {
+		return r.cfg.Rows.Insert(ctx, rows[i], r.rowBody)
+	}); err != nil {
+		return fmt.Errorf("prepare the rows of select: %w", err)
+	}
+	r.rows = rows
+	return nil
+}
+
+// prepare runs op n times (i from 0 to n-1) from workers goroutines, untimed, and fails on
+// the first failed request.
+func (r *runner) prepare(ctx context.Context, n, workers int, op Op) error {
+	m := Measure(ctx, Step{Clients: workers, Duration: prepareTimeout, Limit: n}, op)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case m.FirstError != nil:
+		return fmt.Errorf("%d of %d failed, the first: %w", m.Errors, n, m.FirstError)
+	case m.Requests != n:
+		return fmt.Errorf("%d of %d done in %s", m.Requests, n, prepareTimeout)
+	}
+	return nil
+}
+
+// approvalBody is the body of a create: a realistic approval, with a context of about 200
+// bytes and two approvers. n varies the title and the context.
+func approvalBody(n int, approver, other string) []byte {
+	commit := sha1.Sum(strconv.AppendInt(nil, int64(n), 10))
+	return fmt.Appendf(nil, `{"action":"deploy","title":"Deploy api v1.%d to prod",`+
+		`"context":{"commit":"%x","service":"api","environment":"prod",`+
+		`"pipeline":"https://ci.example.com/api/pipelines/%d","change":"Bump the payment client and rotate the read replica pool"},`+
+		`"approvers":[%q,%q]}`, n, commit, 100000+n, approver, other)
+}
+
+// approvalID reads the id of an approval answered by the API.
+func approvalID(body []byte) (string, error) {
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &a); err != nil || a.ID == "" {
+		return "", fmt.Errorf("no approval id in %.200s", body)
+	}
+	return a.ID, nil
+}
