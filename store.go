@@ -89,7 +89,14 @@ type ApprovalFilter struct {
 	// VisibleTo as an approver.
 	VisibleTo string
 	Limit     int    // 1..MaxPageSize; 0 means DefaultPageSize
-	Cursor    string // from a previous page; a malformed cursor is EINVALID
+	Cursor    string // from a previous page; a malformed cursor is InvalidCursor
+}
+
+// InvalidCursor is the error of a listing (Approvals, Executions, InboxEvents) given a cursor
+// that no page of it made. Both stores answer with it, so a client reads one text whatever
+// the store.
+func InvalidCursor() *Error {
+	return Errorf(EINVALID, "invalid cursor; pass the next_cursor of a previous page unchanged")
 }
 
 // Page sizes of Approvals.

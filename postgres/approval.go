@@ -455,7 +455,7 @@ func encodeCursor(createdAt time.Time, id string) string {
 }
 
 func decodeCursor(cursor string) (time.Time, string, error) {
-	bad := approval.Errorf(approval.EINVALID, "malformed cursor")
+	bad := approval.InvalidCursor()
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return time.Time{}, "", bad

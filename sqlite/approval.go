@@ -225,7 +225,7 @@ func encodeCursor(at time.Time, id string) string {
 
 // decodeCursor is the inverse of encodeCursor; a cursor it cannot read is EINVALID.
 func decodeCursor(cursor string) (at time.Time, id string, err error) {
-	bad := approval.Errorf(approval.EINVALID, "invalid cursor")
+	bad := approval.InvalidCursor()
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return time.Time{}, "", bad
