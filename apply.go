@@ -57,7 +57,7 @@ func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) 
 			outcome = "refused: " + res.refusal.Message
 			break
 		}
-		outcome = decisionOutcome(res, d)
+		outcome = DecisionOutcome(res.approval, d, res.repeat)
 
 	case ActionExecutionResult:
 		r := *a.Report
@@ -104,18 +104,4 @@ func refusedByRules(e *Error) bool {
 		return true
 	}
 	return false
-}
-
-// decisionOutcome says in words what an applied inbox decision changed.
-func decisionOutcome(res decided, d DecideRequest) string {
-	a := res.approval
-	switch {
-	case res.repeat:
-		return fmt.Sprintf("approval %s: %s already voted %s; no change", a.ID, d.Approver, d.Verdict)
-	case a.Status == StatusApproved:
-		return fmt.Sprintf("approval %s approved by %s", a.ID, d.Approver)
-	case a.Status == StatusRejected:
-		return fmt.Sprintf("approval %s rejected by %s", a.ID, d.Approver)
-	}
-	return fmt.Sprintf("approval %s: %s voted %s (%d of %d approvals)", a.ID, d.Approver, d.Verdict, a.Approvals(), a.RequiredApprovals)
 }

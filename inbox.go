@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -50,8 +51,8 @@ type InboxEvent struct {
 	LastError     string      `json:"last_error"`
 	NextAttemptAt *time.Time  `json:"next_attempt_at"`
 	ProcessedAt   *time.Time  `json:"processed_at"`
-	// Outcome says in words what processing changed ("approval apr_... approved by alice",
-	// "refused: alice is not an approver", "stale: version 3 <= applied 5").
+	// Outcome says in words what processing changed ("approval apr_... approved; alice voted
+	// approve", "refused: alice is not an approver", "stale: version 3 <= applied 5").
 	Outcome    string `json:"outcome"`
 	ApprovalID string `json:"approval_id,omitempty"` // the approval it touched, if any
 
@@ -72,6 +73,19 @@ type InboxAction struct {
 	Decide *DecideRequest   // KindDecide; ApprovalID or OperationKey names the approval
 	Report *ExecutionReport // KindExecutionResult
 	Reason string           // KindIgnore: why (unknown type, handler not allowed, bad data)
+}
+
+// DecisionOutcome is the Outcome of an inbox event whose decision the rules accepted: a is
+// the approval after the vote, and repeat says the approver had already voted so, which
+// changed nothing. Both stores write it, so an operator reads one text whatever the store.
+func DecisionOutcome(a *Approval, d DecideRequest, repeat bool) string {
+	switch {
+	case repeat:
+		return fmt.Sprintf("approval %s: %s already voted %s; no change", a.ID, d.Approver, d.Verdict)
+	case a.Status.Terminal():
+		return fmt.Sprintf("approval %s %s; %s voted %s", a.ID, a.Status, d.Approver, d.Verdict)
+	}
+	return fmt.Sprintf("approval %s: %s voted %s (%d of %d approvals)", a.ID, d.Approver, d.Verdict, a.Approvals(), a.RequiredApprovals)
 }
 
 // InboxActionKind names a handler's action.
