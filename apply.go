@@ -79,7 +79,7 @@ func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) 
 			}
 			outcome = "refused: " + res.Refusal.Message
 		case res.Applied:
-			outcome = fmt.Sprintf("execution %s of approval %s reported %s (version %d)", res.Record.ID, res.Record.ApprovalID, r.Status, r.Version)
+			outcome = ReportOutcome(res.Record, r)
 		default:
 			status = InboxStale
 			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, res.Record.AppliedVersion)

@@ -88,6 +88,18 @@ func DecisionOutcome(a *Approval, d DecideRequest, repeat bool) string {
 	return fmt.Sprintf("approval %s: %s voted %s (%d of %d approvals)", a.ID, d.Approver, d.Verdict, a.Approvals(), a.RequiredApprovals)
 }
 
+// ReportOutcome is the Outcome of an inbox event whose execution.result r was applied to the
+// execution rec.
+func ReportOutcome(rec *ExecutionRecord, r ExecutionReport) string {
+	return fmt.Sprintf("execution %s of approval %s reported %s (version %d)", rec.ID, rec.ApprovalID, r.Status, r.Version)
+}
+
+// InboxRetryConflict is the ECONFLICT error of RetryInbox for the event id, which is in
+// status rather than failed.
+func InboxRetryConflict(id string, status InboxStatus) *Error {
+	return Errorf(ECONFLICT, "inbox event %s is %s; only a failed event can be retried", id, status)
+}
+
 // InboxActionKind names a handler's action.
 type InboxActionKind int
 

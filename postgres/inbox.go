@@ -238,7 +238,7 @@ func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent
 		return nil, translate("lock inbox event", err)
 	}
 	if status != string(approval.InboxFailed) {
-		return nil, approval.Errorf(approval.ECONFLICT, "inbox event %s is %s; only a failed event can be retried", id, status)
+		return nil, approval.InboxRetryConflict(id, approval.InboxStatus(status))
 	}
 	e, err := scanInbox(tx.QueryRow(ctx, `
 		UPDATE inbox_events i SET status = 'pending', next_attempt_at = $2

@@ -256,7 +256,7 @@ func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent
 		return nil, fail("retry inbox", err)
 	}
 	if e.Status != approval.InboxFailed {
-		return nil, approval.Errorf(approval.ECONFLICT, "inbox event %s is %s, not failed", id, e.Status)
+		return nil, approval.InboxRetryConflict(id, e.Status)
 	}
 	if _, err := tx.ExecContext(ctx, `
 		UPDATE inbox_events
