@@ -3,6 +3,7 @@ package approval
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -51,6 +52,8 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 	for i, name := range req.Approvers {
 		if strings.TrimSpace(name) == "" {
 			return nil, Errorf(EINVALID, "approvers[%d] is empty; each approver must be a name", i)
+		} else if err := CheckText(fmt.Sprintf("approvers[%d]", i), name); err != nil {
+			return nil, err
 		} else if seen[name] {
 			return nil, Errorf(EINVALID, "approvers[%d] %q is listed twice; approvers must be distinct", i, name)
 		}
@@ -108,10 +111,22 @@ func validateText(field, s string, max int) error {
 		return Errorf(EINVALID, "%s is required", field)
 	} else if !utf8.ValidString(s) {
 		return Errorf(EINVALID, "%s is not valid UTF-8", field)
+	} else if err := CheckText(field, s); err != nil {
+		return err
 	} else if strings.TrimSpace(s) == "" {
 		return Errorf(EINVALID, "%s is blank", field)
 	} else if n := utf8.RuneCountInString(s); n > max {
 		return Errorf(EINVALID, "%s has %d characters; at most %d are allowed", field, n, max)
+	}
+	return nil
+}
+
+// CheckText refuses text that not every store can keep: PostgreSQL's text and jsonb hold no
+// NUL character, while SQLite would store it. So a NUL is refused before any work, whatever
+// the store, as an EINVALID error naming field.
+func CheckText(field, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return Errorf(EINVALID, "%s contains a NUL character", field)
 	}
 	return nil
 }
