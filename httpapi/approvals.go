@@ -318,6 +318,10 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 				return
 			}
 		}
+		if err := approval.CheckText("comment", req.Comment); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 
 		id := r.PathValue("id")
 		a, err := s.svc.Decide(r.Context(), approval.DecideRequest{

@@ -112,6 +112,9 @@ func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request) 
 		if len(req.Note) > maxNoteLength {
 			return nil, approval.Errorf(approval.EINVALID, "note is longer than %d bytes", maxNoteLength)
 		}
+		if err := approval.CheckText("note", req.Note); err != nil {
+			return nil, err
+		}
 		return s.store.ResolveExecution(ctx, id, req.Outcome, req.Note, actor, cause)
 	})
 }

@@ -73,6 +73,15 @@ func handleDecision(e *approval.InboxEvent, data json.RawMessage) (approval.Inbo
 	case !approval.Verdict(d.Verdict).Valid():
 		return approval.InboxAction{}, fmt.Errorf("verdict %q: want approve or reject", d.Verdict)
 	}
+	// What no store can keep is refused here, as the API refuses it, rather than stored by
+	// one store and failed on by the other.
+	for _, f := range []struct{ name, value string }{
+		{"approval_id", d.ApprovalID}, {"operation_key", d.OperationKey}, {"approver", d.Approver}, {"comment", d.Comment},
+	} {
+		if err := approval.CheckText(f.name, f.value); err != nil {
+			return approval.InboxAction{}, errors.New(approval.ErrorMessage(err))
+		}
+	}
 	return approval.InboxAction{
 		Kind: approval.ActionDecide,
 		Decide: &approval.DecideRequest{
@@ -109,6 +118,9 @@ func handleResult(e *approval.InboxEvent, data json.RawMessage) (approval.InboxA
 		return approval.InboxAction{}, fmt.Errorf("status %q: want succeeded or failed", d.Status)
 	case d.Version < 1:
 		return approval.InboxAction{}, fmt.Errorf("version %d: want a whole number of at least 1", d.Version)
+	}
+	if err := approval.CheckText("operation_key", d.OperationKey); err != nil {
+		return approval.InboxAction{}, errors.New(approval.ErrorMessage(err))
 	}
 	var result json.RawMessage
 	if len(d.Result) > 0 && !bytes.Equal(d.Result, []byte("null")) {
