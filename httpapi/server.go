@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -235,7 +237,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(v)
 		}
 	}()
+	if err := checkURL(r.URL); err != nil {
+		s.writeError(sw, r, err)
+		return
+	}
 	s.mux.ServeHTTP(sw, r)
+}
+
+// checkURL refuses a request whose path or query holds a NUL character or bytes that are not
+// UTF-8. Ids, names and filters are text: PostgreSQL refuses to compare such bytes with its
+// text (a 400 from deep in the store) while SQLite finds nothing (a 404, or an empty list),
+// so they are refused here, before any route, alike for every store.
+func checkURL(u *url.URL) error {
+	parts := []string{u.Path}
+	for key, values := range u.Query() {
+		parts = append(append(parts, key), values...)
+	}
+	for _, p := range parts {
+		if !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0 {
+			return approval.Errorf(approval.EINVALID, "the URL's path or query holds a NUL character or bytes that are not UTF-8")
+		}
+	}
+	return nil
 }
 
 // observe writes the access log line and the request metrics. The route is the mux pattern
