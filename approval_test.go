@@ -1,6 +1,7 @@
 package approval_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -138,5 +139,25 @@ func TestExecutionJSON(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"execution":{"status":"not_configured"}`) {
 		t.Fatalf("got %s, want the bare not_configured execution", b)
+	}
+}
+
+// TestCursor: a cursor decodes to the position it was made from, and what EncodeCursor could
+// not have made is InvalidCursor, for both stores alike.
+func TestCursor(t *testing.T) {
+	at := time.Date(2030, time.January, 2, 3, 4, 5, 123456000, time.UTC)
+	gotAt, gotID, err := approval.DecodeCursor(approval.EncodeCursor(at, "apr_1"))
+	if err != nil || !gotAt.Equal(at) || gotID != "apr_1" {
+		t.Fatalf("round trip: got %v %q %v, want %v apr_1", gotAt, gotID, err, at)
+	}
+	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, bad := range []string{
+		"garbage!", b64("no-colon"), b64("123:"), b64("soon:apr_1"),
+		b64("9223372036854775807:apr_1"), b64("-62135596800000001:apr_1"), b64("1:apr\x00"), b64("1:apr\xff"),
+	} {
+		_, _, err := approval.DecodeCursor(bad)
+		if want := approval.InvalidCursor(); approval.ErrorCode(err) != want.Code || approval.ErrorMessage(err) != want.Message {
+			t.Errorf("cursor %q: got %v, want %v", bad, err, want)
+		}
 	}
 }

@@ -92,13 +92,6 @@ type ApprovalFilter struct {
 	Cursor    string // from a previous page; a malformed cursor is InvalidCursor
 }
 
-// InvalidCursor is the error of a listing (Approvals, Executions, InboxEvents) given a cursor
-// that no page of it made. Both stores answer with it, so a client reads one text whatever
-// the store.
-func InvalidCursor() *Error {
-	return Errorf(EINVALID, "invalid cursor; pass the next_cursor of a previous page unchanged")
-}
-
 // Page sizes of Approvals.
 const (
 	DefaultPageSize = 50

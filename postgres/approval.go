@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -402,7 +400,7 @@ func collectPage[T any](ctx context.Context, tx rowsQuerier, op, sql string, arg
 		return list, "", nil
 	}
 	list = list[:limit]
-	return list, encodeCursor(key(list[limit-1])), nil
+	return list, approval.EncodeCursor(key(list[limit-1])), nil
 }
 
 // rowsQuerier runs a query: a transaction or a pooled connection.
@@ -432,7 +430,7 @@ func (f *filter) after(cursor, atColumn, idColumn string) error {
 	if cursor == "" {
 		return nil
 	}
-	at, id, err := decodeCursor(cursor)
+	at, id, err := approval.DecodeCursor(cursor)
 	if err != nil {
 		return err
 	}
@@ -446,32 +444,4 @@ func (f *filter) where() string {
 		return ""
 	}
 	return " WHERE " + strings.Join(f.conds, " AND ")
-}
-
-// A cursor is the base64url of "<created_at in Unix microseconds>:<id>" of the last approval
-// of a page; callers treat it as opaque.
-func encodeCursor(createdAt time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(createdAt.UnixMicro(), 10) + ":" + id))
-}
-
-func decodeCursor(cursor string) (time.Time, string, error) {
-	bad := approval.InvalidCursor()
-	raw, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	micros, id, ok := strings.Cut(string(raw), ":")
-	if !ok || id == "" {
-		return time.Time{}, "", bad
-	}
-	n, err := strconv.ParseInt(micros, 10, 64)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	// Only what encodeCursor can have made: a time PostgreSQL can compare, an id it can hold.
-	t := time.UnixMicro(n).UTC()
-	if t.Year() < 1 || t.Year() > 9999 || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
-		return time.Time{}, "", bad
-	}
-	return t, id, nil
 }

@@ -3,11 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -191,7 +189,7 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 func listPage[T any](ctx context.Context, s *Store, what string, limit int, cursor, after string, where []string, args []any,
 	query func(tx *tx, where string, args []any) ([]T, error), key func(T) (time.Time, string)) ([]T, string, error) {
 	if cursor != "" {
-		at, id, err := decodeCursor(cursor)
+		at, id, err := approval.DecodeCursor(cursor)
 		if err != nil {
 			return nil, "", err
 		}
@@ -212,33 +210,9 @@ func listPage[T any](ctx context.Context, s *Store, what string, limit int, curs
 	next := ""
 	if len(list) > limit {
 		list = list[:limit]
-		next = encodeCursor(key(list[limit-1]))
+		next = approval.EncodeCursor(key(list[limit-1]))
 	}
 	return list, next, nil
-}
-
-// encodeCursor names the position after the row (at, id) in a newest-first listing. Every
-// listing (approvals, executions, inbox events) orders by a time and then an id.
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(micros(at), 10) + ":" + id))
-}
-
-// decodeCursor is the inverse of encodeCursor; a cursor it cannot read is EINVALID.
-func decodeCursor(cursor string) (at time.Time, id string, err error) {
-	bad := approval.InvalidCursor()
-	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	us, id, ok := strings.Cut(string(b), ":")
-	if !ok || id == "" {
-		return time.Time{}, "", bad
-	}
-	n, err := strconv.ParseInt(us, 10, 64)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	return fromMicros(n), id, nil
 }
 
 // pageLimit checks a listing's requested page size and applies the default.
