@@ -44,7 +44,7 @@ func TestLinearizable(t *testing.T) {
 				"bob":        f.token("bob", approval.RoleApprover),
 				"carol":      f.token("carol", approval.RoleApprover),
 			}
-			const rounds, keysPerRound, clients, opsPerClient = 4, 5, 10, 20
+			const rounds, keysPerRound, clients, opsPerClient = 4, 5, 10, 15
 			var history []porcupine.Operation
 			start := time.Now()
 			tally := map[string]int{}
