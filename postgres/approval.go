@@ -22,7 +22,7 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 		return nil, err
 	}
 	defer conn.Release()
-	return readApproval(ctx, conn, id, false)
+	return readApproval(ctx, conn, id)
 }
 
 // Approvals lists approvals newest first.
@@ -228,13 +228,9 @@ const approvalDetailSQL = `SELECT ` + approvalColumns + `,
 	x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at
 FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 
-// readApproval reads one approval, FOR UPDATE of its row when lock is set.
-func readApproval(ctx context.Context, q querier, id string, lock bool) (*approval.Approval, error) {
-	sql := approvalDetailSQL + ` WHERE a.id = $1`
-	if lock {
-		sql += ` FOR UPDATE OF a`
-	}
-	a, err := scanApprovalDetail(q.QueryRow(ctx, sql, id))
+// readApproval reads one approval.
+func readApproval(ctx context.Context, q querier, id string) (*approval.Approval, error) {
+	a, err := scanApprovalDetail(q.QueryRow(ctx, approvalDetailSQL+` WHERE a.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 	} else if err != nil {

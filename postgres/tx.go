@@ -177,9 +177,13 @@ func (t *ruleTx) end() {
 	t.conn.Release()
 }
 
-// ApprovalGetForUpdate reads and locks one approval in one statement.
+// ApprovalGetForUpdate locks one approval's row, then reads it with its approvers, decisions
+// and execution: two statements in one round trip. Not one: a statement that waited for the
+// row lock sees the locked row as it is now, but its subqueries (the decisions) still see
+// the snapshot it started with, which misses the vote that held the lock.
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
-	return readApproval(ctx, t, id, true)
+	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, id)
+	return readApproval(ctx, t, id)
 }
 
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {

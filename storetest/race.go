@@ -32,6 +32,34 @@ func raceTwo(round int, first, second func()) {
 // approval reaches exactly one terminal state, with exactly one event saying so, and every
 // loser is told the outcome that exists.
 func exerciseRace(t *testing.T, s suite) {
+	// One approver's vote sent many times at once (a double click, a retried request, two
+	// tabs): one vote is recorded and every answer is the approval with it. Two of three
+	// approvals are needed, so the vote leaves the approval pending: a vote that waited for
+	// the lock must still see the first one's decision and answer it as a repeat.
+	s.run(t, "SameVoteAtOnce", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		const racers = 20
+		for range 10 {
+			a := PendingApproval(t, f.clock.Now())
+			a.Approvers, a.RequiredApprovals = []string{"alice", "bob", "carol"}, 2
+			a = MustCreate(t, f.store, a)
+			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
+			got := make([]*approval.Approval, racers)
+			errs := make([]error, racers)
+			race(racers, func(i int) { got[i], errs[i] = f.service().Decide(ctx, req) })
+			for i := range racers {
+				if errs[i] != nil {
+					t.Fatalf("racer %d: %v", i, errs[i])
+				}
+				wantState(t, got[i], approval.StatusPending, 2)
+				if len(got[i].Decisions) != 1 {
+					t.Fatalf("racer %d: got %d decisions, want 1", i, len(got[i].Decisions))
+				}
+			}
+			wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted)
+		}
+	})
+
 	// One approver approves while another rejects; one approval is needed, so the first to
 	// commit decides for both.
 	s.run(t, "ApproveVersusReject", func(t *testing.T, f *fixture) {
