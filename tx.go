@@ -54,6 +54,28 @@ type Tx interface {
 	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey, Action,
 	// Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
 	ExecutionInsert(ctx context.Context, rec *ExecutionRecord) error
+	// ExecutionGetForUpdate returns one execution and locks it against every other
+	// transaction's change until this one ends, in the lock order of every execution change:
+	// its approval's row first (the lock that makes the events' seq safe), then the
+	// execution's. ENOTFOUND if there is none.
+	ExecutionGetForUpdate(ctx context.Context, id string) (*ExecutionRecord, error)
+	// ExecutionGetByApprovalForUpdate is ExecutionGetForUpdate for the execution of an
+	// approval: ENOTFOUND if the approval does not exist or has none.
+	ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*ExecutionRecord, error)
+	// ExecutionIDsByOperationKey returns the ids of up to limit executions made under key, of
+	// any action and requester.
+	ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error)
+	// ExecutionUpdateIfAttempt writes rec's state (status, attempts, last_error, result,
+	// next_attempt_at, lease_expires_at, applied_version, uncertain, attempt_base; updated at
+	// Now) to the execution rec.ID, only while attempt is its current attempt and it is
+	// running: the fence of a runner's attempt. The caller holds the execution's lock
+	// (ExecutionGetForUpdate) and has checked the fence, so a guard that fails is a broken
+	// invariant: the transaction fails.
+	ExecutionUpdateIfAttempt(ctx context.Context, rec *ExecutionRecord, attempt int) error
+	// ExecutionUpdateIfStatus writes rec's state as ExecutionUpdateIfAttempt does, only while
+	// the execution is in status, as the caller read it under its lock; the transaction fails
+	// otherwise.
+	ExecutionUpdateIfStatus(ctx context.Context, rec *ExecutionRecord, status ExecutionStatus) error
 	// ExecutionApplyReport applies an asynchronous outcome under the rules of
 	// ExecutionStore.ReportExecution, inside this transaction. (It is the last rule still
 	// written per store; it moves up with the execution ledger.)

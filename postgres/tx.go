@@ -262,6 +262,74 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 	return nil
 }
 
+// ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
+// the approval's row, and the execution's is locked only after it, when the outer query
+// returns its row.
+func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	rec, err := scanExecution(t.QueryRow(ctx, `
+		WITH locked AS (
+			SELECT id FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
+			FOR UPDATE
+		)
+		SELECT `+executionColumns+` FROM executions x
+		WHERE x.id = $1 AND x.approval_id = (SELECT id FROM locked)
+		FOR UPDATE OF x`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
+	}
+	return rec, translate("lock execution", err)
+}
+
+// ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, in one statement.
+func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	rec, err := scanExecution(t.QueryRow(ctx, `
+		WITH locked AS (SELECT id FROM approvals WHERE id = $1 FOR UPDATE)
+		SELECT `+executionColumns+` FROM executions x
+		WHERE x.approval_id = (SELECT id FROM locked)
+		FOR UPDATE OF x`, approvalID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
+	}
+	return rec, translate("lock execution of approval", err)
+}
+
+func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := t.Query(ctx, `SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, translate("find executions by operation key", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, translate("find executions by operation key", err)
+}
+
+// ExecutionUpdateIfAttempt is queued like every write; a failed guard divides by zero, as in
+// ApprovalSetStatusIfPending.
+func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
+	t.updateExecution("record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
+	return nil
+}
+
+func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
+	t.updateExecution("update execution", `status = $12`, rec, string(status))
+	return nil
+}
+
+// updateExecution queues the write of rec's state, guarded by guard on $12 (guardArg).
+func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord, guardArg any) {
+	t.enqueue(op, `
+		WITH changed AS (
+			UPDATE executions
+			SET status = $2, attempts = $3, last_error = $4, result = $5, next_attempt_at = $6,
+				lease_expires_at = $7, applied_version = $8, uncertain = $9, attempt_base = $10,
+				updated_at = $11
+			WHERE id = $1 AND `+guard+`
+			RETURNING 1
+		)
+		SELECT 1 / count(*) FROM changed`,
+		rec.ID, string(rec.Status), rec.Attempts, rec.LastError, []byte(rec.Result), rec.NextAttemptAt,
+		rec.LeaseExpiresAt, rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, t.tx.now, guardArg)
+}
+
 func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
 	res, err := t.tx.report(ctx, r)
 	return approval.ReportResult{Applied: res.applied, Record: res.rec, Refusal: res.refusal}, err

@@ -127,6 +127,69 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 	return fail("insert execution", err)
 }
 
+// ExecutionGetForUpdate needs no lock of its own: the write lock is held.
+func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	rec, err := findExecution(ctx, t.tx, id)
+	return rec, fail("read execution", err)
+}
+
+func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	list, err := findExecutions(ctx, t.tx, "e.approval_id = ?", []any{approvalID}, "")
+	if err != nil {
+		return nil, fail("read execution of approval", err)
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
+	}
+	return list[0], nil
+}
+
+func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+	if err != nil {
+		return nil, fail("find executions by operation key", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fail("find executions by operation key", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, fail("find executions by operation key", rows.Err())
+}
+
+func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
+	return t.updateExecution(ctx, `attempts = ? AND status = 'running'`, rec, attempt)
+}
+
+func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
+	return t.updateExecution(ctx, `status = ?`, rec, string(status))
+}
+
+// updateExecution writes rec's state, guarded by guard on guardArg.
+func (t *ruleTx) updateExecution(ctx context.Context, guard string, rec *approval.ExecutionRecord, guardArg any) error {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = ?, attempts = ?, last_error = ?, result = ?, next_attempt_at = ?,
+			lease_expires_at = ?, applied_version = ?, uncertain = ?, attempt_base = ?, updated_at = ?
+		WHERE id = ? AND `+guard,
+		string(rec.Status), rec.Attempts, rec.LastError, nullBytes(rec.Result), nullMicros(rec.NextAttemptAt),
+		nullMicros(rec.LeaseExpiresAt), rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, micros(t.tx.now),
+		rec.ID, guardArg)
+	if err != nil {
+		return fail("update execution", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail("update execution", err)
+	} else if n != 1 {
+		return fmt.Errorf("update execution: execution %s changed under the write lock", rec.ID)
+	}
+	return nil
+}
+
 func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
 	applied, rec, err := report(ctx, t.tx, r)
 	if e := approval.AsError(err); e != nil && refused(err) {
