@@ -76,10 +76,6 @@ type Tx interface {
 	// the execution is in status, as the caller read it under its lock; the transaction fails
 	// otherwise.
 	ExecutionUpdateIfStatus(ctx context.Context, rec *ExecutionRecord, status ExecutionStatus) error
-	// ExecutionApplyReport applies an asynchronous outcome under the rules of
-	// ExecutionStore.ReportExecution, inside this transaction. (It is the last rule still
-	// written per store; it moves up with the execution ledger.)
-	ExecutionApplyReport(ctx context.Context, r ExecutionReport) (ReportResult, error)
 
 	// InboxGetForUpdate returns one inbox event without its body, locked until the
 	// transaction ends, or ENOTFOUND.
@@ -88,13 +84,4 @@ type Tx interface {
 	// its outcome and the approval it touched, clears its lease, and returns it with its
 	// body.
 	InboxSetDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) (*InboxEvent, error)
-}
-
-// ReportResult is what applying an execution report did. A refusal (no such execution, an
-// ambiguous operation key, an execution whose outcome is approvald's own) is the answer to
-// the reporter, not a failure of the transaction.
-type ReportResult struct {
-	Applied bool
-	Record  *ExecutionRecord
-	Refusal *Error
 }

@@ -37,12 +37,12 @@ func (f *fixture) finishAttempt(id string, status approval.ExecutionStatus) {
 	}
 	for _, c := range claims {
 		if c.Record.ID != id {
-			if err := f.store.ReleaseExecution(ctx, c.Record.ID, c.Attempt); err != nil {
+			if err := f.service().ReleaseExecution(ctx, c.Record.ID, c.Attempt); err != nil {
 				f.tb.Fatalf("release execution: %v", err)
 			}
 			continue
 		}
-		if _, err := f.store.FinishAttempt(ctx, id, c.Attempt, approval.AttemptOutcome{
+		if _, err := f.service().FinishAttempt(ctx, id, c.Attempt, approval.AttemptOutcome{
 			Status: status, Error: "target answered 500", Reason: "test",
 		}); err != nil {
 			f.tb.Fatalf("finish attempt: %v", err)
@@ -339,7 +339,7 @@ func TestReportExecutionOfATargetedCall(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
-		if _, err := f.store.FinishAttempt(context.Background(), claims[0].Record.ID, claims[0].Attempt, approval.AttemptOutcome{
+		if _, err := f.service().FinishAttempt(context.Background(), claims[0].Record.ID, claims[0].Attempt, approval.AttemptOutcome{
 			Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200 from target",
 		}); err != nil {
 			t.Fatalf("finish attempt: %v", err)

@@ -330,11 +330,6 @@ func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord
 		rec.LeaseExpiresAt, rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, t.tx.now, guardArg)
 }
 
-func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
-	res, err := t.tx.report(ctx, r)
-	return approval.ReportResult{Applied: res.applied, Record: res.rec, Refusal: res.refusal}, err
-}
-
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
 	e, err := scanInbox(t.QueryRow(ctx, `SELECT `+inboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -190,16 +190,6 @@ func (t *ruleTx) updateExecution(ctx context.Context, guard string, rec *approva
 	return nil
 }
 
-func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
-	applied, rec, err := report(ctx, t.tx, r)
-	if e := approval.AsError(err); e != nil && refused(err) {
-		return approval.ReportResult{Record: rec, Refusal: e}, nil
-	} else if err != nil {
-		return approval.ReportResult{}, fail("apply report", err)
-	}
-	return approval.ReportResult{Applied: applied, Record: rec}, nil
-}
-
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
 	e, err := findInboxEvent(ctx, t.tx, id)
 	return e, fail("read inbox event", err)

@@ -12,9 +12,9 @@ import (
 	"github.com/approvald/approval"
 )
 
-// exerciseExecutions covers ExecutionStore: invariant 5, one effect per approved action (the
-// outbox, attempts fenced by their number, leases recovered), and invariant 4 for reported
-// outcomes.
+// exerciseExecutions covers ExecutionStore and the Service's ledger rules over the store's
+// statements: invariant 5, one effect per approved action (the outbox, attempts fenced by
+// their number, leases recovered), and invariant 4 for reported outcomes.
 func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "QueuedWithApproval", func(t *testing.T, f *fixture) {
 		a := PendingApproval(t, f.clock.Now())
@@ -178,7 +178,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// operation re-queues it.
 		f.clock.Advance(time.Second)
 		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, firstRec, otherAction)
-		if _, err := f.store.RetryExecution(ctx, secondRec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
+		if _, err := f.service().RetryExecution(ctx, secondRec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
 			t.Fatalf("operator retry of the colliding execution: %v", err)
 		}
 		wantClaims(t, "claim after the operator's retry", mustClaimExecutions(t, f.store, 10), 1, secondRec)
@@ -248,7 +248,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// The first attempt's worker wakes up: its number is no longer current, so it can
 		// neither record an outcome nor keep its lease.
-		_, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`)})
+		_, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`)})
 		wantCode(t, err, approval.ECONFLICT)
 		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
 		got := mustExecution(t, f.store, rec.ID)
@@ -257,7 +257,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("after a stale finish: got %d attempts, want 2", got.Attempts)
 		}
 
-		done, err := f.store.FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{
+		done, err := f.service().FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{
 			Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_123"}`), Reason: "200 from target",
 		})
 		if err != nil {
@@ -274,7 +274,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// Finished: never claimed again, and the attempt cannot finish twice.
 		f.clock.Advance(workLease + time.Second)
 		wantClaims(t, "claim after success", mustClaimExecutions(t, f.store, 10), 0)
-		_, err = f.store.FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
+		_, err = f.service().FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 0, `{"payout": "po_123"}`)
 	})
@@ -300,7 +300,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			{approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "timeout after the request was sent", Reason: "uncertain and the target cannot be asked"}, approval.EventExecutionNeedsReview},
 			{approval.AttemptOutcome{Status: approval.ExecutionQueued, RetryAt: &retryAt, Error: "503 Service Unavailable", Reason: "503 from target, retry 2 of 10 in 1m"}, approval.EventExecutionRetry},
 		} {
-			got, err := f.store.FinishAttempt(ctx, recs[i].ID, 1, tc.outcome)
+			got, err := f.service().FinishAttempt(ctx, recs[i].ID, 1, tc.outcome)
 			if err != nil {
 				t.Fatalf("finish attempt as %s: %v", tc.outcome.Status, err)
 			}
@@ -373,7 +373,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		a, rec := mustApprovedExecution(t, f)
 		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
 		f.clock.Advance(time.Second)
-		if err := f.store.ReleaseExecution(ctx, rec.ID, 1); err != nil {
+		if err := f.service().ReleaseExecution(ctx, rec.ID, 1); err != nil {
 			t.Fatalf("release attempt 1: %v", err)
 		}
 		got := mustExecution(t, f.store, rec.ID)
@@ -390,7 +390,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("claim after a release: got recovered, want not (no call was sent)")
 		}
 		// A release naming another attempt gives nothing back.
-		f.store.ReleaseExecution(ctx, rec.ID, 2)
+		f.service().ReleaseExecution(ctx, rec.ID, 2)
 		got = mustExecution(t, f.store, rec.ID)
 		if got.Status != approval.ExecutionRunning || got.Attempts != 1 {
 			t.Fatalf("after a release of another attempt: got %s with %d attempts, want running with 1", got.Status, got.Attempts)
@@ -404,7 +404,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
 		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
-		got, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{
+		got, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{
 			Status: approval.ExecutionRunning, Result: []byte(`{"accepted": true}`), Reason: "accepted by the target; waiting for its report",
 		})
 		if err != nil {
@@ -418,7 +418,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// No attempt holds it: the attempt can neither renew it nor put it back in the queue.
 		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
-		wantCode(t, f.store.ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
+		wantCode(t, f.service().ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
 		f.clock.Advance(24 * time.Hour)
 		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.store, 10), 0)
 		still := mustExecution(t, f.store, rec.ID)
@@ -431,7 +431,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 
 		// The target's report settles it.
-		done := mustReport(t, f.store, approval.ExecutionReport{
+		done := mustReport(t, f.service(), approval.ExecutionReport{
 			ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 1, Result: []byte(`{"done": true}`),
 			Actor: "payments", Cause: approval.Cause{Kind: approval.CauseInbox, Source: "payments", EventID: "res_1"},
 		}, true)
@@ -450,22 +450,22 @@ func exerciseExecutions(t *testing.T, s suite) {
 		_, inFlight := mustApprovedExecution(t, f)
 		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, retried, resolved, inFlight)
 		for _, rec := range []*approval.ExecutionRecord{retried, resolved} {
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
 				t.Fatalf("finish attempt as accepted: %v", err)
 			}
 		}
 		f.clock.Advance(24 * time.Hour)
 
 		// The call in flight: its lease has run out, but it is still the runner's to recover.
-		_, err := f.store.RetryExecution(ctx, inFlight.ID, "root", cause)
+		_, err := f.service().RetryExecution(ctx, inFlight.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.store.ResolveExecution(ctx, inFlight.ID, approval.ExecutionFailed, "gave up", "root", cause)
+		_, err = f.service().ResolveExecution(ctx, inFlight.ID, approval.ExecutionFailed, "gave up", "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
 		if got := mustExecution(t, f.store, inFlight.ID); got.Status != approval.ExecutionRunning || got.LeaseExpiresAt == nil {
 			t.Fatalf("refused operator actions on a call in flight: got %s, lease %v; want running with its lease", got.Status, got.LeaseExpiresAt)
 		}
 
-		got, err := f.store.RetryExecution(ctx, retried.ID, "root", cause)
+		got, err := f.service().RetryExecution(ctx, retried.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("retry an accepted execution awaiting its report: %v", err)
 		}
@@ -477,7 +477,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantEvent(t, evs[2], "root", cause, f.clock.Now())
 
 		const note = "the target lost the job; refunded by hand"
-		got, err = f.store.ResolveExecution(ctx, resolved.ID, approval.ExecutionSucceeded, note, "root", cause)
+		got, err = f.service().ResolveExecution(ctx, resolved.ID, approval.ExecutionSucceeded, note, "root", cause)
 		if err != nil {
 			t.Fatalf("resolve an accepted execution awaiting its report: %v", err)
 		}
@@ -501,7 +501,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if !slices.Contains(ids, retried.ID) || slices.Contains(ids, resolved.ID) {
 			t.Fatalf("claim after the operator: got %v, want %s and not %s", ids, retried.ID, resolved.ID)
 		}
-		_, _, err = f.store.ReportExecution(ctx, approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
+		_, _, err = f.service().ReportExecution(ctx, approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, resolved.ID), approval.ExecutionSucceeded, 0, "")
 	})
@@ -539,7 +539,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 				at := f.clock.Now()
 				o.RetryAt = &at // due at once
 			}
-			got, err := f.store.FinishAttempt(ctx, rec.ID, attempt, o)
+			got, err := f.service().FinishAttempt(ctx, rec.ID, attempt, o)
 			if err != nil {
 				t.Fatalf("finish attempt %d as %s: %v", attempt, o.Status, err)
 			}
@@ -557,14 +557,14 @@ func exerciseExecutions(t *testing.T, s suite) {
 		want("review 3, sure", finish(3, approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "boom", Reason: "test"}), true, 0)
 
 		// An operator's retry starts a new run: counted from attempt 3, nothing uncertain.
-		got, err := f.store.RetryExecution(ctx, rec.ID, "root", cause)
+		got, err := f.service().RetryExecution(ctx, rec.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 		want("operator retry", got, false, 3)
 		want("claim 4", claim("claim 4", 4, false), false, 3)
 		// Released unsent: neither changes, and the next claim reuses the number.
-		if err := f.store.ReleaseExecution(ctx, rec.ID, 4); err != nil {
+		if err := f.service().ReleaseExecution(ctx, rec.ID, 4); err != nil {
 			t.Fatalf("release attempt 4: %v", err)
 		}
 		want("released", mustExecution(t, f.store, rec.ID), false, 3)
@@ -575,12 +575,12 @@ func exerciseExecutions(t *testing.T, s suite) {
 		want("failed 5", finish(5, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "refused", Reason: "test"}), true, 3)
 
 		// An operator's resolution settles what happened.
-		got, err = f.store.ResolveExecution(ctx, rec.ID, approval.ExecutionFailed, "never reached the ledger", "root", cause)
+		got, err = f.service().ResolveExecution(ctx, rec.ID, approval.ExecutionFailed, "never reached the ledger", "root", cause)
 		if err != nil {
 			t.Fatalf("resolve: %v", err)
 		}
 		want("resolved", got, false, 3)
-		got, err = f.store.RetryExecution(ctx, rec.ID, "root", cause)
+		got, err = f.service().RetryExecution(ctx, rec.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("retry after the resolution: %v", err)
 		}
@@ -598,7 +598,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			if status == approval.ExecutionRunning {
 				return a, rec
 			}
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: status, Error: "boom", Reason: "test"}); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: status, Error: "boom", Reason: "test"}); err != nil {
 				t.Fatalf("finish attempt as %s: %v", status, err)
 			}
 			return a, rec
@@ -619,15 +619,15 @@ func exerciseExecutions(t *testing.T, s suite) {
 			refuse []*approval.ExecutionRecord
 		}{
 			{"retry", func(id string) error {
-				_, err := f.store.RetryExecution(ctx, id, "root", cause)
+				_, err := f.service().RetryExecution(ctx, id, "root", cause)
 				return err
 			}, []*approval.ExecutionRecord{queued, running, succeeded}},
 			{"resolve", func(id string) error {
-				_, err := f.store.ResolveExecution(ctx, id, approval.ExecutionSucceeded, "done by hand", "root", cause)
+				_, err := f.service().ResolveExecution(ctx, id, approval.ExecutionSucceeded, "done by hand", "root", cause)
 				return err
 			}, []*approval.ExecutionRecord{queued, running, succeeded}},
 			{"cancel", func(id string) error {
-				_, err := f.store.CancelExecution(ctx, id, "root", cause)
+				_, err := f.service().CancelExecution(ctx, id, "root", cause)
 				return err
 			}, []*approval.ExecutionRecord{running, succeeded, failed2, review2}},
 		} {
@@ -647,14 +647,14 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Cancel: queued only, and then it is not claimed.
 		f.clock.Advance(time.Second)
-		got, err := f.store.CancelExecution(ctx, queued.ID, "root", cause)
+		got, err := f.service().CancelExecution(ctx, queued.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("cancel a queued execution: %v", err)
 		}
 		wantExecution(t, got, approval.ExecutionCancelled, 0, "")
 		evs := wantExecutionEvents(t, f.store, queuedA.ID, approval.EventExecutionCancelled)
 		wantEvent(t, evs[0], "root", cause, f.clock.Now())
-		_, err = f.store.CancelExecution(ctx, queued.ID, "root", cause)
+		_, err = f.service().CancelExecution(ctx, queued.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
 		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.store, 10), 0)
 
@@ -663,7 +663,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		failedRetriedAt := f.clock.Now().Add(time.Second)
 		for _, rec := range []*approval.ExecutionRecord{failed, review2, queued} {
 			f.clock.Advance(time.Second)
-			got, err := f.store.RetryExecution(ctx, rec.ID, "root", cause)
+			got, err := f.service().RetryExecution(ctx, rec.ID, "root", cause)
 			if err != nil {
 				t.Fatalf("retry a %s execution: %v", mustExecution(t, f.store, rec.ID).Status, err)
 			}
@@ -681,7 +681,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Resolve: needs_review and failed only, to what really happened.
 		const note = "payout po_77 found in the ledger"
-		got, err = f.store.ResolveExecution(ctx, review.ID, approval.ExecutionSucceeded, note, "root", cause)
+		got, err = f.service().ResolveExecution(ctx, review.ID, approval.ExecutionSucceeded, note, "root", cause)
 		if err != nil {
 			t.Fatalf("resolve an execution in needs_review: %v", err)
 		}
@@ -690,7 +690,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if evs[2].Actor != "root" || evs[2].Cause.Kind != approval.CauseOperator || !strings.Contains(fmt.Sprint(evs[2].Detail)+evs[2].Cause.Note, note) {
 			t.Fatalf("resolved event: got actor %q, cause %+v, detail %v; want root, the operator's cause and the note %q", evs[2].Actor, evs[2].Cause, evs[2].Detail, note)
 		}
-		got, err = f.store.ResolveExecution(ctx, failed2.ID, approval.ExecutionFailed, "never sent", "root", cause)
+		got, err = f.service().ResolveExecution(ctx, failed2.ID, approval.ExecutionFailed, "never sent", "root", cause)
 		if err != nil {
 			t.Fatalf("resolve a failed execution: %v", err)
 		}
@@ -713,7 +713,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		var reportedAt []time.Time // when each report below is made
 		f.clock.Advance(time.Second)
 		reportedAt = append(reportedAt, f.clock.Now())
-		rec := mustReport(t, f.store, byID(2, approval.ExecutionSucceeded), true)
+		rec := mustReport(t, f.service(), byID(2, approval.ExecutionSucceeded), true)
 		wantExecution(t, rec, approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		// Reported, the execution shows in full.
 		pub := mustApproval(t, f.store, a.ID).Execution
@@ -722,11 +722,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		f.clock.Advance(time.Second)
 		reportedAt = append(reportedAt, f.clock.Now())
-		wantExecution(t, mustReport(t, f.store, byID(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byID(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		f.clock.Advance(time.Second)
 		reportedAt = append(reportedAt, f.clock.Now())
-		wantExecution(t, mustReport(t, f.store, byID(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
+		wantExecution(t, mustReport(t, f.service(), byID(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
 		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReported)
 		for i, v := range []int{2, 1, 3} {
 			wantEvent(t, evs[i], "ci-bot", approval.HTTPCause(fmt.Sprintf("report-%d", v)), reportedAt[i])
@@ -742,11 +742,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 				Actor: "payments", Cause: approval.Cause{Kind: approval.CauseInbox, Source: "payments", EventID: fmt.Sprintf("res_%d", version)},
 			}
 		}
-		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionSucceeded), true), approval.ExecutionSucceeded, 2, `{"version": 2}`)
-		wantExecution(t, mustReport(t, f.store, byKey(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(2, approval.ExecutionSucceeded), true), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		// The same version again is not newer.
-		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
-		wantExecution(t, mustReport(t, f.store, byKey(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(2, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
 		wantExecutionEvents(t, f.store, b.ID, approval.EventExecutionAttempt, approval.EventExecutionReported,
 			approval.EventExecutionReportStale, approval.EventExecutionReportStale, approval.EventExecutionReported)
@@ -763,7 +763,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			{"status running", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionRunning, Version: 9}, approval.EINVALID},
 			{"version 0", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionSucceeded, Version: 0}, approval.EINVALID},
 		} {
-			_, _, err := f.store.ReportExecution(ctx, tc.r)
+			_, _, err := f.service().ReportExecution(ctx, tc.r)
 			if got := approval.ErrorCode(err); got != tc.code {
 				t.Fatalf("report with %s: got code %q (%v), want %q", tc.name, got, err, tc.code)
 			}
@@ -775,7 +775,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		c.Requester, c.OperationKey, c.Fingerprint = "deployer", b.OperationKey, "fp-deployer-"+b.OperationKey
 		MustCreate(t, f.store, c)
 		mustDecide(t, f.store, c.ID, "alice", approval.VerdictApprove)
-		_, _, err := f.store.ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
+		_, _, err := f.service().ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
 	})
@@ -789,7 +789,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		ctx := t.Context()
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root"}
 		report := func(approvalID string, version int64) (bool, error) {
-			applied, _, err := f.store.ReportExecution(ctx, approval.ExecutionReport{
+			applied, _, err := f.service().ReportExecution(ctx, approval.ExecutionReport{
 				ApprovalID: approvalID, Status: approval.ExecutionFailed, Version: version,
 				Result: []byte(`{"reported": true}`), Actor: "ci-bot", Cause: approval.HTTPCause("report"),
 			})
@@ -821,7 +821,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		finish := func(rec *approval.ExecutionRecord, o approval.AttemptOutcome) {
 			t.Helper()
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, rec.Attempts+1, o); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, rec.Attempts+1, o); err != nil {
 				t.Fatalf("finish attempt as %s: %v", o.Status, err)
 			}
 		}
@@ -853,7 +853,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		claimOne(queued)
 		finish(queued, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200"})
 		refused("a synchronous success", queuedA, queued)
-		_, err := f.store.RetryExecution(ctx, queued.ID, "root", cause)
+		_, err := f.service().RetryExecution(ctx, queued.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
 
 		// Failed, in needs_review, cancelled: approvald's own record, which an operator settles.
@@ -864,7 +864,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			refused("a "+string(status)+" execution", a, rec)
 		}
 		cancelledA, cancelled := mustApprovedExecution(t, f)
-		if _, err := f.store.CancelExecution(ctx, cancelled.ID, "root", cause); err != nil {
+		if _, err := f.service().CancelExecution(ctx, cancelled.ID, "root", cause); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		refused("a cancelled execution", cancelledA, cancelled)
@@ -876,7 +876,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if applied, err := report(flightA.ID, 1); err != nil || !applied {
 			t.Fatalf("report on a call in flight: got applied %v, %v; want applied", applied, err)
 		}
-		_, err = f.store.FinishAttempt(ctx, flight.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"})
+		_, err = f.service().FinishAttempt(ctx, flight.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"})
 		wantCode(t, err, approval.ECONFLICT)
 		// A report applied: newer reports keep their order, whatever the status.
 		if applied, err := report(flightA.ID, 2); err != nil || !applied {
@@ -907,7 +907,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			if v == 3 {
 				r.Status = approval.ExecutionSucceeded
 			}
-			mustReport(t, f.store, r, i == 0)
+			mustReport(t, f.service(), r, i == 0)
 		}
 		wantExecution(t, mustExecution(t, f.store, mustApproval(t, f.store, a.ID).Execution.ID), approval.ExecutionSucceeded, 3, `{"version": 3}`)
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReportStale)
@@ -934,7 +934,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		applied := make([]bool, reporters)
 		errs := make([]error, reporters)
 		race(reporters, func(i int) {
-			applied[i], _, errs[i] = f.store.ReportExecution(t.Context(), reports[i])
+			applied[i], _, errs[i] = f.service().ReportExecution(t.Context(), reports[i])
 		})
 		nApplied := 0
 		for i := range reporters {
@@ -1024,7 +1024,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		mustDecide(t, f.store, untargeted.ID, "alice", approval.VerdictApprove)
 
 		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 3), 1, recs[:3]...)
-		if _, err := f.store.FinishAttempt(ctx, recs[0].ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
+		if _, err := f.service().FinishAttempt(ctx, recs[0].ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
 			t.Fatalf("finish attempt: %v", err)
 		}
 		f.clock.Advance(workLease / 2)
@@ -1061,7 +1061,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 2), 1, recs[:2]...)
 		for _, rec := range recs[:2] {
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
 				t.Fatalf("finish attempt: %v", err)
 			}
 		}
@@ -1127,9 +1127,9 @@ func mustClaimExecutions(tb testing.TB, s approval.Store, limit int) []*approval
 }
 
 // mustReport reports r and checks whether it was applied.
-func mustReport(tb testing.TB, s approval.Store, r approval.ExecutionReport, applied bool) *approval.ExecutionRecord {
+func mustReport(tb testing.TB, svc *approval.Service, r approval.ExecutionReport, applied bool) *approval.ExecutionRecord {
 	tb.Helper()
-	got, rec, err := s.ReportExecution(tb.Context(), r)
+	got, rec, err := svc.ReportExecution(tb.Context(), r)
 	if err != nil {
 		tb.Fatalf("report version %d: %v", r.Version, err)
 	}

@@ -192,6 +192,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	}).Run)
 	startWorker("execution runner", (&worker.Runner{
 		Store:       c.store,
+		Ledger:      &approval.Service{Store: c.store},
 		Logger:      c.logger.With("worker", "runner"),
 		Targets:     targets,
 		Lease:       c.config.Workers.Lease,
