@@ -94,11 +94,12 @@ type ExecutionFilter struct {
 }
 
 // ExecutionStore is the durable half of the execution ledger (docs/invariants.md, invariant 5):
-// the claims and leases of the runner, and the reads. The rules of what an attempt's outcome,
-// a release, an operator's action and a report do are the Service's (FinishAttempt,
-// ReleaseExecution, RetryExecution, ResolveExecution, CancelExecution, ReportExecution),
-// written once over the statements of Tx. Every change appends an event to the approval's
-// audit trail with its cause (the worker attempt, the operator, the report).
+// the renewal of a runner's lease, and the reads. The rules of what a claim, an attempt's
+// outcome, a release, an operator's action and a report do are the Service's
+// (ClaimExecutions, FinishAttempt, ReleaseExecution, RetryExecution, ResolveExecution,
+// CancelExecution, ReportExecution), written once over the statements of Tx. Every change
+// appends an event to the approval's audit trail with its cause (the worker attempt, the
+// operator, the report).
 //
 // The outbox: when Service.Decide (or ApplyInbox deciding) makes an approval approved, the
 // same transaction inserts its execution: queued and due now when the store's HasTarget
@@ -115,15 +116,9 @@ type ExecutionFilter struct {
 // an operator's Service.RetryExecution sends it. Approvals racing to approve under one key
 // see each other: at most one of them is queued.
 type ExecutionStore interface {
-	// ClaimExecutions claims up to limit executions that are queued and due, or running with
-	// an expired lease (Recovered; a running execution without a lease is an accepted async
-	// call waiting for its report and is never claimed), oldest due first: status running,
-	// attempts+1, lease until now+lease, event "execution.attempt" with cause {kind: worker,
-	// attempt}. A Recovered claim also sets Uncertain: the interrupted attempt may have been
-	// sent. The attempt is recorded before any call is made. PostgreSQL uses FOR UPDATE SKIP
-	// LOCKED.
-	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error)
-	// RenewExecution extends a running claim's lease; ECONFLICT if the claim was lost.
+	// RenewExecution extends a running claim's lease to now+lease, only while attempt is
+	// current, the execution running and the lease not cleared; ECONFLICT if the claim was
+	// lost.
 	RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error
 
 	// Execution returns one execution, or ENOTFOUND.

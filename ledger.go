@@ -5,13 +5,74 @@ import (
 	"time"
 )
 
-// The execution ledger's rules (docs/invariants.md, invariants 4 and 5): what an attempt's
-// outcome, a release, an operator's action and a report do to an execution. Each is one
-// store transaction that reads and locks the execution (its approval's row first, the lock
-// order of every execution change), decides in Go from what it read, and writes the new
-// record with a statement guarded by what was read, its event and its signal. None needs an
-// answer from its writes, so a store may send them together with the commit: on PostgreSQL
-// each costs two round trips.
+// The execution ledger's rules (docs/invariants.md, invariants 4 and 5): what a claim, an
+// attempt's outcome, a release, an operator's action and a report do to an execution. Each is
+// one store transaction. Apart from the claim, each reads and locks the execution (its
+// approval's row first, the lock order of every execution change), decides in Go from what
+// it read, and writes the new record with a statement guarded by what was read, its event and
+// its signal. None needs an answer from its writes, so a store may send them together with
+// the commit: on PostgreSQL each costs two round trips, and a claim three.
+
+// ClaimExecutions claims up to limit executions for a runner (EINVALID unless lease and limit
+// are positive): queued ones that are due, and running ones whose lease has expired
+// (Recovered), oldest due first; a running execution without a lease is an accepted async
+// call waiting for its report and is never claimed. Each becomes running, attempts+1, leased
+// until now+lease, with an EventExecutionAttempt whose cause is {kind: worker, attempt}, and
+// comes with its approval, the body of the call. The new attempt number is the claim's
+// fencing token, and the attempt is on record before any call is made. Runners on every
+// replica may claim at once: each execution's attempt goes to exactly one of them, and none
+// waits for another.
+func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	claims, err := tx.ExecutionClaimDue(ctx, limit, tx.Now().Add(lease))
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(claims))
+	for _, c := range claims {
+		// A recovered claim's predecessor may have sent its call: from now on the outcome
+		// is uncertain, until an operator settles it.
+		if c.Recovered && !c.Record.Uncertain {
+			c.Record.Uncertain = true
+			if err := tx.ExecutionUpdateIfAttempt(ctx, c.Record, c.Attempt); err != nil {
+				return nil, err
+			}
+		}
+		cause := Cause{Kind: CauseWorker, Attempt: c.Attempt}
+		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
+		if err := tx.EventInsert(ctx, c.Record.ApprovalID, EventExecutionAttempt, ActorSystem, cause, detail); err != nil {
+			return nil, err
+		}
+		ids = append(ids, c.Record.ApprovalID)
+	}
+	if len(claims) > 0 {
+		approvals, err := tx.ApprovalGetByIDMany(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		byID := make(map[string]*Approval, len(approvals))
+		for _, a := range approvals {
+			byID[a.ID] = a
+		}
+		for _, c := range claims {
+			if c.Approval = byID[c.Record.ApprovalID]; c.Approval == nil {
+				return nil, Errorf(EINTERNAL, "execution %s has no approval %s", c.Record.ID, c.Record.ApprovalID)
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return claims, nil
+}
 
 // FinishAttempt records an attempt's outcome only if attempt is still the execution's
 // current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it, or a

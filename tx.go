@@ -29,6 +29,10 @@ type Tx interface {
 	// ends: the lock orders votes, cancels and expiries of one approval, and makes the
 	// events' seq (max+1) safe. ENOTFOUND if there is none.
 	ApprovalGetForUpdate(ctx context.Context, id string) (*Approval, error)
+	// ApprovalGetByIDMany returns the approvals with the given ids, each with its approvers,
+	// decisions (oldest first) and execution, in no particular order; an id with no approval
+	// is left out.
+	ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*Approval, error)
 	// ApprovalIDsByOperationKey returns the ids of up to limit approvals made under key, by
 	// any requester.
 	ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error)
@@ -54,6 +58,16 @@ type Tx interface {
 	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey, Action,
 	// Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
 	ExecutionInsert(ctx context.Context, rec *ExecutionRecord) error
+	// ExecutionClaimDue claims up to limit due executions, oldest due first: queued ones
+	// whose next attempt is due (next_attempt_at <= Now), and running ones whose lease has
+	// expired (lease_expires_at <= Now), which it returns as Recovered; never a running one
+	// without a lease. Each is set running, attempts+1 (the claim's Attempt),
+	// next_attempt_at cleared, lease until leaseUntil, updated at Now, and returned as it now
+	// is, without its Approval. The claimed executions and their approvals stay locked until
+	// the transaction ends, and claims racing in several transactions take disjoint rows
+	// without waiting for each other (PostgreSQL skips the rows another transaction holds;
+	// SQLite's single writer orders them).
+	ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*ExecutionClaim, error)
 	// ExecutionGetForUpdate returns one execution and locks it against every other
 	// transaction's change until this one ends, in the lock order of every execution change:
 	// its approval's row first (the lock that makes the events' seq safe), then the

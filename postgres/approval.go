@@ -230,17 +230,19 @@ func scanApproval(row pgx.Row, extra ...any) (*approval.Approval, error) {
 	return &a, nil
 }
 
-// approvalDetailSQL reads an approval with everything its answer shows in one statement:
+// approvalDetailSelect reads approvals with everything their answer shows in one statement:
 // the approvers in listed order, the decisions oldest first (as JSON, decoded here) and the
-// public fields of its execution.
-const approvalDetailSQL = `SELECT ` + approvalColumns + `,
+// public fields of the execution. scanApprovalDetail reads its rows.
+const approvalDetailSelect = `SELECT ` + approvalColumns + `,
 	ARRAY(SELECT p.approver FROM approval_approvers p WHERE p.approval_id = a.id ORDER BY p.position),
 	(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
 		'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
 	 FROM decisions d WHERE d.approval_id = a.id),
 	x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at
-FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id
-WHERE a.id = $1`
+FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
+
+// approvalDetailSQL reads one approval with its details.
+const approvalDetailSQL = approvalDetailSelect + ` WHERE a.id = $1`
 
 // readApproval runs approvalDetailSQL, FOR UPDATE of the approval's row when lock is set.
 func readApproval(ctx context.Context, q querier, id string, lock bool) (*approval.Approval, error) {
@@ -248,6 +250,17 @@ func readApproval(ctx context.Context, q querier, id string, lock bool) (*approv
 	if lock {
 		sql += ` FOR UPDATE OF a`
 	}
+	a, err := scanApprovalDetail(q.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	} else if err != nil {
+		return nil, translate("read approval", err)
+	}
+	return a, nil
+}
+
+// scanApprovalDetail reads a row of approvalDetailSelect.
+func scanApprovalDetail(row pgx.Row) (*approval.Approval, error) {
 	var (
 		approvers []string
 		decisions []byte
@@ -258,12 +271,9 @@ func readApproval(ctx context.Context, q querier, id string, lock bool) (*approv
 		xResult   []byte
 		xUpdated  *time.Time
 	)
-	a, err := scanApproval(q.QueryRow(ctx, sql, id),
-		&approvers, &decisions, &xID, &xStatus, &xAttempts, &xError, &xResult, &xUpdated)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
-	} else if err != nil {
-		return nil, translate("read approval", err)
+	a, err := scanApproval(row, &approvers, &decisions, &xID, &xStatus, &xAttempts, &xError, &xResult, &xUpdated)
+	if err != nil {
+		return nil, err
 	}
 	a.Approvers = approvers
 	if a.Approvers == nil {
@@ -272,7 +282,7 @@ func readApproval(ctx context.Context, q querier, id string, lock bool) (*approv
 	a.Decisions = []approval.Decision{}
 	if decisions != nil {
 		if err := json.Unmarshal(decisions, &a.Decisions); err != nil {
-			return nil, fmt.Errorf("decode decisions of %s: %w", id, err)
+			return nil, fmt.Errorf("decode decisions of %s: %w", a.ID, err)
 		}
 		for i := range a.Decisions {
 			a.Decisions[i].At = a.Decisions[i].At.UTC()
@@ -350,31 +360,6 @@ func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error 
 		byID[rec.ApprovalID].Execution = rec.Public()
 	}
 	return nil
-}
-
-// appendEvent adds the next event of an approval and returns its seq. The caller holds the
-// approval's row lock (or has just inserted the row), which makes max(seq)+1 safe.
-func (tx *tx) appendEvent(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) (int64, error) {
-	causeJSON, err := json.Marshal(cause)
-	if err != nil {
-		return 0, fmt.Errorf("encode event cause: %w", err)
-	}
-	var detailJSON []byte
-	if detail != nil {
-		if detailJSON, err = json.Marshal(detail); err != nil {
-			return 0, fmt.Errorf("encode event detail: %w", err)
-		}
-	}
-	var seq int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
-		SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
-		FROM events WHERE approval_id = $1
-		RETURNING seq`,
-		approvalID, typ, tx.now, actor, causeJSON, detailJSON).Scan(&seq); err != nil {
-		return 0, translate("append event", err)
-	}
-	return seq, nil
 }
 
 // pageSize checks a listing's limit: 0 means the default page size.

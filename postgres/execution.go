@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,127 +14,8 @@ import (
 // Execution rows change under two locks, always taken in this order: the approval's row
 // (whose lock makes appending to its audit trail safe) and then the execution's. Decide holds
 // the first when it inserts the execution; the Service's ledger rules take both through
-// ExecutionGetForUpdate; the runner's claim takes both with SKIP LOCKED and so never waits on
-// either.
-
-// ClaimExecutions claims up to limit due executions for the runner: queued ones whose next
-// attempt is due, and running ones whose lease has expired (recovered, their last attempt's
-// outcome unknown), oldest due first. The attempt is counted and recorded before any call is
-// made, and the new attempt number fences everything the runner writes afterwards.
-func (s *Store) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, approval.Errorf(approval.EINVALID, "lease and limit must be positive")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	// SKIP LOCKED on the execution and its approval: replicas claim disjoint rows and never
-	// wait on each other, nor on an operator or a report holding the approval. A running row
-	// without a lease is an accepted async call: lease_expires_at <= $1 is never true for it.
-	// A recovered claim's predecessor may have sent its call, so the outcome is uncertain.
-	//
-	// The two kinds of due row are found apart, each in the order of an index on its status
-	// and due time, and only the first limit of the two merged:
-	// one query ordering both by a common due time is served by no index, and would read,
-	// join and sort the whole backlog for every claim. The rows one branch locks beyond the
-	// merged limit are skipped by other replicas only until this transaction ends.
-	rows, err := tx.Query(ctx, `
-		WITH queued AS (
-			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
-			FROM executions x JOIN approvals a ON a.id = x.approval_id
-			WHERE x.status = 'queued' AND x.next_attempt_at <= $1
-			ORDER BY x.next_attempt_at, x.id
-			LIMIT $2
-			FOR UPDATE OF x, a SKIP LOCKED
-		), expired AS (
-			SELECT x.id, true AS recovered, x.lease_expires_at AS due_at
-			FROM executions x JOIN approvals a ON a.id = x.approval_id
-			WHERE x.status = 'running' AND x.lease_expires_at <= $1
-			ORDER BY x.lease_expires_at, x.id
-			LIMIT $2
-			FOR UPDATE OF x, a SKIP LOCKED
-		), due AS (
-			SELECT * FROM queued UNION ALL SELECT * FROM expired
-			ORDER BY due_at, id
-			LIMIT $2
-		)
-		UPDATE executions x
-		SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
-			lease_expires_at = $3, uncertain = x.uncertain OR due.recovered, updated_at = $1
-		FROM due
-		WHERE x.id = due.id
-		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
-		tx.now, limit, tx.now.Add(lease))
-	if err != nil {
-		return nil, translate("claim executions", err)
-	}
-	type claimed struct {
-		*approval.ExecutionClaim
-		dueAt time.Time
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
-		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
-		var err error
-		c.Record, err = scanExecution(row, &c.Recovered, &c.dueAt)
-		if err != nil {
-			return c, err
-		}
-		c.Attempt = c.Record.Attempts
-		return c, nil
-	})
-	if err != nil {
-		return nil, translate("claim executions", err)
-	}
-	// RETURNING has no order of its own: give the claims back oldest due first.
-	slices.SortFunc(list, func(a, b claimed) int {
-		return cmp.Or(a.dueAt.Compare(b.dueAt), strings.Compare(a.Record.ID, b.Record.ID))
-	})
-	claims := make([]*approval.ExecutionClaim, len(list))
-	for i, c := range list {
-		claims[i] = c.ExecutionClaim
-	}
-	if len(claims) == 0 {
-		return nil, tx.commit(ctx, "commit claim executions")
-	}
-
-	ids := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i] = c.Record.ApprovalID
-		cause := approval.Cause{Kind: approval.CauseWorker, Attempt: c.Attempt}
-		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
-		if _, err := tx.appendEvent(ctx, c.Record.ApprovalID, approval.EventExecutionAttempt, approval.ActorSystem, cause, detail); err != nil {
-			return nil, err
-		}
-	}
-	// The runner sends the approval to the target: load the page of them in one go.
-	rows, err = tx.Query(ctx, `SELECT `+approvalColumns+` FROM approvals a WHERE a.id = ANY($1)`, ids)
-	if err != nil {
-		return nil, translate("read claimed approvals", err)
-	}
-	approvals, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
-		return scanApproval(row)
-	})
-	if err != nil {
-		return nil, translate("read claimed approvals", err)
-	}
-	if err := tx.loadDetails(ctx, approvals); err != nil {
-		return nil, err
-	}
-	byID := make(map[string]*approval.Approval, len(approvals))
-	for _, a := range approvals {
-		byID[a.ID] = a
-	}
-	for _, c := range claims {
-		c.Approval = byID[c.Record.ApprovalID]
-	}
-	if err := tx.commit(ctx, "commit claim executions"); err != nil {
-		return nil, err
-	}
-	return claims, nil
-}
+// ExecutionGetForUpdate; the runner's claim (ExecutionClaimDue) takes both with SKIP LOCKED
+// and so never waits on either.
 
 // RenewExecution extends a running claim's lease, only while attempt is still current.
 func (s *Store) RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error {

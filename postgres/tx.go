@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -182,6 +185,18 @@ func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval
 	return readApproval(ctx, t, id, true)
 }
 
+// ApprovalGetByIDMany reads the approvals and their details in one statement.
+func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
+	rows, err := t.Query(ctx, approvalDetailSelect+` WHERE a.id = ANY($1)`, ids)
+	if err != nil {
+		return nil, translate("read approvals", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
+		return scanApprovalDetail(row)
+	})
+	return list, translate("read approvals", err)
+}
+
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
 	rows, err := t.Query(ctx, `SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
 	if err != nil {
@@ -260,6 +275,75 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
 		rec.LastError, rec.NextAttemptAt, t.tx.now)
 	return nil
+}
+
+// ExecutionClaimDue is one statement. SKIP LOCKED on the execution and its approval: replicas
+// claim disjoint rows and never wait on each other, nor on an operator or a report holding
+// the approval. A running row without a lease is an accepted async call:
+// lease_expires_at <= $1 is never true for it.
+//
+// The two kinds of due row are found apart, each in the order of an index on its status and
+// due time, and only the first limit of the two merged: one query ordering both by a common
+// due time is served by no index, and would read, join and sort the whole backlog for every
+// claim. The rows one branch locks beyond the merged limit are skipped by other replicas only
+// until this transaction ends.
+func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
+	rows, err := t.Query(ctx, `
+		WITH queued AS (
+			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
+			FROM executions x JOIN approvals a ON a.id = x.approval_id
+			WHERE x.status = 'queued' AND x.next_attempt_at <= $1
+			ORDER BY x.next_attempt_at, x.id
+			LIMIT $2
+			FOR UPDATE OF x, a SKIP LOCKED
+		), expired AS (
+			SELECT x.id, true AS recovered, x.lease_expires_at AS due_at
+			FROM executions x JOIN approvals a ON a.id = x.approval_id
+			WHERE x.status = 'running' AND x.lease_expires_at <= $1
+			ORDER BY x.lease_expires_at, x.id
+			LIMIT $2
+			FOR UPDATE OF x, a SKIP LOCKED
+		), due AS (
+			SELECT * FROM queued UNION ALL SELECT * FROM expired
+			ORDER BY due_at, id
+			LIMIT $2
+		)
+		UPDATE executions x
+		SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
+			lease_expires_at = $3, updated_at = $1
+		FROM due
+		WHERE x.id = due.id
+		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
+		t.tx.now, limit, leaseUntil)
+	if err != nil {
+		return nil, translate("claim executions", err)
+	}
+	type claimed struct {
+		*approval.ExecutionClaim
+		dueAt time.Time
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
+		var err error
+		c.Record, err = scanExecution(row, &c.Recovered, &c.dueAt)
+		if err != nil {
+			return c, err
+		}
+		c.Attempt = c.Record.Attempts
+		return c, nil
+	})
+	if err != nil {
+		return nil, translate("claim executions", err)
+	}
+	// RETURNING has no order of its own: give the claims back oldest due first.
+	slices.SortFunc(list, func(a, b claimed) int {
+		return cmp.Or(a.dueAt.Compare(b.dueAt), strings.Compare(a.Record.ID, b.Record.ID))
+	})
+	claims := make([]*approval.ExecutionClaim, len(list))
+	for i, c := range list {
+		claims[i] = c.ExecutionClaim
+	}
+	return claims, nil
 }
 
 // ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks

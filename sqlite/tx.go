@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -46,6 +47,15 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
 	a, err := findApproval(ctx, t.tx, id)
 	return a, fail("read approval", err)
+}
+
+func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode approval ids: %w", err)
+	}
+	list, err := findApprovals(ctx, t.tx, "a.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
+	return list, fail("read approvals", err)
 }
 
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
@@ -125,6 +135,78 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
 		rec.LastError, nullMicros(rec.NextAttemptAt), micros(t.tx.now), micros(t.tx.now))
 	return fail("insert execution", err)
+}
+
+// ExecutionClaimDue needs no lock of its own: the write lock orders every claim.
+func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
+	// A queued execution is due at next_attempt_at, a running one at its lease's end (a
+	// running one without a lease waits for an asynchronous report and is never due). The two
+	// kinds are found apart, each in the order of its index (executions_due, executions_lease),
+	// and only the first limit of the two merged: one query ordering both by a common due time
+	// is served by no index, and would read and sort the whole backlog for every claim.
+	rows, err := t.tx.QueryContext(ctx, `
+		SELECT id, recovered FROM (
+			SELECT * FROM (
+				SELECT id, 0 AS recovered, next_attempt_at AS due_at, created_at FROM executions
+				WHERE status = 'queued' AND next_attempt_at <= ?1
+				ORDER BY next_attempt_at, created_at, id LIMIT ?2)
+			UNION ALL
+			SELECT * FROM (
+				SELECT id, 1, lease_expires_at, created_at FROM executions
+				WHERE status = 'running' AND lease_expires_at <= ?1
+				ORDER BY lease_expires_at, created_at, id LIMIT ?2)
+			ORDER BY due_at, created_at, id LIMIT ?2)`,
+		micros(t.tx.now), limit)
+	if err != nil {
+		return nil, fail("find due executions", err)
+	}
+	var claims []*approval.ExecutionClaim
+	var ids []string
+	for rows.Next() {
+		var (
+			id string
+			c  approval.ExecutionClaim
+		)
+		if err := rows.Scan(&id, &c.Recovered); err != nil {
+			rows.Close()
+			return nil, fail("find due executions", err)
+		}
+		claims, ids = append(claims, &c), append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fail("find due executions", err)
+	}
+	if len(claims) == 0 {
+		return []*approval.ExecutionClaim{}, nil
+	}
+	for i, c := range claims {
+		if err := t.tx.QueryRowContext(ctx, `
+			UPDATE executions
+			SET status = 'running', attempts = attempts + 1, lease_expires_at = ?,
+				next_attempt_at = NULL, updated_at = ?
+			WHERE id = ?
+			RETURNING attempts`,
+			micros(leaseUntil), micros(t.tx.now), ids[i],
+		).Scan(&c.Attempt); err != nil {
+			return nil, fail("claim execution "+ids[i], err)
+		}
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode execution ids: %w", err)
+	}
+	recs, err := findExecutions(ctx, t.tx, "e.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
+	if err != nil {
+		return nil, fail("read claimed executions", err)
+	}
+	byID := make(map[string]*approval.ExecutionRecord, len(recs))
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	for i, c := range claims {
+		c.Record = byID[ids[i]]
+	}
+	return claims, nil
 }
 
 // ExecutionGetForUpdate needs no lock of its own: the write lock is held.

@@ -70,7 +70,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("execution JSON: got %s, want {\"status\":\"not_configured\"}", js)
 		}
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 0)
 	})
 
 	s.run(t, "NoExecutionUnlessApproved", func(t *testing.T, f *fixture) {
@@ -102,7 +102,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			}
 		}
 		wantExecutionList(t, f.store, approval.ExecutionFilter{})
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 0)
 	})
 
 	// Two approvers approving at once: one approval, so one execution, queued once.
@@ -177,11 +177,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// The runner never takes the colliding one; an operator who decides it is a separate
 		// operation re-queues it.
 		f.clock.Advance(time.Second)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, firstRec, otherAction)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, firstRec, otherAction)
 		if _, err := f.service().RetryExecution(ctx, secondRec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
 			t.Fatalf("operator retry of the colliding execution: %v", err)
 		}
-		wantClaims(t, "claim after the operator's retry", mustClaimExecutions(t, f.store, 10), 1, secondRec)
+		wantClaims(t, "claim after the operator's retry", mustClaimExecutions(t, f.service(), 10), 1, secondRec)
 
 		// Two requesters' approvals under one key approved at the same moment: one is queued,
 		// the other sees it.
@@ -214,7 +214,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
 		f.clock.Advance(time.Second)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "first claim", claimed, 1, rec)
 		c := claimed[0]
 		if c.Recovered || c.Record.Status != approval.ExecutionRunning || c.Record.Attempts != 1 {
@@ -236,9 +236,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantTime(t, "attempt event", evs[0].At, f.clock.Now())
 
 		f.clock.Advance(workLease - time.Microsecond)
-		wantClaims(t, "claim while the lease is live", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim while the lease is live", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(2 * time.Microsecond)
-		claimed = mustClaimExecutions(t, f.store, 10)
+		claimed = mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the lease expired", claimed, 2, rec)
 		if !claimed[0].Recovered || claimed[0].Record.Attempts != 2 {
 			t.Fatalf("claim after the lease expired: got recovered %v, %d attempts; want true, 2", claimed[0].Recovered, claimed[0].Record.Attempts)
@@ -273,7 +273,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Finished: never claimed again, and the attempt cannot finish twice.
 		f.clock.Advance(workLease + time.Second)
-		wantClaims(t, "claim after success", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim after success", mustClaimExecutions(t, f.service(), 10), 0)
 		_, err = f.service().FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 0, `{"payout": "po_123"}`)
@@ -288,7 +288,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			approvals, recs = append(approvals, a), append(recs, rec)
 			f.clock.Advance(time.Second)
 		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, recs...)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
 		f.clock.Advance(time.Second)
 		retryAt := f.clock.Now().Add(time.Minute)
 		for i, tc := range []struct {
@@ -327,9 +327,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		wantTime(t, "next_attempt_at", *queued.NextAttemptAt, retryAt)
 		f.clock.Advance(retryAt.Sub(f.clock.Now()) - time.Microsecond)
-		wantClaims(t, "claim before the retry is due", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim before the retry is due", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(time.Microsecond)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim when the retry is due", claimed, 2, recs[3])
 		if claimed[0].Recovered {
 			t.Fatalf("claim of a scheduled retry: got recovered, want not (the last attempt's outcome is known)")
@@ -339,7 +339,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "Renew", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		_, rec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 		claimedAt := f.clock.Now()
 
 		f.clock.Advance(20 * time.Second)
@@ -356,9 +356,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Past the first lease, within the renewed one: still held.
 		f.clock.Advance(claimedAt.Add(workLease + time.Second).Sub(f.clock.Now()))
-		wantClaims(t, "claim after the first lease, within the renewed one", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim after the first lease, within the renewed one", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(renewedUntil.Sub(f.clock.Now()) + time.Microsecond)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the renewed lease", claimed, 2, rec)
 		if !claimed[0].Recovered {
 			t.Fatalf("claim after the renewed lease expired: got not recovered, want recovered")
@@ -371,7 +371,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "Release", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 		f.clock.Advance(time.Second)
 		if err := f.service().ReleaseExecution(ctx, rec.ID, 1); err != nil {
 			t.Fatalf("release attempt 1: %v", err)
@@ -384,7 +384,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantTime(t, "next_attempt_at of a released execution", *got.NextAttemptAt, f.clock.Now())
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionReleased)
 
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the release", claimed, 1, rec)
 		if claimed[0].Recovered {
 			t.Fatalf("claim after a release: got recovered, want not (no call was sent)")
@@ -403,7 +403,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "AsyncAccepted", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 		got, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{
 			Status: approval.ExecutionRunning, Result: []byte(`{"accepted": true}`), Reason: "accepted by the target; waiting for its report",
 		})
@@ -420,7 +420,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
 		wantCode(t, f.service().ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
 		f.clock.Advance(24 * time.Hour)
-		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.service(), 10), 0)
 		still := mustExecution(t, f.store, rec.ID)
 		wantExecution(t, still, approval.ExecutionRunning, 0, `{"accepted": true}`)
 		if still.Attempts != 1 || still.LeaseExpiresAt != nil {
@@ -448,7 +448,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		retriedA, retried := mustApprovedExecution(t, f)
 		resolvedA, resolved := mustApprovedExecution(t, f)
 		_, inFlight := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, retried, resolved, inFlight)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, retried, resolved, inFlight)
 		for _, rec := range []*approval.ExecutionRecord{retried, resolved} {
 			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
 				t.Fatalf("finish attempt as accepted: %v", err)
@@ -490,7 +490,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// The retried one runs again; the resolved one is done, and the operator's word
 		// stands against a report that comes too late.
 		f.clock.Advance(time.Second)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		ids := make([]string, len(claimed))
 		for i, c := range claimed {
 			ids[i] = c.Record.ID
@@ -526,7 +526,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// claim claims the execution (the only one due) at attempt and returns its record.
 		claim := func(what string, attempt int, recovered bool) *approval.ExecutionRecord {
 			t.Helper()
-			claimed := mustClaimExecutions(t, f.store, 10)
+			claimed := mustClaimExecutions(t, f.service(), 10)
 			wantClaims(t, what, claimed, attempt, rec)
 			if claimed[0].Recovered != recovered {
 				t.Fatalf("%s: got recovered %v, want %v", what, claimed[0].Recovered, recovered)
@@ -594,7 +594,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		finish := func(status approval.ExecutionStatus) (*approval.Approval, *approval.ExecutionRecord) {
 			t.Helper()
 			a, rec := mustApprovedExecution(t, f)
-			wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+			wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 			if status == approval.ExecutionRunning {
 				return a, rec
 			}
@@ -656,7 +656,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantEvent(t, evs[0], "root", cause, f.clock.Now())
 		_, err = f.service().CancelExecution(ctx, queued.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
-		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.service(), 10), 0)
 
 		// Retry: failed, needs_review and cancelled run again, under the same operation key,
 		// without a new approval. A second apart, so the claims below come in this order.
@@ -675,9 +675,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		evs = wantExecutionEvents(t, f.store, failedA.ID, approval.EventExecutionAttempt, approval.EventExecutionFailed, approval.EventExecutionRetried)
 		wantEvent(t, evs[2], "root", cause, failedRetriedAt)
-		wantClaims(t, "claim of the retried failure", mustClaimExecutions(t, f.store, 1), 2, failed)
-		wantClaims(t, "claim of the retried review", mustClaimExecutions(t, f.store, 1), 2, review2)
-		wantClaims(t, "claim of the retried cancel", mustClaimExecutions(t, f.store, 1), 1, queued)
+		wantClaims(t, "claim of the retried failure", mustClaimExecutions(t, f.service(), 1), 2, failed)
+		wantClaims(t, "claim of the retried review", mustClaimExecutions(t, f.service(), 1), 2, review2)
+		wantClaims(t, "claim of the retried cancel", mustClaimExecutions(t, f.service(), 1), 1, queued)
 
 		// Resolve: needs_review and failed only, to what really happened.
 		const note = "payout po_77 found in the ledger"
@@ -735,7 +735,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// By operation key, for an execution whose call is in flight: the target's report may
 		// overtake the runner's record of its answer, and wins.
 		b, recB := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, recB)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recB)
 		byKey := func(version int64, status approval.ExecutionStatus) approval.ExecutionReport {
 			return approval.ExecutionReport{
 				OperationKey: b.OperationKey, Status: status, Version: version, Result: []byte(fmt.Sprintf(`{"version": %d}`, version)),
@@ -817,7 +817,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// claimOne claims rec, which must be the only execution due.
 		claimOne := func(rec *approval.ExecutionRecord) {
 			t.Helper()
-			wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), rec.Attempts+1, rec)
+			wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), rec.Attempts+1, rec)
 		}
 		finish := func(rec *approval.ExecutionRecord, o approval.AttemptOutcome) {
 			t.Helper()
@@ -979,7 +979,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			// Claim batches until a pass finds nothing, in at most one pass per execution and
 			// one more (as in the inbox's ClaimRace).
 			for range executions + 1 {
-				got, err := f.store.ClaimExecutions(t.Context(), workLease, batch)
+				got, err := f.service().ClaimExecutions(t.Context(), workLease, batch)
 				if err != nil {
 					errs[i] = err
 					return
@@ -1023,7 +1023,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		untargeted := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		mustDecide(t, f.store, untargeted.ID, "alice", approval.VerdictApprove)
 
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 3), 1, recs[:3]...)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 3), 1, recs[:3]...)
 		if _, err := f.service().FinishAttempt(ctx, recs[0].ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
 			t.Fatalf("finish attempt: %v", err)
 		}
@@ -1059,7 +1059,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			recs = append(recs, rec)
 			f.clock.Advance(time.Second)
 		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 2), 1, recs[:2]...)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 2), 1, recs[:2]...)
 		for _, rec := range recs[:2] {
 			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
 				t.Fatalf("finish attempt: %v", err)
@@ -1117,9 +1117,9 @@ func mustExecution(tb testing.TB, s approval.Store, id string) *approval.Executi
 	return rec
 }
 
-func mustClaimExecutions(tb testing.TB, s approval.Store, limit int) []*approval.ExecutionClaim {
+func mustClaimExecutions(tb testing.TB, svc *approval.Service, limit int) []*approval.ExecutionClaim {
 	tb.Helper()
-	claims, err := s.ClaimExecutions(tb.Context(), workLease, limit)
+	claims, err := svc.ClaimExecutions(tb.Context(), workLease, limit)
 	if err != nil {
 		tb.Fatalf("claim executions: %v", err)
 	}

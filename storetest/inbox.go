@@ -362,7 +362,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		// Two executions of one async target: a accepted, sync a synchronous success.
 		a, rec := mustApprovedExecution(t, f)
 		sync, syncRec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec, syncRec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec, syncRec)
 		if _, err := f.service().FinishAttempt(t.Context(), rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
 			t.Fatalf("finish attempt as accepted: %v", err)
 		}

@@ -54,9 +54,12 @@ type Target struct {
 	Policy Policy
 }
 
-// Ledger records how an attempt ended: *approval.Service, which holds the rules (the fence
-// of the attempt number, what each outcome leads to) once for every store.
+// Ledger claims executions and records how their attempts ended: *approval.Service, which
+// holds the rules (the fence of the attempt number, what each outcome leads to) once for
+// every store.
 type Ledger interface {
+	// ClaimExecutions claims up to limit due executions, each for one attempt.
+	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error)
 	// FinishAttempt records the outcome of a claimed attempt; ECONFLICT when a newer attempt
 	// owns the execution.
 	FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error)
@@ -70,8 +73,8 @@ type Ledger interface {
 // a crash is known afterwards, and every outcome is written only while the attempt still
 // owns the execution. Every replica runs one.
 type Runner struct {
-	Store   approval.Store    // claims and leases
-	Ledger  Ledger            // outcomes and releases: an *approval.Service over Store
+	Store   approval.Store    // signals and lease renewals
+	Ledger  Ledger            // claims, outcomes and releases: an *approval.Service over Store
 	Logger  *slog.Logger      // slog.Default() when nil
 	Targets map[string]Target // by action
 
@@ -200,7 +203,7 @@ func (r *Runner) RunOnce(ctx context.Context) (int, error) {
 // no sooner than a lease after that.
 func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, askedAt, error) {
 	asked := r.askedAt()
-	claims, err := r.Store.ClaimExecutions(ctx, r.lease(), limit)
+	claims, err := r.Ledger.ClaimExecutions(ctx, r.lease(), limit)
 	if err != nil {
 		return nil, asked, fmt.Errorf("claim executions: %w", err)
 	}

@@ -377,7 +377,7 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 				t.Parallel()
 				env := newRunnerEnv(t, kind, tt.target)
 				a := env.approved(t, "deploy-1")
-				claims, err := env.s.ClaimExecutions(context.Background(), lease, 10)
+				claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10)
 				if err != nil || len(claims) != 1 {
 					t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 				}
@@ -451,7 +451,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 		env := newRunnerEnv(t, kind, lookupTarget)
 		a := env.approved(t, "deploy-1")
 		// A runner died mid-call, so each later claim is recovered and looks up first.
-		if claims, err := env.s.ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+		if claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
 		env.clk.Add(lease)
@@ -511,7 +511,7 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 		// A runner died mid-call, so the next claim is recovered and looks up first; the
 		// lookup's answer comes when all but a minute of the lease has gone.
 		late := env.approved(t, "deploy-2")
-		if claims, err := env.s.ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+		if claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
 		env.clk.Add(lease)
@@ -610,7 +610,7 @@ func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration
 		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
 	}
 	s.mu.Unlock()
-	claims, err := s.Store.ClaimExecutions(ctx, lease, limit)
+	claims, err := s.ledger.ClaimExecutions(ctx, lease, limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.holding += len(claims)
