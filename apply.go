@@ -65,24 +65,24 @@ func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) 
 		if r.Actor == "" {
 			r.Actor = cur.Source
 		}
-		res, err := tx.ExecutionApplyReport(ctx, r)
+		res, err := s.report(ctx, tx, r)
 		if err != nil {
 			return nil, err
 		}
-		if res.Record != nil {
-			approvalID = res.Record.ApprovalID
+		if res.rec != nil {
+			approvalID = res.rec.ApprovalID
 		}
 		switch {
-		case res.Refusal != nil:
-			if !refusedByRules(res.Refusal) {
-				return nil, res.Refusal
+		case res.refusal != nil:
+			if !refusedByRules(res.refusal) {
+				return nil, res.refusal
 			}
-			outcome = "refused: " + res.Refusal.Message
-		case res.Applied:
-			outcome = ReportOutcome(res.Record, r)
+			outcome = "refused: " + res.refusal.Message
+		case res.applied:
+			outcome = ReportOutcome(res.rec, r)
 		default:
 			status = InboxStale
-			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, res.Record.AppliedVersion)
+			outcome = fmt.Sprintf("stale: version %d <= applied %d", r.Version, res.rec.AppliedVersion)
 		}
 	}
 

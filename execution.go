@@ -31,7 +31,7 @@ type ExecutionRecord struct {
 	// target without a known outcome: one recorded with AttemptOutcome.Uncertain, or one whose
 	// lease expired mid-call (a Recovered claim). The runner then neither resends to a target
 	// that does not honour keys nor reports the execution failed without asking the target.
-	// It is sticky: only RetryExecution and ResolveExecution clear it.
+	// It is sticky: only Service.RetryExecution and Service.ResolveExecution clear it.
 	Uncertain bool `json:"uncertain"`
 	// AttemptBase is Attempts as it was at the last operator retry (0 before any): the retry
 	// policy counts the attempts of the current run, Attempts - AttemptBase.
@@ -46,7 +46,7 @@ func (r *ExecutionRecord) Public() *Execution {
 	return &Execution{ID: r.ID, Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, Result: r.Result, UpdatedAt: &at}
 }
 
-// Reportable reports whether ReportExecution may set the execution's outcome: only when the
+// Reportable reports whether Service.ReportExecution may set the execution's outcome: only when the
 // outcome comes from reports. That is an execution created not_configured (its caller
 // executes it); a targeted one that is running (an async target that accepted the call, or
 // one whose call is in flight, whose report may overtake our record of the 2xx); or one a
@@ -93,15 +93,19 @@ type ExecutionFilter struct {
 	Cursor string
 }
 
-// ExecutionStore is the durable half of the execution ledger (docs/invariants.md, invariant 5).
-// Every change appends an event to the approval's audit trail with its cause (the worker
-// attempt, the operator, the report).
+// ExecutionStore is the durable half of the execution ledger (docs/invariants.md, invariant 5):
+// the renewal of a runner's lease, and the reads. The rules of what a claim, an attempt's
+// outcome, a release, an operator's action and a report do are the Service's
+// (ClaimExecutions, FinishAttempt, ReleaseExecution, RetryExecution, ResolveExecution,
+// CancelExecution, ReportExecution), written once over the statements of Tx. Every change
+// appends an event to the approval's audit trail with its cause (the worker attempt, the
+// operator, the report).
 //
-// The outbox: when Decide (or ApplyInbox deciding) makes an approval approved, the same
-// transaction inserts its execution: queued and due now when the store's Targeted(action)
+// The outbox: when Service.Decide (or ApplyInbox deciding) makes an approval approved, the
+// same transaction inserts its execution: queued and due now when the store's HasTarget
 // reports that the action has a downstream target, not_configured otherwise (the caller
-// executes it and may report the outcome with ReportExecution). Approval and Approvals fill
-// Approval.Execution from that row (nil before approval).
+// executes it and may report the outcome with Service.ReportExecution). Approval and
+// Approvals fill Approval.Execution from that row (nil before approval).
 //
 // Operation keys are unique per requester only, but the runner sends the bare key as the
 // target's Idempotency-Key. So when another approval's execution already has the same
@@ -109,57 +113,18 @@ type ExecutionFilter struct {
 // queued, with LastError "operation key K is also used by approval A of requester R for the
 // same action; the target cannot tell them apart, so approvald will not call it: an operator
 // must decide" and an EventExecutionNeedsReview event; the runner never claims it, and only
-// an operator's RetryExecution sends it. Approvals racing to approve under one key see each
-// other: at most one of them is queued.
+// an operator's Service.RetryExecution sends it. Approvals racing to approve under one key
+// see each other: at most one of them is queued.
 type ExecutionStore interface {
-	// ClaimExecutions claims up to limit executions that are queued and due, or running with
-	// an expired lease (Recovered; a running execution without a lease is an accepted async
-	// call waiting for its report and is never claimed), oldest due first: status running,
-	// attempts+1, lease until now+lease, event "execution.attempt" with cause {kind: worker,
-	// attempt}. A Recovered claim also sets Uncertain: the interrupted attempt may have been
-	// sent. The attempt is recorded before any call is made. PostgreSQL uses FOR UPDATE SKIP
-	// LOCKED.
-	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error)
-	// RenewExecution extends a running claim's lease; ECONFLICT if the claim was lost.
+	// RenewExecution extends a running claim's lease to now+lease, only while attempt is
+	// current, the execution running and the lease not cleared; ECONFLICT if the claim was
+	// lost.
 	RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error
-	// FinishAttempt records an attempt's outcome only if attempt is still the execution's
-	// current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it). The
-	// lease is cleared. Status running records an asynchronous call the target accepted: it
-	// waits, never claimed again, for ReportExecution. o.Uncertain sets Uncertain; nothing
-	// here clears it.
-	FinishAttempt(ctx context.Context, id string, attempt int, o AttemptOutcome) (*ExecutionRecord, error)
-	// ReleaseExecution gives a claim back on graceful shutdown before its call was sent:
-	// queued, due now, the attempt not counted. Only a running attempt that still holds its
-	// lease can be released (ECONFLICT otherwise): an accepted async call has been sent, and
-	// putting it back in the queue would send it again.
-	ReleaseExecution(ctx context.Context, id string, attempt int) error
 
 	// Execution returns one execution, or ENOTFOUND.
 	Execution(ctx context.Context, id string) (*ExecutionRecord, error)
 	// Executions lists executions newest first.
 	Executions(ctx context.Context, f ExecutionFilter) ([]*ExecutionRecord, string, error)
-	// RetryExecution re-queues a failed, needs_review or cancelled execution, or one
-	// AwaitingReport (an accepted async call whose report may never come), due now (same
-	// operation key, no new approval), as a new run: AttemptBase becomes Attempts and
-	// Uncertain is cleared, the operator having settled what earlier attempts did. ECONFLICT
-	// otherwise, a running execution an attempt holds included.
-	RetryExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
-	// ResolveExecution records what really happened (succeeded or failed) for an execution in
-	// needs_review or failed, or one AwaitingReport (the operator learnt the outcome the
-	// target never reported), with the operator's note, and clears Uncertain. ECONFLICT
-	// otherwise. A report arriving after either finds a targeted execution that no longer
-	// takes reports (Reportable), unless one was applied before.
-	ResolveExecution(ctx context.Context, id string, status ExecutionStatus, note, actor string, cause Cause) (*ExecutionRecord, error)
-	// CancelExecution cancels a queued execution. ECONFLICT otherwise.
-	CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error)
-	// ReportExecution applies an asynchronous outcome if r.Version is newer than the applied
-	// version, and reports whether it did (false: stale, recorded in the audit trail only).
-	// Only a Reportable execution takes reports: for any other (a targeted execution queued,
-	// succeeded, failed, in needs_review or cancelled before any report) it is ECONFLICT
-	// ("approvald records this execution's outcome from its own call to the target") and
-	// nothing changes, not even the audit trail; through the inbox that is a processed event
-	// whose outcome says "refused: ...".
-	ReportExecution(ctx context.Context, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error)
 	// ExecutionCounts returns executions per status and how many are running past their lease.
 	ExecutionCounts(ctx context.Context) (counts map[ExecutionStatus]int, stuck int, err error)
 }

@@ -29,6 +29,10 @@ type Tx interface {
 	// ends: the lock orders votes, cancels and expiries of one approval, and makes the
 	// events' seq (max+1) safe. ENOTFOUND if there is none.
 	ApprovalGetForUpdate(ctx context.Context, id string) (*Approval, error)
+	// ApprovalGetByIDMany returns the approvals with the given ids, each with its approvers,
+	// decisions (oldest first) and execution, in no particular order; an id with no approval
+	// is left out.
+	ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*Approval, error)
 	// ApprovalIDsByOperationKey returns the ids of up to limit approvals made under key, by
 	// any requester.
 	ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error)
@@ -54,10 +58,38 @@ type Tx interface {
 	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey, Action,
 	// Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
 	ExecutionInsert(ctx context.Context, rec *ExecutionRecord) error
-	// ExecutionApplyReport applies an asynchronous outcome under the rules of
-	// ExecutionStore.ReportExecution, inside this transaction. (It is the last rule still
-	// written per store; it moves up with the execution ledger.)
-	ExecutionApplyReport(ctx context.Context, r ExecutionReport) (ReportResult, error)
+	// ExecutionClaimDue claims up to limit due executions, oldest due first: queued ones
+	// whose next attempt is due (next_attempt_at <= Now), and running ones whose lease has
+	// expired (lease_expires_at <= Now), which it returns as Recovered; never a running one
+	// without a lease. Each is set running, attempts+1 (the claim's Attempt),
+	// next_attempt_at cleared, lease until leaseUntil, updated at Now, and returned as it now
+	// is, without its Approval. The claimed executions and their approvals stay locked until
+	// the transaction ends, and claims racing in several transactions take disjoint rows
+	// without waiting for each other (PostgreSQL skips the rows another transaction holds;
+	// SQLite's single writer orders them).
+	ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*ExecutionClaim, error)
+	// ExecutionGetForUpdate returns one execution and locks it against every other
+	// transaction's change until this one ends, in the lock order of every execution change:
+	// its approval's row first (the lock that makes the events' seq safe), then the
+	// execution's. ENOTFOUND if there is none.
+	ExecutionGetForUpdate(ctx context.Context, id string) (*ExecutionRecord, error)
+	// ExecutionGetByApprovalForUpdate is ExecutionGetForUpdate for the execution of an
+	// approval: ENOTFOUND if the approval does not exist or has none.
+	ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*ExecutionRecord, error)
+	// ExecutionIDsByOperationKey returns the ids of up to limit executions made under key, of
+	// any action and requester.
+	ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error)
+	// ExecutionUpdateIfAttempt writes rec's state (status, attempts, last_error, result,
+	// next_attempt_at, lease_expires_at, applied_version, uncertain, attempt_base; updated at
+	// Now) to the execution rec.ID, only while attempt is its current attempt and it is
+	// running: the fence of a runner's attempt. The caller holds the execution's lock
+	// (ExecutionGetForUpdate) and has checked the fence, so a guard that fails is a broken
+	// invariant: the transaction fails.
+	ExecutionUpdateIfAttempt(ctx context.Context, rec *ExecutionRecord, attempt int) error
+	// ExecutionUpdateIfStatus writes rec's state as ExecutionUpdateIfAttempt does, only while
+	// the execution is in status, as the caller read it under its lock; the transaction fails
+	// otherwise.
+	ExecutionUpdateIfStatus(ctx context.Context, rec *ExecutionRecord, status ExecutionStatus) error
 
 	// InboxGetForUpdate returns one inbox event without its body, locked until the
 	// transaction ends, or ENOTFOUND.
@@ -66,13 +98,4 @@ type Tx interface {
 	// its outcome and the approval it touched, clears its lease, and returns it with its
 	// body.
 	InboxSetDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) (*InboxEvent, error)
-}
-
-// ReportResult is what applying an execution report did. A refusal (no such execution, an
-// ambiguous operation key, an execution whose outcome is approvald's own) is the answer to
-// the reporter, not a failure of the transaction.
-type ReportResult struct {
-	Applied bool
-	Record  *ExecutionRecord
-	Refusal *Error
 }

@@ -68,14 +68,14 @@ func (s *Server) handleGetExecution(w http.ResponseWriter, r *http.Request) {
 // same operation key, without a new approval.
 func (s *Server) handleRetryExecution(w http.ResponseWriter, r *http.Request) {
 	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-		return s.store.RetryExecution(ctx, id, actor, cause)
+		return s.svc.RetryExecution(ctx, id, actor, cause)
 	})
 }
 
 // handleCancelExecution is POST /v1/executions/{id}/cancel: a queued execution is not run.
 func (s *Server) handleCancelExecution(w http.ResponseWriter, r *http.Request) {
 	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-		return s.store.CancelExecution(ctx, id, actor, cause)
+		return s.svc.CancelExecution(ctx, id, actor, cause)
 	})
 }
 
@@ -115,7 +115,7 @@ func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request) 
 		if err := approval.CheckText("note", req.Note); err != nil {
 			return nil, err
 		}
-		return s.store.ResolveExecution(ctx, id, req.Outcome, req.Note, actor, cause)
+		return s.svc.ResolveExecution(ctx, id, req.Outcome, req.Note, actor, cause)
 	})
 }
 
@@ -224,7 +224,7 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 		req.Result = nil
 	}
 
-	applied, _, err := s.store.ReportExecution(r.Context(), approval.ExecutionReport{
+	applied, _, err := s.svc.ReportExecution(r.Context(), approval.ExecutionReport{
 		ApprovalID: id,
 		Status:     req.Status,
 		Version:    *req.Version,

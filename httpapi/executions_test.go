@@ -31,18 +31,18 @@ func (f *fixture) approved(token, aliceToken, key, action string) *approval.Appr
 func (f *fixture) finishAttempt(id string, status approval.ExecutionStatus) {
 	f.tb.Helper()
 	ctx := context.Background()
-	claims, err := f.store.ClaimExecutions(ctx, time.Minute, 10)
+	claims, err := f.service().ClaimExecutions(ctx, time.Minute, 10)
 	if err != nil {
 		f.tb.Fatalf("claim executions: %v", err)
 	}
 	for _, c := range claims {
 		if c.Record.ID != id {
-			if err := f.store.ReleaseExecution(ctx, c.Record.ID, c.Attempt); err != nil {
+			if err := f.service().ReleaseExecution(ctx, c.Record.ID, c.Attempt); err != nil {
 				f.tb.Fatalf("release execution: %v", err)
 			}
 			continue
 		}
-		if _, err := f.store.FinishAttempt(ctx, id, c.Attempt, approval.AttemptOutcome{
+		if _, err := f.service().FinishAttempt(ctx, id, c.Attempt, approval.AttemptOutcome{
 			Status: status, Error: "target answered 500", Reason: "test",
 		}); err != nil {
 			f.tb.Fatalf("finish attempt: %v", err)
@@ -335,11 +335,11 @@ func TestReportExecutionOfATargetedCall(t *testing.T) {
 		ci := f.token("ci-bot", approval.RoleRequester)
 		alice := f.token("alice", approval.RoleApprover)
 		a := f.approved(ci, alice, "report-targeted", targetedAction)
-		claims, err := f.store.ClaimExecutions(context.Background(), time.Minute, 10)
+		claims, err := f.service().ClaimExecutions(context.Background(), time.Minute, 10)
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
-		if _, err := f.store.FinishAttempt(context.Background(), claims[0].Record.ID, claims[0].Attempt, approval.AttemptOutcome{
+		if _, err := f.service().FinishAttempt(context.Background(), claims[0].Record.ID, claims[0].Attempt, approval.AttemptOutcome{
 			Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200 from target",
 		}); err != nil {
 			t.Fatalf("finish attempt: %v", err)
@@ -425,7 +425,7 @@ func TestStoreGauges(t *testing.T) {
 			`approvald_http_long_polls 0`,
 		)
 		// A runner claims the execution and dies: past its lease it is stuck.
-		if _, err := f.store.ClaimExecutions(context.Background(), time.Minute, 10); err != nil {
+		if _, err := f.service().ClaimExecutions(context.Background(), time.Minute, 10); err != nil {
 			t.Fatal(err)
 		}
 		f.clock.Advance(2 * time.Minute)

@@ -343,31 +343,6 @@ func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error 
 	return nil
 }
 
-// appendEvent adds the next event of an approval and returns its seq. The caller holds the
-// approval's row lock (or has just inserted the row), which makes max(seq)+1 safe.
-func (tx *tx) appendEvent(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) (int64, error) {
-	causeJSON, err := json.Marshal(cause)
-	if err != nil {
-		return 0, fmt.Errorf("encode event cause: %w", err)
-	}
-	var detailJSON []byte
-	if detail != nil {
-		if detailJSON, err = json.Marshal(detail); err != nil {
-			return 0, fmt.Errorf("encode event detail: %w", err)
-		}
-	}
-	var seq int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
-		SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
-		FROM events WHERE approval_id = $1
-		RETURNING seq`,
-		approvalID, typ, tx.now, actor, causeJSON, detailJSON).Scan(&seq); err != nil {
-		return 0, translate("append event", err)
-	}
-	return seq, nil
-}
-
 // pageSize checks a listing's limit: 0 means the default page size.
 func pageSize(limit int) (int, error) {
 	switch {

@@ -240,7 +240,7 @@ func TestClaimExecutionsAcrossStores(t *testing.T) {
 	errs := make([]error, replicas)
 	race(replicas, func(i int) {
 		for {
-			got, err := stores[i].ClaimExecutions(context.Background(), time.Hour, 7)
+			got, err := (&approval.Service{Store: stores[i]}).ClaimExecutions(context.Background(), time.Hour, 7)
 			if err != nil {
 				errs[i] = err
 				return

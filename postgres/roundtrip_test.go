@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
@@ -15,7 +16,8 @@ import (
 // pooled connection whose statements are already prepared (pgx caches them per
 // connection): the figures a user feels as latency on a distant database. A count is
 // deterministic, unlike a time, so it is asserted: a create, a replay, a decision and an
-// intake (new or redelivered) at most three, a read and a token lookup at most two.
+// intake (new or redelivered) and a claim at most three, a read and a token lookup at most
+// two, an attempt's record at most two (read and lock, then the writes with COMMIT).
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -129,6 +131,49 @@ func TestRoundTrips(t *testing.T) {
 	t.Logf("decide: %d round trips", decideTrips)
 	if decideTrips > 3 {
 		t.Errorf("decide: got %d round trips, want at most 3", decideTrips)
+	}
+
+	// A claim of one execution and its attempt's record, each counted alone: a success, and a
+	// retry (which also notifies).
+	s.Targeted = func(action string) bool { return action == "payout" }
+	attempt := func(o approval.AttemptOutcome) (claimTrips, finishTrips int64) {
+		t.Helper()
+		voter++
+		cmd := createCommand(t, fmt.Sprintf("payout-%d", voter))
+		cmd.Request.Action = "payout"
+		a, err := svc.Create(ctx, cmd)
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		if _, err := svc.Decide(ctx, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+			t.Fatalf("decide: %v", err)
+		}
+		before := rt.Count()
+		claims, err := svc.ClaimExecutions(ctx, time.Minute, 1)
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+		}
+		claimTrips = rt.Count() - before
+		before = rt.Count()
+		if _, err := svc.FinishAttempt(ctx, claims[0].Record.ID, claims[0].Attempt, o); err != nil {
+			t.Fatalf("finish attempt as %s: %v", o.Status, err)
+		}
+		return claimTrips, rt.Count() - before
+	}
+	retryAt := approval.Now().Add(time.Hour)
+	for _, o := range []approval.AttemptOutcome{
+		{Status: approval.ExecutionSucceeded, Result: []byte(`{"ok":true}`), Reason: "200 from target"},
+		{Status: approval.ExecutionQueued, RetryAt: &retryAt, Error: "503", Reason: "503 from target"},
+	} {
+		attempt(o) // prepares the statements
+		claimTrips, finishTrips := attempt(o)
+		t.Logf("claim: %d round trips; finish attempt as %s: %d", claimTrips, o.Status, finishTrips)
+		if claimTrips > 3 {
+			t.Errorf("claim: got %d round trips, want at most 3", claimTrips)
+		}
+		if finishTrips > 2 {
+			t.Errorf("finish attempt as %s: got %d round trips, want at most 2", o.Status, finishTrips)
+		}
 	}
 }
 

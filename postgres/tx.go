@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,6 +189,18 @@ func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval
 	return readApproval(ctx, t, id)
 }
 
+// ApprovalGetByIDMany reads the approvals and their details in one statement.
+func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
+	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
+	if err != nil {
+		return nil, translate("read approvals", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
+		return scanApprovalDetail(row)
+	})
+	return list, translate("read approvals", err)
+}
+
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
 	rows, err := t.Query(ctx, `SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
 	if err != nil {
@@ -266,9 +281,141 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 	return nil
 }
 
-func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
-	res, err := t.tx.report(ctx, r)
-	return approval.ReportResult{Applied: res.applied, Record: res.rec, Refusal: res.refusal}, err
+// ExecutionClaimDue is one statement. SKIP LOCKED on the execution and its approval: replicas
+// claim disjoint rows and never wait on each other, nor on an operator or a report holding
+// the approval. A running row without a lease is an accepted async call:
+// lease_expires_at <= $1 is never true for it.
+//
+// The two kinds of due row are found apart, each in the order of an index on its status and
+// due time, and only the first limit of the two merged: one query ordering both by a common
+// due time is served by no index, and would read, join and sort the whole backlog for every
+// claim. The rows one branch locks beyond the merged limit are skipped by other replicas only
+// until this transaction ends.
+func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
+	rows, err := t.Query(ctx, `
+		WITH queued AS (
+			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
+			FROM executions x JOIN approvals a ON a.id = x.approval_id
+			WHERE x.status = 'queued' AND x.next_attempt_at <= $1
+			ORDER BY x.next_attempt_at, x.id
+			LIMIT $2
+			FOR UPDATE OF x, a SKIP LOCKED
+		), expired AS (
+			SELECT x.id, true AS recovered, x.lease_expires_at AS due_at
+			FROM executions x JOIN approvals a ON a.id = x.approval_id
+			WHERE x.status = 'running' AND x.lease_expires_at <= $1
+			ORDER BY x.lease_expires_at, x.id
+			LIMIT $2
+			FOR UPDATE OF x, a SKIP LOCKED
+		), due AS (
+			SELECT * FROM queued UNION ALL SELECT * FROM expired
+			ORDER BY due_at, id
+			LIMIT $2
+		)
+		UPDATE executions x
+		SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
+			lease_expires_at = $3, updated_at = $1
+		FROM due
+		WHERE x.id = due.id
+		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
+		t.tx.now, limit, leaseUntil)
+	if err != nil {
+		return nil, translate("claim executions", err)
+	}
+	type claimed struct {
+		*approval.ExecutionClaim
+		dueAt time.Time
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
+		var err error
+		c.Record, err = scanExecution(row, &c.Recovered, &c.dueAt)
+		if err != nil {
+			return c, err
+		}
+		c.Attempt = c.Record.Attempts
+		return c, nil
+	})
+	if err != nil {
+		return nil, translate("claim executions", err)
+	}
+	// RETURNING has no order of its own: give the claims back oldest due first.
+	slices.SortFunc(list, func(a, b claimed) int {
+		return cmp.Or(a.dueAt.Compare(b.dueAt), strings.Compare(a.Record.ID, b.Record.ID))
+	})
+	claims := make([]*approval.ExecutionClaim, len(list))
+	for i, c := range list {
+		claims[i] = c.ExecutionClaim
+	}
+	return claims, nil
+}
+
+// ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
+// the approval's row, and the execution's is locked only after it, when the outer query
+// returns its row.
+func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	rec, err := scanExecution(t.QueryRow(ctx, `
+		WITH locked AS (
+			SELECT id FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
+			FOR UPDATE
+		)
+		SELECT `+executionColumns+` FROM executions x
+		WHERE x.id = $1 AND x.approval_id = (SELECT id FROM locked)
+		FOR UPDATE OF x`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
+	}
+	return rec, translate("lock execution", err)
+}
+
+// ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, in one statement.
+func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	rec, err := scanExecution(t.QueryRow(ctx, `
+		WITH locked AS (SELECT id FROM approvals WHERE id = $1 FOR UPDATE)
+		SELECT `+executionColumns+` FROM executions x
+		WHERE x.approval_id = (SELECT id FROM locked)
+		FOR UPDATE OF x`, approvalID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
+	}
+	return rec, translate("lock execution of approval", err)
+}
+
+func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := t.Query(ctx, `SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, translate("find executions by operation key", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, translate("find executions by operation key", err)
+}
+
+// ExecutionUpdateIfAttempt is queued like every write; a failed guard divides by zero, as in
+// ApprovalSetStatusIfPending.
+func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
+	t.updateExecution("record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
+	return nil
+}
+
+func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
+	t.updateExecution("update execution", `status = $12`, rec, string(status))
+	return nil
+}
+
+// updateExecution queues the write of rec's state, guarded by guard on $12 (guardArg).
+func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord, guardArg any) {
+	t.enqueue(op, `
+		WITH changed AS (
+			UPDATE executions
+			SET status = $2, attempts = $3, last_error = $4, result = $5, next_attempt_at = $6,
+				lease_expires_at = $7, applied_version = $8, uncertain = $9, attempt_base = $10,
+				updated_at = $11
+			WHERE id = $1 AND `+guard+`
+			RETURNING 1
+		)
+		SELECT 1 / count(*) FROM changed`,
+		rec.ID, string(rec.Status), rec.Attempts, rec.LastError, []byte(rec.Result), rec.NextAttemptAt,
+		rec.LeaseExpiresAt, rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, t.tx.now, guardArg)
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {

@@ -145,17 +145,6 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	return list, nil
 }
 
-// refused reports whether err is the rules' answer to an event's content (forbidden,
-// conflict, not found): an outcome of the event, not an error, since a retry would be refused
-// again.
-func refused(err error) bool {
-	switch approval.ErrorCode(err) {
-	case approval.EFORBIDDEN, approval.ECONFLICT, approval.ENOTFOUND:
-		return true
-	}
-	return false
-}
-
 // FailInbox records a failed attempt of the claimed event e: pending again at retryAt, or
 // failed for good when retryAt is nil; ECONFLICT if e's lease token no longer holds it.
 func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {

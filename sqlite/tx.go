@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -46,6 +47,15 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
 	a, err := findApproval(ctx, t.tx, id)
 	return a, fail("read approval", err)
+}
+
+func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode approval ids: %w", err)
+	}
+	list, err := findApprovals(ctx, t.tx, "a.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
+	return list, fail("read approvals", err)
 }
 
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
@@ -127,14 +137,139 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 	return fail("insert execution", err)
 }
 
-func (t *ruleTx) ExecutionApplyReport(ctx context.Context, r approval.ExecutionReport) (approval.ReportResult, error) {
-	applied, rec, err := report(ctx, t.tx, r)
-	if e := approval.AsError(err); e != nil && refused(err) {
-		return approval.ReportResult{Record: rec, Refusal: e}, nil
-	} else if err != nil {
-		return approval.ReportResult{}, fail("apply report", err)
+// ExecutionClaimDue needs no lock of its own: the write lock orders every claim.
+func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
+	// A queued execution is due at next_attempt_at, a running one at its lease's end (a
+	// running one without a lease waits for an asynchronous report and is never due). The two
+	// kinds are found apart, each in the order of its index (executions_due, executions_lease),
+	// and only the first limit of the two merged: one query ordering both by a common due time
+	// is served by no index, and would read and sort the whole backlog for every claim.
+	rows, err := t.tx.QueryContext(ctx, `
+		SELECT id, recovered FROM (
+			SELECT * FROM (
+				SELECT id, 0 AS recovered, next_attempt_at AS due_at, created_at FROM executions
+				WHERE status = 'queued' AND next_attempt_at <= ?1
+				ORDER BY next_attempt_at, created_at, id LIMIT ?2)
+			UNION ALL
+			SELECT * FROM (
+				SELECT id, 1, lease_expires_at, created_at FROM executions
+				WHERE status = 'running' AND lease_expires_at <= ?1
+				ORDER BY lease_expires_at, created_at, id LIMIT ?2)
+			ORDER BY due_at, created_at, id LIMIT ?2)`,
+		micros(t.tx.now), limit)
+	if err != nil {
+		return nil, fail("find due executions", err)
 	}
-	return approval.ReportResult{Applied: applied, Record: rec}, nil
+	var claims []*approval.ExecutionClaim
+	var ids []string
+	for rows.Next() {
+		var (
+			id string
+			c  approval.ExecutionClaim
+		)
+		if err := rows.Scan(&id, &c.Recovered); err != nil {
+			rows.Close()
+			return nil, fail("find due executions", err)
+		}
+		claims, ids = append(claims, &c), append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fail("find due executions", err)
+	}
+	if len(claims) == 0 {
+		return []*approval.ExecutionClaim{}, nil
+	}
+	for i, c := range claims {
+		if err := t.tx.QueryRowContext(ctx, `
+			UPDATE executions
+			SET status = 'running', attempts = attempts + 1, lease_expires_at = ?,
+				next_attempt_at = NULL, updated_at = ?
+			WHERE id = ?
+			RETURNING attempts`,
+			micros(leaseUntil), micros(t.tx.now), ids[i],
+		).Scan(&c.Attempt); err != nil {
+			return nil, fail("claim execution "+ids[i], err)
+		}
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode execution ids: %w", err)
+	}
+	recs, err := findExecutions(ctx, t.tx, "e.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
+	if err != nil {
+		return nil, fail("read claimed executions", err)
+	}
+	byID := make(map[string]*approval.ExecutionRecord, len(recs))
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	for i, c := range claims {
+		c.Record = byID[ids[i]]
+	}
+	return claims, nil
+}
+
+// ExecutionGetForUpdate needs no lock of its own: the write lock is held.
+func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	rec, err := findExecution(ctx, t.tx, id)
+	return rec, fail("read execution", err)
+}
+
+func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	list, err := findExecutions(ctx, t.tx, "e.approval_id = ?", []any{approvalID}, "")
+	if err != nil {
+		return nil, fail("read execution of approval", err)
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
+	}
+	return list[0], nil
+}
+
+func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+	if err != nil {
+		return nil, fail("find executions by operation key", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fail("find executions by operation key", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, fail("find executions by operation key", rows.Err())
+}
+
+func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
+	return t.updateExecution(ctx, `attempts = ? AND status = 'running'`, rec, attempt)
+}
+
+func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
+	return t.updateExecution(ctx, `status = ?`, rec, string(status))
+}
+
+// updateExecution writes rec's state, guarded by guard on guardArg.
+func (t *ruleTx) updateExecution(ctx context.Context, guard string, rec *approval.ExecutionRecord, guardArg any) error {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = ?, attempts = ?, last_error = ?, result = ?, next_attempt_at = ?,
+			lease_expires_at = ?, applied_version = ?, uncertain = ?, attempt_base = ?, updated_at = ?
+		WHERE id = ? AND `+guard,
+		string(rec.Status), rec.Attempts, rec.LastError, nullBytes(rec.Result), nullMicros(rec.NextAttemptAt),
+		nullMicros(rec.LeaseExpiresAt), rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, micros(t.tx.now),
+		rec.ID, guardArg)
+	if err != nil {
+		return fail("update execution", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fail("update execution", err)
+	} else if n != 1 {
+		return fmt.Errorf("update execution: execution %s changed under the write lock", rec.ID)
+	}
+	return nil
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {

@@ -12,9 +12,9 @@ import (
 	"github.com/approvald/approval"
 )
 
-// exerciseExecutions covers ExecutionStore: invariant 5, one effect per approved action (the
-// outbox, attempts fenced by their number, leases recovered), and invariant 4 for reported
-// outcomes.
+// exerciseExecutions covers ExecutionStore and the Service's ledger rules over the store's
+// statements: invariant 5, one effect per approved action (the outbox, attempts fenced by
+// their number, leases recovered), and invariant 4 for reported outcomes.
 func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "QueuedWithApproval", func(t *testing.T, f *fixture) {
 		a := PendingApproval(t, f.clock.Now())
@@ -70,7 +70,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("execution JSON: got %s, want {\"status\":\"not_configured\"}", js)
 		}
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 0)
 	})
 
 	s.run(t, "NoExecutionUnlessApproved", func(t *testing.T, f *fixture) {
@@ -102,7 +102,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			}
 		}
 		wantExecutionList(t, f.store, approval.ExecutionFilter{})
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 0)
 	})
 
 	// Two approvers approving at once: one approval, so one execution, queued once.
@@ -177,11 +177,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// The runner never takes the colliding one; an operator who decides it is a separate
 		// operation re-queues it.
 		f.clock.Advance(time.Second)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, firstRec, otherAction)
-		if _, err := f.store.RetryExecution(ctx, secondRec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, firstRec, otherAction)
+		if _, err := f.service().RetryExecution(ctx, secondRec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
 			t.Fatalf("operator retry of the colliding execution: %v", err)
 		}
-		wantClaims(t, "claim after the operator's retry", mustClaimExecutions(t, f.store, 10), 1, secondRec)
+		wantClaims(t, "claim after the operator's retry", mustClaimExecutions(t, f.service(), 10), 1, secondRec)
 
 		// Two requesters' approvals under one key approved at the same moment: one is queued,
 		// the other sees it.
@@ -214,7 +214,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
 		f.clock.Advance(time.Second)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "first claim", claimed, 1, rec)
 		c := claimed[0]
 		if c.Recovered || c.Record.Status != approval.ExecutionRunning || c.Record.Attempts != 1 {
@@ -236,9 +236,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantTime(t, "attempt event", evs[0].At, f.clock.Now())
 
 		f.clock.Advance(workLease - time.Microsecond)
-		wantClaims(t, "claim while the lease is live", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim while the lease is live", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(2 * time.Microsecond)
-		claimed = mustClaimExecutions(t, f.store, 10)
+		claimed = mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the lease expired", claimed, 2, rec)
 		if !claimed[0].Recovered || claimed[0].Record.Attempts != 2 {
 			t.Fatalf("claim after the lease expired: got recovered %v, %d attempts; want true, 2", claimed[0].Recovered, claimed[0].Record.Attempts)
@@ -248,7 +248,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// The first attempt's worker wakes up: its number is no longer current, so it can
 		// neither record an outcome nor keep its lease.
-		_, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`)})
+		_, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`)})
 		wantCode(t, err, approval.ECONFLICT)
 		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
 		got := mustExecution(t, f.store, rec.ID)
@@ -257,7 +257,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("after a stale finish: got %d attempts, want 2", got.Attempts)
 		}
 
-		done, err := f.store.FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{
+		done, err := f.service().FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{
 			Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_123"}`), Reason: "200 from target",
 		})
 		if err != nil {
@@ -273,8 +273,8 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Finished: never claimed again, and the attempt cannot finish twice.
 		f.clock.Advance(workLease + time.Second)
-		wantClaims(t, "claim after success", mustClaimExecutions(t, f.store, 10), 0)
-		_, err = f.store.FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
+		wantClaims(t, "claim after success", mustClaimExecutions(t, f.service(), 10), 0)
+		_, err = f.service().FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 0, `{"payout": "po_123"}`)
 	})
@@ -288,7 +288,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			approvals, recs = append(approvals, a), append(recs, rec)
 			f.clock.Advance(time.Second)
 		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, recs...)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
 		f.clock.Advance(time.Second)
 		retryAt := f.clock.Now().Add(time.Minute)
 		for i, tc := range []struct {
@@ -300,7 +300,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			{approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "timeout after the request was sent", Reason: "uncertain and the target cannot be asked"}, approval.EventExecutionNeedsReview},
 			{approval.AttemptOutcome{Status: approval.ExecutionQueued, RetryAt: &retryAt, Error: "503 Service Unavailable", Reason: "503 from target, retry 2 of 10 in 1m"}, approval.EventExecutionRetry},
 		} {
-			got, err := f.store.FinishAttempt(ctx, recs[i].ID, 1, tc.outcome)
+			got, err := f.service().FinishAttempt(ctx, recs[i].ID, 1, tc.outcome)
 			if err != nil {
 				t.Fatalf("finish attempt as %s: %v", tc.outcome.Status, err)
 			}
@@ -327,9 +327,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		wantTime(t, "next_attempt_at", *queued.NextAttemptAt, retryAt)
 		f.clock.Advance(retryAt.Sub(f.clock.Now()) - time.Microsecond)
-		wantClaims(t, "claim before the retry is due", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim before the retry is due", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(time.Microsecond)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim when the retry is due", claimed, 2, recs[3])
 		if claimed[0].Recovered {
 			t.Fatalf("claim of a scheduled retry: got recovered, want not (the last attempt's outcome is known)")
@@ -339,7 +339,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "Renew", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		_, rec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 		claimedAt := f.clock.Now()
 
 		f.clock.Advance(20 * time.Second)
@@ -356,9 +356,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Past the first lease, within the renewed one: still held.
 		f.clock.Advance(claimedAt.Add(workLease + time.Second).Sub(f.clock.Now()))
-		wantClaims(t, "claim after the first lease, within the renewed one", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim after the first lease, within the renewed one", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(renewedUntil.Sub(f.clock.Now()) + time.Microsecond)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the renewed lease", claimed, 2, rec)
 		if !claimed[0].Recovered {
 			t.Fatalf("claim after the renewed lease expired: got not recovered, want recovered")
@@ -371,9 +371,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "Release", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 		f.clock.Advance(time.Second)
-		if err := f.store.ReleaseExecution(ctx, rec.ID, 1); err != nil {
+		if err := f.service().ReleaseExecution(ctx, rec.ID, 1); err != nil {
 			t.Fatalf("release attempt 1: %v", err)
 		}
 		got := mustExecution(t, f.store, rec.ID)
@@ -384,13 +384,13 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantTime(t, "next_attempt_at of a released execution", *got.NextAttemptAt, f.clock.Now())
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionReleased)
 
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the release", claimed, 1, rec)
 		if claimed[0].Recovered {
 			t.Fatalf("claim after a release: got recovered, want not (no call was sent)")
 		}
 		// A release naming another attempt gives nothing back.
-		f.store.ReleaseExecution(ctx, rec.ID, 2)
+		f.service().ReleaseExecution(ctx, rec.ID, 2)
 		got = mustExecution(t, f.store, rec.ID)
 		if got.Status != approval.ExecutionRunning || got.Attempts != 1 {
 			t.Fatalf("after a release of another attempt: got %s with %d attempts, want running with 1", got.Status, got.Attempts)
@@ -403,8 +403,8 @@ func exerciseExecutions(t *testing.T, s suite) {
 	s.run(t, "AsyncAccepted", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a, rec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
-		got, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
+		got, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{
 			Status: approval.ExecutionRunning, Result: []byte(`{"accepted": true}`), Reason: "accepted by the target; waiting for its report",
 		})
 		if err != nil {
@@ -418,9 +418,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// No attempt holds it: the attempt can neither renew it nor put it back in the queue.
 		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
-		wantCode(t, f.store.ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
+		wantCode(t, f.service().ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
 		f.clock.Advance(24 * time.Hour)
-		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.service(), 10), 0)
 		still := mustExecution(t, f.store, rec.ID)
 		wantExecution(t, still, approval.ExecutionRunning, 0, `{"accepted": true}`)
 		if still.Attempts != 1 || still.LeaseExpiresAt != nil {
@@ -431,7 +431,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 
 		// The target's report settles it.
-		done := mustReport(t, f.store, approval.ExecutionReport{
+		done := mustReport(t, f.service(), approval.ExecutionReport{
 			ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 1, Result: []byte(`{"done": true}`),
 			Actor: "payments", Cause: approval.Cause{Kind: approval.CauseInbox, Source: "payments", EventID: "res_1"},
 		}, true)
@@ -448,24 +448,24 @@ func exerciseExecutions(t *testing.T, s suite) {
 		retriedA, retried := mustApprovedExecution(t, f)
 		resolvedA, resolved := mustApprovedExecution(t, f)
 		_, inFlight := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, retried, resolved, inFlight)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, retried, resolved, inFlight)
 		for _, rec := range []*approval.ExecutionRecord{retried, resolved} {
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
 				t.Fatalf("finish attempt as accepted: %v", err)
 			}
 		}
 		f.clock.Advance(24 * time.Hour)
 
 		// The call in flight: its lease has run out, but it is still the runner's to recover.
-		_, err := f.store.RetryExecution(ctx, inFlight.ID, "root", cause)
+		_, err := f.service().RetryExecution(ctx, inFlight.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.store.ResolveExecution(ctx, inFlight.ID, approval.ExecutionFailed, "gave up", "root", cause)
+		_, err = f.service().ResolveExecution(ctx, inFlight.ID, approval.ExecutionFailed, "gave up", "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
 		if got := mustExecution(t, f.store, inFlight.ID); got.Status != approval.ExecutionRunning || got.LeaseExpiresAt == nil {
 			t.Fatalf("refused operator actions on a call in flight: got %s, lease %v; want running with its lease", got.Status, got.LeaseExpiresAt)
 		}
 
-		got, err := f.store.RetryExecution(ctx, retried.ID, "root", cause)
+		got, err := f.service().RetryExecution(ctx, retried.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("retry an accepted execution awaiting its report: %v", err)
 		}
@@ -477,7 +477,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantEvent(t, evs[2], "root", cause, f.clock.Now())
 
 		const note = "the target lost the job; refunded by hand"
-		got, err = f.store.ResolveExecution(ctx, resolved.ID, approval.ExecutionSucceeded, note, "root", cause)
+		got, err = f.service().ResolveExecution(ctx, resolved.ID, approval.ExecutionSucceeded, note, "root", cause)
 		if err != nil {
 			t.Fatalf("resolve an accepted execution awaiting its report: %v", err)
 		}
@@ -490,7 +490,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// The retried one runs again; the resolved one is done, and the operator's word
 		// stands against a report that comes too late.
 		f.clock.Advance(time.Second)
-		claimed := mustClaimExecutions(t, f.store, 10)
+		claimed := mustClaimExecutions(t, f.service(), 10)
 		ids := make([]string, len(claimed))
 		for i, c := range claimed {
 			ids[i] = c.Record.ID
@@ -501,7 +501,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if !slices.Contains(ids, retried.ID) || slices.Contains(ids, resolved.ID) {
 			t.Fatalf("claim after the operator: got %v, want %s and not %s", ids, retried.ID, resolved.ID)
 		}
-		_, _, err = f.store.ReportExecution(ctx, approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
+		_, _, err = f.service().ReportExecution(ctx, approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, resolved.ID), approval.ExecutionSucceeded, 0, "")
 	})
@@ -526,7 +526,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// claim claims the execution (the only one due) at attempt and returns its record.
 		claim := func(what string, attempt int, recovered bool) *approval.ExecutionRecord {
 			t.Helper()
-			claimed := mustClaimExecutions(t, f.store, 10)
+			claimed := mustClaimExecutions(t, f.service(), 10)
 			wantClaims(t, what, claimed, attempt, rec)
 			if claimed[0].Recovered != recovered {
 				t.Fatalf("%s: got recovered %v, want %v", what, claimed[0].Recovered, recovered)
@@ -539,7 +539,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 				at := f.clock.Now()
 				o.RetryAt = &at // due at once
 			}
-			got, err := f.store.FinishAttempt(ctx, rec.ID, attempt, o)
+			got, err := f.service().FinishAttempt(ctx, rec.ID, attempt, o)
 			if err != nil {
 				t.Fatalf("finish attempt %d as %s: %v", attempt, o.Status, err)
 			}
@@ -557,14 +557,14 @@ func exerciseExecutions(t *testing.T, s suite) {
 		want("review 3, sure", finish(3, approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "boom", Reason: "test"}), true, 0)
 
 		// An operator's retry starts a new run: counted from attempt 3, nothing uncertain.
-		got, err := f.store.RetryExecution(ctx, rec.ID, "root", cause)
+		got, err := f.service().RetryExecution(ctx, rec.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 		want("operator retry", got, false, 3)
 		want("claim 4", claim("claim 4", 4, false), false, 3)
 		// Released unsent: neither changes, and the next claim reuses the number.
-		if err := f.store.ReleaseExecution(ctx, rec.ID, 4); err != nil {
+		if err := f.service().ReleaseExecution(ctx, rec.ID, 4); err != nil {
 			t.Fatalf("release attempt 4: %v", err)
 		}
 		want("released", mustExecution(t, f.store, rec.ID), false, 3)
@@ -575,12 +575,12 @@ func exerciseExecutions(t *testing.T, s suite) {
 		want("failed 5", finish(5, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "refused", Reason: "test"}), true, 3)
 
 		// An operator's resolution settles what happened.
-		got, err = f.store.ResolveExecution(ctx, rec.ID, approval.ExecutionFailed, "never reached the ledger", "root", cause)
+		got, err = f.service().ResolveExecution(ctx, rec.ID, approval.ExecutionFailed, "never reached the ledger", "root", cause)
 		if err != nil {
 			t.Fatalf("resolve: %v", err)
 		}
 		want("resolved", got, false, 3)
-		got, err = f.store.RetryExecution(ctx, rec.ID, "root", cause)
+		got, err = f.service().RetryExecution(ctx, rec.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("retry after the resolution: %v", err)
 		}
@@ -594,11 +594,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 		finish := func(status approval.ExecutionStatus) (*approval.Approval, *approval.ExecutionRecord) {
 			t.Helper()
 			a, rec := mustApprovedExecution(t, f)
-			wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec)
+			wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 			if status == approval.ExecutionRunning {
 				return a, rec
 			}
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: status, Error: "boom", Reason: "test"}); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: status, Error: "boom", Reason: "test"}); err != nil {
 				t.Fatalf("finish attempt as %s: %v", status, err)
 			}
 			return a, rec
@@ -619,15 +619,15 @@ func exerciseExecutions(t *testing.T, s suite) {
 			refuse []*approval.ExecutionRecord
 		}{
 			{"retry", func(id string) error {
-				_, err := f.store.RetryExecution(ctx, id, "root", cause)
+				_, err := f.service().RetryExecution(ctx, id, "root", cause)
 				return err
 			}, []*approval.ExecutionRecord{queued, running, succeeded}},
 			{"resolve", func(id string) error {
-				_, err := f.store.ResolveExecution(ctx, id, approval.ExecutionSucceeded, "done by hand", "root", cause)
+				_, err := f.service().ResolveExecution(ctx, id, approval.ExecutionSucceeded, "done by hand", "root", cause)
 				return err
 			}, []*approval.ExecutionRecord{queued, running, succeeded}},
 			{"cancel", func(id string) error {
-				_, err := f.store.CancelExecution(ctx, id, "root", cause)
+				_, err := f.service().CancelExecution(ctx, id, "root", cause)
 				return err
 			}, []*approval.ExecutionRecord{running, succeeded, failed2, review2}},
 		} {
@@ -647,23 +647,23 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Cancel: queued only, and then it is not claimed.
 		f.clock.Advance(time.Second)
-		got, err := f.store.CancelExecution(ctx, queued.ID, "root", cause)
+		got, err := f.service().CancelExecution(ctx, queued.ID, "root", cause)
 		if err != nil {
 			t.Fatalf("cancel a queued execution: %v", err)
 		}
 		wantExecution(t, got, approval.ExecutionCancelled, 0, "")
 		evs := wantExecutionEvents(t, f.store, queuedA.ID, approval.EventExecutionCancelled)
 		wantEvent(t, evs[0], "root", cause, f.clock.Now())
-		_, err = f.store.CancelExecution(ctx, queued.ID, "root", cause)
+		_, err = f.service().CancelExecution(ctx, queued.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
-		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.store, 10), 0)
+		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.service(), 10), 0)
 
 		// Retry: failed, needs_review and cancelled run again, under the same operation key,
 		// without a new approval. A second apart, so the claims below come in this order.
 		failedRetriedAt := f.clock.Now().Add(time.Second)
 		for _, rec := range []*approval.ExecutionRecord{failed, review2, queued} {
 			f.clock.Advance(time.Second)
-			got, err := f.store.RetryExecution(ctx, rec.ID, "root", cause)
+			got, err := f.service().RetryExecution(ctx, rec.ID, "root", cause)
 			if err != nil {
 				t.Fatalf("retry a %s execution: %v", mustExecution(t, f.store, rec.ID).Status, err)
 			}
@@ -675,13 +675,13 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		evs = wantExecutionEvents(t, f.store, failedA.ID, approval.EventExecutionAttempt, approval.EventExecutionFailed, approval.EventExecutionRetried)
 		wantEvent(t, evs[2], "root", cause, failedRetriedAt)
-		wantClaims(t, "claim of the retried failure", mustClaimExecutions(t, f.store, 1), 2, failed)
-		wantClaims(t, "claim of the retried review", mustClaimExecutions(t, f.store, 1), 2, review2)
-		wantClaims(t, "claim of the retried cancel", mustClaimExecutions(t, f.store, 1), 1, queued)
+		wantClaims(t, "claim of the retried failure", mustClaimExecutions(t, f.service(), 1), 2, failed)
+		wantClaims(t, "claim of the retried review", mustClaimExecutions(t, f.service(), 1), 2, review2)
+		wantClaims(t, "claim of the retried cancel", mustClaimExecutions(t, f.service(), 1), 1, queued)
 
 		// Resolve: needs_review and failed only, to what really happened.
 		const note = "payout po_77 found in the ledger"
-		got, err = f.store.ResolveExecution(ctx, review.ID, approval.ExecutionSucceeded, note, "root", cause)
+		got, err = f.service().ResolveExecution(ctx, review.ID, approval.ExecutionSucceeded, note, "root", cause)
 		if err != nil {
 			t.Fatalf("resolve an execution in needs_review: %v", err)
 		}
@@ -690,7 +690,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if evs[2].Actor != "root" || evs[2].Cause.Kind != approval.CauseOperator || !strings.Contains(fmt.Sprint(evs[2].Detail)+evs[2].Cause.Note, note) {
 			t.Fatalf("resolved event: got actor %q, cause %+v, detail %v; want root, the operator's cause and the note %q", evs[2].Actor, evs[2].Cause, evs[2].Detail, note)
 		}
-		got, err = f.store.ResolveExecution(ctx, failed2.ID, approval.ExecutionFailed, "never sent", "root", cause)
+		got, err = f.service().ResolveExecution(ctx, failed2.ID, approval.ExecutionFailed, "never sent", "root", cause)
 		if err != nil {
 			t.Fatalf("resolve a failed execution: %v", err)
 		}
@@ -713,7 +713,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		var reportedAt []time.Time // when each report below is made
 		f.clock.Advance(time.Second)
 		reportedAt = append(reportedAt, f.clock.Now())
-		rec := mustReport(t, f.store, byID(2, approval.ExecutionSucceeded), true)
+		rec := mustReport(t, f.service(), byID(2, approval.ExecutionSucceeded), true)
 		wantExecution(t, rec, approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		// Reported, the execution shows in full.
 		pub := mustApproval(t, f.store, a.ID).Execution
@@ -722,11 +722,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		f.clock.Advance(time.Second)
 		reportedAt = append(reportedAt, f.clock.Now())
-		wantExecution(t, mustReport(t, f.store, byID(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byID(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		f.clock.Advance(time.Second)
 		reportedAt = append(reportedAt, f.clock.Now())
-		wantExecution(t, mustReport(t, f.store, byID(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
+		wantExecution(t, mustReport(t, f.service(), byID(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
 		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReported)
 		for i, v := range []int{2, 1, 3} {
 			wantEvent(t, evs[i], "ci-bot", approval.HTTPCause(fmt.Sprintf("report-%d", v)), reportedAt[i])
@@ -735,18 +735,18 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// By operation key, for an execution whose call is in flight: the target's report may
 		// overtake the runner's record of its answer, and wins.
 		b, recB := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, recB)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recB)
 		byKey := func(version int64, status approval.ExecutionStatus) approval.ExecutionReport {
 			return approval.ExecutionReport{
 				OperationKey: b.OperationKey, Status: status, Version: version, Result: []byte(fmt.Sprintf(`{"version": %d}`, version)),
 				Actor: "payments", Cause: approval.Cause{Kind: approval.CauseInbox, Source: "payments", EventID: fmt.Sprintf("res_%d", version)},
 			}
 		}
-		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionSucceeded), true), approval.ExecutionSucceeded, 2, `{"version": 2}`)
-		wantExecution(t, mustReport(t, f.store, byKey(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(2, approval.ExecutionSucceeded), true), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(1, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
 		// The same version again is not newer.
-		wantExecution(t, mustReport(t, f.store, byKey(2, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
-		wantExecution(t, mustReport(t, f.store, byKey(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(2, approval.ExecutionFailed), false), approval.ExecutionSucceeded, 2, `{"version": 2}`)
+		wantExecution(t, mustReport(t, f.service(), byKey(3, approval.ExecutionFailed), true), approval.ExecutionFailed, 3, `{"version": 3}`)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
 		wantExecutionEvents(t, f.store, b.ID, approval.EventExecutionAttempt, approval.EventExecutionReported,
 			approval.EventExecutionReportStale, approval.EventExecutionReportStale, approval.EventExecutionReported)
@@ -763,7 +763,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			{"status running", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionRunning, Version: 9}, approval.EINVALID},
 			{"version 0", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionSucceeded, Version: 0}, approval.EINVALID},
 		} {
-			_, _, err := f.store.ReportExecution(ctx, tc.r)
+			_, _, err := f.service().ReportExecution(ctx, tc.r)
 			if got := approval.ErrorCode(err); got != tc.code {
 				t.Fatalf("report with %s: got code %q (%v), want %q", tc.name, got, err, tc.code)
 			}
@@ -775,7 +775,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		c.Requester, c.OperationKey, c.Fingerprint = "deployer", b.OperationKey, "fp-deployer-"+b.OperationKey
 		MustCreate(t, f.store, c)
 		mustDecide(t, f.store, c.ID, "alice", approval.VerdictApprove)
-		_, _, err := f.store.ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
+		_, _, err := f.service().ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
 	})
@@ -789,7 +789,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		ctx := t.Context()
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root"}
 		report := func(approvalID string, version int64) (bool, error) {
-			applied, _, err := f.store.ReportExecution(ctx, approval.ExecutionReport{
+			applied, _, err := f.service().ReportExecution(ctx, approval.ExecutionReport{
 				ApprovalID: approvalID, Status: approval.ExecutionFailed, Version: version,
 				Result: []byte(`{"reported": true}`), Actor: "ci-bot", Cause: approval.HTTPCause("report"),
 			})
@@ -817,11 +817,11 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// claimOne claims rec, which must be the only execution due.
 		claimOne := func(rec *approval.ExecutionRecord) {
 			t.Helper()
-			wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), rec.Attempts+1, rec)
+			wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), rec.Attempts+1, rec)
 		}
 		finish := func(rec *approval.ExecutionRecord, o approval.AttemptOutcome) {
 			t.Helper()
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, rec.Attempts+1, o); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, rec.Attempts+1, o); err != nil {
 				t.Fatalf("finish attempt as %s: %v", o.Status, err)
 			}
 		}
@@ -853,7 +853,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		claimOne(queued)
 		finish(queued, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200"})
 		refused("a synchronous success", queuedA, queued)
-		_, err := f.store.RetryExecution(ctx, queued.ID, "root", cause)
+		_, err := f.service().RetryExecution(ctx, queued.ID, "root", cause)
 		wantCode(t, err, approval.ECONFLICT)
 
 		// Failed, in needs_review, cancelled: approvald's own record, which an operator settles.
@@ -864,7 +864,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			refused("a "+string(status)+" execution", a, rec)
 		}
 		cancelledA, cancelled := mustApprovedExecution(t, f)
-		if _, err := f.store.CancelExecution(ctx, cancelled.ID, "root", cause); err != nil {
+		if _, err := f.service().CancelExecution(ctx, cancelled.ID, "root", cause); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		refused("a cancelled execution", cancelledA, cancelled)
@@ -876,7 +876,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if applied, err := report(flightA.ID, 1); err != nil || !applied {
 			t.Fatalf("report on a call in flight: got applied %v, %v; want applied", applied, err)
 		}
-		_, err = f.store.FinishAttempt(ctx, flight.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"})
+		_, err = f.service().FinishAttempt(ctx, flight.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"})
 		wantCode(t, err, approval.ECONFLICT)
 		// A report applied: newer reports keep their order, whatever the status.
 		if applied, err := report(flightA.ID, 2); err != nil || !applied {
@@ -907,7 +907,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			if v == 3 {
 				r.Status = approval.ExecutionSucceeded
 			}
-			mustReport(t, f.store, r, i == 0)
+			mustReport(t, f.service(), r, i == 0)
 		}
 		wantExecution(t, mustExecution(t, f.store, mustApproval(t, f.store, a.ID).Execution.ID), approval.ExecutionSucceeded, 3, `{"version": 3}`)
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionReported, approval.EventExecutionReportStale, approval.EventExecutionReportStale)
@@ -934,7 +934,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		applied := make([]bool, reporters)
 		errs := make([]error, reporters)
 		race(reporters, func(i int) {
-			applied[i], _, errs[i] = f.store.ReportExecution(t.Context(), reports[i])
+			applied[i], _, errs[i] = f.service().ReportExecution(t.Context(), reports[i])
 		})
 		nApplied := 0
 		for i := range reporters {
@@ -979,7 +979,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			// Claim batches until a pass finds nothing, in at most one pass per execution and
 			// one more (as in the inbox's ClaimRace).
 			for range executions + 1 {
-				got, err := f.store.ClaimExecutions(t.Context(), workLease, batch)
+				got, err := f.service().ClaimExecutions(t.Context(), workLease, batch)
 				if err != nil {
 					errs[i] = err
 					return
@@ -1023,8 +1023,8 @@ func exerciseExecutions(t *testing.T, s suite) {
 		untargeted := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		mustDecide(t, f.store, untargeted.ID, "alice", approval.VerdictApprove)
 
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 3), 1, recs[:3]...)
-		if _, err := f.store.FinishAttempt(ctx, recs[0].ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 3), 1, recs[:3]...)
+		if _, err := f.service().FinishAttempt(ctx, recs[0].ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
 			t.Fatalf("finish attempt: %v", err)
 		}
 		f.clock.Advance(workLease / 2)
@@ -1059,9 +1059,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 			recs = append(recs, rec)
 			f.clock.Advance(time.Second)
 		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 2), 1, recs[:2]...)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 2), 1, recs[:2]...)
 		for _, rec := range recs[:2] {
-			if _, err := f.store.FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
+			if _, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded}); err != nil {
 				t.Fatalf("finish attempt: %v", err)
 			}
 		}
@@ -1117,9 +1117,9 @@ func mustExecution(tb testing.TB, s approval.Store, id string) *approval.Executi
 	return rec
 }
 
-func mustClaimExecutions(tb testing.TB, s approval.Store, limit int) []*approval.ExecutionClaim {
+func mustClaimExecutions(tb testing.TB, svc *approval.Service, limit int) []*approval.ExecutionClaim {
 	tb.Helper()
-	claims, err := s.ClaimExecutions(tb.Context(), workLease, limit)
+	claims, err := svc.ClaimExecutions(tb.Context(), workLease, limit)
 	if err != nil {
 		tb.Fatalf("claim executions: %v", err)
 	}
@@ -1127,9 +1127,9 @@ func mustClaimExecutions(tb testing.TB, s approval.Store, limit int) []*approval
 }
 
 // mustReport reports r and checks whether it was applied.
-func mustReport(tb testing.TB, s approval.Store, r approval.ExecutionReport, applied bool) *approval.ExecutionRecord {
+func mustReport(tb testing.TB, svc *approval.Service, r approval.ExecutionReport, applied bool) *approval.ExecutionRecord {
 	tb.Helper()
-	got, rec, err := s.ReportExecution(tb.Context(), r)
+	got, rec, err := svc.ReportExecution(tb.Context(), r)
 	if err != nil {
 		tb.Fatalf("report version %d: %v", r.Version, err)
 	}

@@ -362,11 +362,11 @@ func exerciseInbox(t *testing.T, s suite) {
 		// Two executions of one async target: a accepted, sync a synchronous success.
 		a, rec := mustApprovedExecution(t, f)
 		sync, syncRec := mustApprovedExecution(t, f)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.store, 10), 1, rec, syncRec)
-		if _, err := f.store.FinishAttempt(t.Context(), rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec, syncRec)
+		if _, err := f.service().FinishAttempt(t.Context(), rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
 			t.Fatalf("finish attempt as accepted: %v", err)
 		}
-		if _, err := f.store.FinishAttempt(t.Context(), syncRec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"sync": true}`), Reason: "200"}); err != nil {
+		if _, err := f.service().FinishAttempt(t.Context(), syncRec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"sync": true}`), Reason: "200"}); err != nil {
 			t.Fatalf("finish attempt as succeeded: %v", err)
 		}
 		reportOn := func(key, eventID string, version int64, status approval.ExecutionStatus) *approval.InboxEvent {
@@ -542,7 +542,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-ignored"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
 		// The vote approved a, whose action has no target: its caller reports the outcome,
 		// and an older report through the inbox is stale.
-		mustReport(t, f.store, approval.ExecutionReport{ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 2, Actor: "ci-bot", Cause: approval.HTTPCause("report")}, true)
+		mustReport(t, f.service(), approval.ExecutionReport{ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 2, Actor: "ci-bot", Cause: approval.HTTPCause("report")}, true)
 		oldStale := record("old-stale")
 		stale := mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-stale"), approval.InboxAction{
 			Kind:   approval.ActionExecutionResult,

@@ -46,20 +46,35 @@ type Target struct {
 	// when the claim's lease is about to run out unrenewed; see Runner.Lease.
 	Timeout time.Duration
 	// Async says a 2xx only means "accepted": the outcome arrives later as a report
-	// (ReportExecution), and until then the execution stays running without a lease.
+	// (approval.Service.ReportExecution), and until then the execution stays running without a
+	// lease.
 	Async bool
 	// Policy gives the attempts and backoff (DefaultPolicy's when zero); its Idempotent and
 	// HasLookup are taken from the fields above.
 	Policy Policy
 }
 
+// Ledger claims executions and records how their attempts ended: *approval.Service, which
+// holds the rules (the fence of the attempt number, what each outcome leads to) once for
+// every store.
+type Ledger interface {
+	// ClaimExecutions claims up to limit due executions, each for one attempt.
+	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error)
+	// FinishAttempt records the outcome of a claimed attempt; ECONFLICT when a newer attempt
+	// owns the execution.
+	FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error)
+	// ReleaseExecution gives back a claim whose call was never sent.
+	ReleaseExecution(ctx context.Context, id string, attempt int) error
+}
+
 // Runner carries out approved actions (docs/invariants.md, invariant 5): it claims due
-// executions from the store, calls each action's target, and records the outcome. The store
-// records every attempt before the call is made, so an attempt cut short by a crash is known
-// afterwards, and every outcome is written only while the attempt still owns the execution.
-// Every replica runs one.
+// executions from the store, calls each action's target, and records the outcome in the
+// ledger. The store records every attempt before the call is made, so an attempt cut short by
+// a crash is known afterwards, and every outcome is written only while the attempt still
+// owns the execution. Every replica runs one.
 type Runner struct {
-	Store   approval.Store
+	Store   approval.Store    // signals and lease renewals
+	Ledger  Ledger            // claims, outcomes and releases: an *approval.Service over Store
 	Logger  *slog.Logger      // slog.Default() when nil
 	Targets map[string]Target // by action
 
@@ -188,7 +203,7 @@ func (r *Runner) RunOnce(ctx context.Context) (int, error) {
 // no sooner than a lease after that.
 func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, askedAt, error) {
 	asked := r.askedAt()
-	claims, err := r.Store.ClaimExecutions(ctx, r.lease(), limit)
+	claims, err := r.Ledger.ClaimExecutions(ctx, r.lease(), limit)
 	if err != nil {
 		return nil, asked, fmt.Errorf("claim executions: %w", err)
 	}
@@ -453,7 +468,7 @@ func (a *attempt) noTarget() approval.AttemptOutcome {
 func (a *attempt) record(o approval.AttemptOutcome) {
 	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
 	defer cancel()
-	rec, err := a.r.Store.FinishAttempt(ctx, a.c.Record.ID, a.c.Attempt, o)
+	rec, err := a.r.Ledger.FinishAttempt(ctx, a.c.Record.ID, a.c.Attempt, o)
 	switch {
 	case approval.ErrorCode(err) == approval.ECONFLICT:
 		a.log.WarnContext(ctx, "attempt outcome not recorded: a newer attempt owns the execution", "status", o.Status, "reason", o.Reason, "error", err)
@@ -474,7 +489,7 @@ func (a *attempt) record(o approval.AttemptOutcome) {
 func (a *attempt) release() {
 	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
 	defer cancel()
-	if err := a.r.Store.ReleaseExecution(ctx, a.c.Record.ID, a.c.Attempt); err != nil {
+	if err := a.r.Ledger.ReleaseExecution(ctx, a.c.Record.ID, a.c.Attempt); err != nil {
 		// Not released: the lease runs out and the next claim recovers it, uncertain. That
 		// is slower and more cautious than needed, never wrong.
 		a.log.ErrorContext(ctx, "release execution claim failed", "error", err)
@@ -740,6 +755,8 @@ func (r *Runner) validate() error {
 	switch {
 	case r.Store == nil:
 		return errors.New("runner: no store")
+	case r.Ledger == nil:
+		return errors.New("runner: no ledger")
 	case r.Lease < 0 || r.Poll < 0 || r.Batch < 0 || r.Concurrency < 0:
 		return fmt.Errorf("runner: negative lease %s, poll %s, batch %d or concurrency %d", r.Lease, r.Poll, r.Batch, r.Concurrency)
 	case r.lease() < 3*time.Millisecond:

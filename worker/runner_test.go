@@ -71,7 +71,7 @@ func newRunnerEnv(t *testing.T, kind string, tk targetKind) *runnerEnv {
 // runner returns a new runner (with a client of its own) for the env's target. Its jitter
 // source sits in the middle of the range, so every delay is exactly the policy's base.
 func (env *runnerEnv) runner() *worker.Runner {
-	return &worker.Runner{Store: env.s, Logger: discard, Targets: map[string]worker.Target{"deploy": env.target},
+	return &worker.Runner{Store: env.s, Ledger: &approval.Service{Store: env.s}, Logger: discard, Targets: map[string]worker.Target{"deploy": env.target},
 		Lease: lease, Batch: 10, Concurrency: 4, Now: env.clk.Now, Rand: func() float64 { return 0.5 }}
 }
 
@@ -271,7 +271,7 @@ func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
 		env.clk.Add(time.Hour)
 		mustRun(t, r, 1)
 		rec := env.want(t, a, approval.ExecutionFailed, 2)
-		if _, err := env.s.RetryExecution(context.Background(), rec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
+		if _, err := (&approval.Service{Store: env.s}).RetryExecution(context.Background(), rec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 
@@ -377,7 +377,7 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 				t.Parallel()
 				env := newRunnerEnv(t, kind, tt.target)
 				a := env.approved(t, "deploy-1")
-				claims, err := env.s.ClaimExecutions(context.Background(), lease, 10)
+				claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10)
 				if err != nil || len(claims) != 1 {
 					t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 				}
@@ -451,7 +451,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 		env := newRunnerEnv(t, kind, lookupTarget)
 		a := env.approved(t, "deploy-1")
 		// A runner died mid-call, so each later claim is recovered and looks up first.
-		if claims, err := env.s.ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+		if claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
 		env.clk.Add(lease)
@@ -492,12 +492,12 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, lookupTarget)
-		store := &observedStore{Store: env.s}
+		store := observe(env.s)
 		// An hour's lease: the renewals of keepLease (every 20 minutes of real time) never
 		// come, so every renewal counted is one made before a call.
 		runner := func() *worker.Runner {
 			r := env.runner()
-			r.Store, r.Lease = store, time.Hour
+			r.Store, r.Ledger, r.Lease = store, store, time.Hour
 			return r
 		}
 
@@ -511,7 +511,7 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 		// A runner died mid-call, so the next claim is recovered and looks up first; the
 		// lookup's answer comes when all but a minute of the lease has gone.
 		late := env.approved(t, "deploy-2")
-		if claims, err := env.s.ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+		if claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
 		env.clk.Add(lease)
@@ -549,8 +549,9 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 			approvals = append(approvals, env.approved(t, fmt.Sprintf("deploy-%d", i)))
 		}
 		r := env.runner() // 4 slots, claims of up to 10
-		store := &observedStore{Store: env.s, slots: r.Concurrency, want: executions, done: make(chan struct{})}
-		r.Store = store
+		store := observe(env.s)
+		store.slots, store.want, store.done = r.Concurrency, executions, make(chan struct{})
+		r.Store, r.Ledger = store, store
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ran := make(chan error, 1)
@@ -579,14 +580,16 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 	})
 }
 
-// observedStore is a real store that watches a runner use it: the leases it renews, and
-// whether it ever claims more than slots executions at once. It sees a claim end when
-// FinishAttempt returns, before the runner does, so its count never exceeds the runner's.
+// observedStore is a real store, and the Service's ledger over it, that watches a runner use
+// them: the leases it renews, and whether it ever claims more than slots executions at once.
+// It sees a claim end when FinishAttempt returns, before the runner does, so its count never
+// exceeds the runner's.
 type observedStore struct {
 	approval.Store
-	slots int           // the runner's Concurrency; 0 skips the check
-	want  int           // done is closed once this many attempts are finished
-	done  chan struct{} // nil when want is 0
+	ledger *approval.Service
+	slots  int           // the runner's Concurrency; 0 skips the check
+	want   int           // done is closed once this many attempts are finished
+	done   chan struct{} // nil when want is 0
 
 	mu        sync.Mutex
 	renewed   int
@@ -596,13 +599,18 @@ type observedStore struct {
 	overdrawn []string
 }
 
+// observe watches s and the Service's ledger over it.
+func observe(s approval.Store) *observedStore {
+	return &observedStore{Store: s, ledger: &approval.Service{Store: s}}
+}
+
 func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
 	s.mu.Lock()
 	if s.slots > 0 && s.holding+limit > s.slots {
 		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
 	}
 	s.mu.Unlock()
-	claims, err := s.Store.ClaimExecutions(ctx, lease, limit)
+	claims, err := s.ledger.ClaimExecutions(ctx, lease, limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.holding += len(claims)
@@ -618,7 +626,7 @@ func (s *observedStore) RenewExecution(ctx context.Context, id string, attempt i
 }
 
 func (s *observedStore) FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error) {
-	rec, err := s.Store.FinishAttempt(ctx, id, attempt, o)
+	rec, err := s.ledger.FinishAttempt(ctx, id, attempt, o)
 	if err == nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -628,6 +636,10 @@ func (s *observedStore) FinishAttempt(ctx context.Context, id string, attempt in
 		}
 	}
 	return rec, err
+}
+
+func (s *observedStore) ReleaseExecution(ctx context.Context, id string, attempt int) error {
+	return s.ledger.ReleaseExecution(ctx, id, attempt)
 }
 
 func (s *observedStore) renewals() int {
@@ -658,7 +670,7 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 		}()
 		<-g.entered
 
-		applied, _, err := env.s.ReportExecution(context.Background(), approval.ExecutionReport{ApprovalID: a.ID,
+		applied, _, err := (&approval.Service{Store: env.s}).ReportExecution(context.Background(), approval.ExecutionReport{ApprovalID: a.ID,
 			Status: approval.ExecutionSucceeded, Version: 1, Actor: "deployer", Cause: approval.Cause{Kind: approval.CauseOperator}})
 		if err != nil || !applied {
 			t.Fatalf("report: got applied %t, %v; want applied", applied, err)
@@ -831,7 +843,7 @@ func TestRunner_AsyncTarget(t *testing.T) {
 		env.clk.Add(time.Hour)
 		mustRun(t, r, 0) // no lease to expire: never claimed again
 
-		applied, _, err := env.s.ReportExecution(context.Background(), approval.ExecutionReport{OperationKey: "deploy-1",
+		applied, _, err := (&approval.Service{Store: env.s}).ReportExecution(context.Background(), approval.ExecutionReport{OperationKey: "deploy-1",
 			Status: approval.ExecutionSucceeded, Version: 1, Result: json.RawMessage(`{"done": true}`), Actor: "deployer",
 			Cause: approval.Cause{Kind: approval.CauseInbox, Source: "deployer", EventID: "msg_1"}})
 		if err != nil || !applied {
@@ -981,16 +993,18 @@ func TestRunner_Run(t *testing.T) {
 func TestRunner_RejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	s := testdb.Open(t, testdb.SQLite, nil)
+	l := &approval.Service{Store: s}
 	good := worker.Target{URL: "http://127.0.0.1:9/deploy"}
 	for _, r := range []*worker.Runner{
 		{},
-		{Store: s, Lease: -time.Second},
-		{Store: s, Concurrency: -1},
-		{Store: s, Lease: time.Millisecond},
-		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: "/deploy"}}},
-		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: good.URL, LookupURL: "ftp://127.0.0.1/x"}}},
-		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: good.URL, Timeout: -time.Second}}},
-		{Store: s, Targets: map[string]worker.Target{"deploy": {URL: good.URL, Policy: worker.Policy{MaxAttempts: -1}}}},
+		{Store: s},
+		{Store: s, Ledger: l, Lease: -time.Second},
+		{Store: s, Ledger: l, Concurrency: -1},
+		{Store: s, Ledger: l, Lease: time.Millisecond},
+		{Store: s, Ledger: l, Targets: map[string]worker.Target{"deploy": {URL: "/deploy"}}},
+		{Store: s, Ledger: l, Targets: map[string]worker.Target{"deploy": {URL: good.URL, LookupURL: "ftp://127.0.0.1/x"}}},
+		{Store: s, Ledger: l, Targets: map[string]worker.Target{"deploy": {URL: good.URL, Timeout: -time.Second}}},
+		{Store: s, Ledger: l, Targets: map[string]worker.Target{"deploy": {URL: good.URL, Policy: worker.Policy{MaxAttempts: -1}}}},
 	} {
 		if err := r.Run(context.Background()); err == nil {
 			t.Errorf("run %+v: got nil error, want one", r)

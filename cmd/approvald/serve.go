@@ -250,6 +250,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	}).Run)
 	startWorker("execution runner", (&worker.Runner{
 		Store:       st,
+		Ledger:      &approval.Service{Store: st},
 		Logger:      svc.logger.With("worker", "runner"),
 		Targets:     svc.targets,
 		Lease:       svc.config.Workers.Lease,

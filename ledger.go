@@ -1,0 +1,392 @@
+package approval
+
+import (
+	"context"
+	"time"
+)
+
+// The execution ledger's rules (docs/invariants.md, invariants 4 and 5): what a claim, an
+// attempt's outcome, a release, an operator's action and a report do to an execution. Each is
+// one store transaction. Apart from the claim, each reads and locks the execution (its
+// approval's row first, the lock order of every execution change), decides in Go from what
+// it read, and writes the new record with a statement guarded by what was read, its event and
+// its signal. None needs an answer from its writes, so a store may send them together with
+// the commit: on PostgreSQL each costs two round trips, and a claim three.
+
+// ClaimExecutions claims up to limit executions for a runner (EINVALID unless lease and limit
+// are positive): queued ones that are due, and running ones whose lease has expired
+// (Recovered), oldest due first; a running execution without a lease is an accepted async
+// call waiting for its report and is never claimed. Each becomes running, attempts+1, leased
+// until now+lease, with an EventExecutionAttempt whose cause is {kind: worker, attempt}, and
+// comes with its approval, the body of the call. The new attempt number is the claim's
+// fencing token, and the attempt is on record before any call is made. Runners on every
+// replica may claim at once: each execution's attempt goes to exactly one of them, and none
+// waits for another.
+func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	claims, err := tx.ExecutionClaimDue(ctx, limit, tx.Now().Add(lease))
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(claims))
+	for _, c := range claims {
+		// A recovered claim's predecessor may have sent its call: from now on the outcome
+		// is uncertain, until an operator settles it.
+		if c.Recovered && !c.Record.Uncertain {
+			c.Record.Uncertain = true
+			if err := tx.ExecutionUpdateIfAttempt(ctx, c.Record, c.Attempt); err != nil {
+				return nil, err
+			}
+		}
+		cause := Cause{Kind: CauseWorker, Attempt: c.Attempt}
+		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
+		if err := tx.EventInsert(ctx, c.Record.ApprovalID, EventExecutionAttempt, ActorSystem, cause, detail); err != nil {
+			return nil, err
+		}
+		ids = append(ids, c.Record.ApprovalID)
+	}
+	if len(claims) > 0 {
+		approvals, err := tx.ApprovalGetByIDMany(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		byID := make(map[string]*Approval, len(approvals))
+		for _, a := range approvals {
+			byID[a.ID] = a
+		}
+		for _, c := range claims {
+			if c.Approval = byID[c.Record.ApprovalID]; c.Approval == nil {
+				return nil, Errorf(EINTERNAL, "execution %s has no approval %s", c.Record.ID, c.Record.ApprovalID)
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return claims, nil
+}
+
+// FinishAttempt records an attempt's outcome only if attempt is still the execution's
+// current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it, or a
+// report or an operator settled it; ENOTFOUND for an unknown execution). The lease is
+// cleared in every case: a retry (status queued, due at o.RetryAt) waits for its time, and
+// status running records an asynchronous call the target accepted, which waits, never
+// claimed again, for ReportExecution. A nil o.Result keeps the result stored. o.Uncertain
+// sets Uncertain; nothing here clears it. The event (succeeded, failed, needs_review,
+// retry_scheduled or accepted) names the worker's attempt and says why; a retry signals
+// TopicExecutions.
+func (s *Service) FinishAttempt(ctx context.Context, id string, attempt int, o AttemptOutcome) (*ExecutionRecord, error) {
+	var event string
+	switch o.Status {
+	case ExecutionSucceeded:
+		event = EventExecutionSucceeded
+	case ExecutionFailed:
+		event = EventExecutionFailed
+	case ExecutionNeedsReview:
+		event = EventExecutionNeedsReview
+	case ExecutionQueued:
+		if o.RetryAt == nil {
+			return nil, Errorf(EINVALID, "a retry needs a time to retry at")
+		}
+		event = EventExecutionRetry
+	case ExecutionRunning:
+		event = EventExecutionAccepted
+	default:
+		return nil, Errorf(EINVALID, "an attempt cannot end in status %q", o.Status)
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	rec, err := tx.ExecutionGetForUpdate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// The fence: a runner whose lease expired and whose execution was claimed again
+	// (attempts+1), or settled by a report or an operator, writes nothing.
+	if rec.Attempts != attempt || rec.Status != ExecutionRunning {
+		return nil, lostClaim(id, attempt)
+	}
+	now := tx.Now()
+	detail := map[string]any{"reason": o.Reason, "error": o.Error}
+	rec.Status, rec.LastError, rec.NextAttemptAt, rec.LeaseExpiresAt, rec.UpdatedAt = o.Status, o.Error, nil, nil, now
+	if o.Result != nil {
+		rec.Result = o.Result
+	}
+	rec.Uncertain = rec.Uncertain || o.Uncertain // once recorded, it stays
+	if o.Status == ExecutionQueued {
+		at := o.RetryAt.UTC().Truncate(Precision)
+		rec.NextAttemptAt = &at
+		detail["retry_at"] = at
+	}
+	if err := tx.ExecutionUpdateIfAttempt(ctx, rec, attempt); err != nil {
+		return nil, err
+	}
+	if err := tx.EventInsert(ctx, rec.ApprovalID, event, ActorSystem, Cause{Kind: CauseWorker, Attempt: attempt}, detail); err != nil {
+		return nil, err
+	}
+	if o.Status == ExecutionQueued {
+		if err := tx.Notify(ctx, TopicExecutions); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// ReleaseExecution gives a claim back on graceful shutdown before its call was sent: queued,
+// due now, the attempt not counted (attempts-1; the next claim takes the same number again,
+// which is safe because this attempt wrote nothing else), with an EventExecutionReleased and
+// a TopicExecutions signal. Only a running attempt that still holds its lease can be
+// released (ECONFLICT otherwise): a running execution without a lease is an accepted async
+// call, sent already, and putting it back in the queue would send it again.
+func (s *Service) ReleaseExecution(ctx context.Context, id string, attempt int) error {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	rec, err := tx.ExecutionGetForUpdate(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec.Attempts != attempt || rec.Status != ExecutionRunning || rec.LeaseExpiresAt == nil {
+		return lostClaim(id, attempt)
+	}
+	now := tx.Now()
+	rec.Status, rec.Attempts, rec.NextAttemptAt, rec.LeaseExpiresAt, rec.UpdatedAt = ExecutionQueued, attempt-1, &now, nil, now
+	if err := tx.ExecutionUpdateIfAttempt(ctx, rec, attempt); err != nil {
+		return err
+	}
+	cause := Cause{Kind: CauseWorker, Attempt: attempt}
+	if err := tx.EventInsert(ctx, rec.ApprovalID, EventExecutionReleased, ActorSystem, cause, map[string]any{"execution_id": id}); err != nil {
+		return err
+	}
+	if err := tx.Notify(ctx, TopicExecutions); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// RetryExecution re-queues a failed, needs_review or cancelled execution, or one
+// AwaitingReport (an accepted async call whose report may never come), due now, under the
+// same operation key and without a new approval, as a new run: AttemptBase becomes Attempts
+// and Uncertain is cleared, the operator having settled what earlier attempts did. Attempts
+// keep counting, so every attempt number stays a unique fence. ECONFLICT otherwise, a
+// running execution an attempt holds included; ENOTFOUND for an unknown one. The
+// EventExecutionRetried names the operator and the status the execution left; the retry
+// signals TopicExecutions.
+func (s *Service) RetryExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error) {
+	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, now time.Time) (string, map[string]any, error) {
+		switch {
+		case rec.Status == ExecutionFailed, rec.Status == ExecutionNeedsReview,
+			rec.Status == ExecutionCancelled, rec.AwaitingReport():
+		default:
+			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a failed, needs_review or cancelled execution, or an accepted one awaiting its report, can be retried", id, rec.Status)
+		}
+		detail := map[string]any{"execution_id": id, "previous_status": rec.Status}
+		rec.Status, rec.NextAttemptAt, rec.LeaseExpiresAt = ExecutionQueued, &now, nil
+		rec.Uncertain, rec.AttemptBase = false, rec.Attempts
+		return EventExecutionRetried, detail, nil
+	})
+}
+
+// ResolveExecution records what really happened (status succeeded or failed, EINVALID
+// otherwise) to an execution in needs_review or failed, or to one AwaitingReport (the
+// operator learnt the outcome the target never reported), with the operator's note in the
+// EventExecutionResolved, and clears Uncertain: nothing about it is uncertain any more.
+// ECONFLICT otherwise; ENOTFOUND for an unknown execution. A report arriving afterwards finds
+// a targeted execution that no longer takes reports (Reportable), unless one was applied
+// before.
+func (s *Service) ResolveExecution(ctx context.Context, id string, status ExecutionStatus, note, actor string, cause Cause) (*ExecutionRecord, error) {
+	if status != ExecutionSucceeded && status != ExecutionFailed {
+		return nil, Errorf(EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
+	}
+	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
+		if rec.Status != ExecutionNeedsReview && rec.Status != ExecutionFailed && !rec.AwaitingReport() {
+			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a needs_review or failed execution, or an accepted one awaiting its report, can be resolved", id, rec.Status)
+		}
+		detail := map[string]any{"execution_id": id, "status": status, "previous_status": rec.Status, "note": note}
+		rec.Status, rec.NextAttemptAt, rec.LeaseExpiresAt, rec.Uncertain = status, nil, nil, false
+		return EventExecutionResolved, detail, nil
+	})
+}
+
+// CancelExecution cancels a queued execution before the runner claims it, with an
+// EventExecutionCancelled naming the operator. ECONFLICT in any other status; ENOTFOUND for
+// an unknown execution.
+func (s *Service) CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error) {
+	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
+		if rec.Status != ExecutionQueued {
+			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a queued execution can be cancelled", id, rec.Status)
+		}
+		rec.Status, rec.NextAttemptAt = ExecutionCancelled, nil
+		return EventExecutionCancelled, map[string]any{"execution_id": id}, nil
+	})
+}
+
+// operate runs an operator's action on the execution id in one transaction. move decides
+// from the execution as read under its lock and changes rec to what it becomes at now, or
+// refuses, and then nothing is written. The new state is written guarded by the status it
+// was read in, with move's event by actor for cause; an execution queued again signals
+// TopicExecutions.
+func (s *Service) operate(ctx context.Context, id, actor string, cause Cause, move func(rec *ExecutionRecord, now time.Time) (event string, detail map[string]any, err error)) (*ExecutionRecord, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	rec, err := tx.ExecutionGetForUpdate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	was, now := rec.Status, tx.Now()
+	event, detail, err := move(rec, now)
+	if err != nil {
+		return nil, err
+	}
+	rec.UpdatedAt = now
+	if err := tx.ExecutionUpdateIfStatus(ctx, rec, was); err != nil {
+		return nil, err
+	}
+	if err := tx.EventInsert(ctx, rec.ApprovalID, event, actor, cause, detail); err != nil {
+		return nil, err
+	}
+	if rec.Status == ExecutionQueued {
+		if err := tx.Notify(ctx, TopicExecutions); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// ReportExecution applies an asynchronous outcome if r.Version is newer than the applied
+// version, and reports whether it did; a version at or below it is stale, recorded in the
+// audit trail only (EventExecutionReportStale), and the execution is returned as it stays
+// (invariant 4). The report names the execution by r.ApprovalID, or else by r.OperationKey,
+// which must name exactly one (ECONFLICT when several requesters use it); ENOTFOUND when
+// there is none; EINVALID for a status other than succeeded or failed, or a version below 1.
+//
+// Only a Reportable execution takes reports, even one a runner holds: the target's own
+// word wins, and the runner's later FinishAttempt finds it no longer running. For any other
+// (a targeted execution queued, succeeded, failed, in needs_review or cancelled before any
+// report) it is ECONFLICT ("approvald records this execution's outcome from its own call to
+// the target") and nothing changes, not even the audit trail; through the inbox that is a
+// processed event whose outcome says "refused: ...". An applied report sets the status, the
+// result and AppliedVersion, clears any lease or due time, and appends
+// EventExecutionReported.
+func (s *Service) ReportExecution(ctx context.Context, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	res, err := s.report(ctx, tx, r)
+	if err != nil {
+		return false, nil, err
+	}
+	if res.refusal != nil {
+		return false, nil, res.refusal
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, nil, err
+	}
+	return res.applied, res.rec, nil
+}
+
+// reported is what report did. A refusal (invalid, no such execution, an ambiguous operation
+// key, an execution whose outcome is approvald's own) is the answer to the reporter, not a
+// failure of the transaction; nothing was written before it.
+type reported struct {
+	applied bool
+	rec     *ExecutionRecord // the execution as it now is; nil with a refusal
+	refusal *Error
+}
+
+// report applies r inside tx under the rules of ReportExecution: the one code path of an
+// asynchronous outcome, whether it comes from the API (ReportExecution) or from an inbox
+// event (ApplyInbox). An error means tx must be rolled back.
+func (s *Service) report(ctx context.Context, tx Tx, r ExecutionReport) (reported, error) {
+	refuse := func(e *Error) (reported, error) { return reported{refusal: e}, nil }
+	if r.Status != ExecutionSucceeded && r.Status != ExecutionFailed {
+		return refuse(Errorf(EINVALID, "a report's status is succeeded or failed, not %q", r.Status))
+	}
+	if r.Version <= 0 {
+		return refuse(Errorf(EINVALID, "a report's version must be positive"))
+	}
+
+	var cur *ExecutionRecord
+	switch {
+	case r.ApprovalID != "":
+		var err error
+		cur, err = tx.ExecutionGetByApprovalForUpdate(ctx, r.ApprovalID)
+		if ErrorCode(err) == ENOTFOUND {
+			return refuse(Errorf(ENOTFOUND, "approval %s has no execution (it does not exist or is not approved)", r.ApprovalID))
+		} else if err != nil {
+			return reported{}, err
+		}
+	case r.OperationKey != "":
+		// Operation keys are unique per requester only.
+		ids, err := tx.ExecutionIDsByOperationKey(ctx, r.OperationKey, 2)
+		switch {
+		case err != nil:
+			return reported{}, err
+		case len(ids) == 0:
+			return refuse(Errorf(ENOTFOUND, "no execution has operation key %q", r.OperationKey))
+		case len(ids) > 1:
+			return refuse(Errorf(ECONFLICT, "operation key %q is used by several requesters; name the approval id", r.OperationKey))
+		}
+		if cur, err = tx.ExecutionGetForUpdate(ctx, ids[0]); err != nil {
+			return reported{}, err
+		}
+	default:
+		return refuse(Errorf(EINVALID, "a report names an approval id or an operation key"))
+	}
+
+	if !cur.Reportable() {
+		return refuse(Errorf(ECONFLICT, "execution %s is %s: approvald records this execution's outcome from its own call to the target", cur.ID, cur.Status))
+	}
+	if r.Version <= cur.AppliedVersion {
+		// Invariant 4: an older outcome never overwrites a newer one; it is only recorded.
+		detail := map[string]any{"execution_id": cur.ID, "status": r.Status, "version": r.Version, "applied_version": cur.AppliedVersion}
+		if err := tx.EventInsert(ctx, cur.ApprovalID, EventExecutionReportStale, r.Actor, r.Cause, detail); err != nil {
+			return reported{}, err
+		}
+		return reported{rec: cur}, nil
+	}
+	was := cur.Status
+	rec := cur
+	rec.Status, rec.Result, rec.AppliedVersion = r.Status, r.Result, r.Version
+	rec.NextAttemptAt, rec.LeaseExpiresAt, rec.UpdatedAt = nil, nil, tx.Now()
+	if err := tx.ExecutionUpdateIfStatus(ctx, rec, was); err != nil {
+		return reported{}, err
+	}
+	detail := map[string]any{"execution_id": rec.ID, "status": r.Status, "version": r.Version, "previous_status": was}
+	if err := tx.EventInsert(ctx, rec.ApprovalID, EventExecutionReported, r.Actor, r.Cause, detail); err != nil {
+		return reported{}, err
+	}
+	return reported{applied: true, rec: rec}, nil
+}
+
+// lostClaim is the answer to a runner whose attempt no longer holds the execution.
+func lostClaim(id string, attempt int) error {
+	return Errorf(ECONFLICT, "attempt %d no longer holds execution %s", attempt, id)
+}
