@@ -280,69 +280,6 @@ func scanApprovalDetail(row pgx.Row) (*approval.Approval, error) {
 	return a, nil
 }
 
-// loadDetails fills in the approvers (listed order), decisions (oldest first) and execution
-// (nil before approval) of list with one query each. Decisions is never nil, so an approval
-// without votes encodes as [].
-func (tx *tx) loadDetails(ctx context.Context, list []*approval.Approval) error {
-	if len(list) == 0 {
-		return nil
-	}
-	ids := make([]string, len(list))
-	byID := make(map[string]*approval.Approval, len(list))
-	for i, a := range list {
-		ids[i] = a.ID
-		byID[a.ID] = a
-		a.Approvers = []string{}
-		a.Decisions = []approval.Decision{}
-	}
-
-	rows, err := tx.Query(ctx, `
-		SELECT approval_id, approver FROM approval_approvers
-		WHERE approval_id = ANY($1) ORDER BY approval_id, position`, ids)
-	if err != nil {
-		return translate("read approvers", err)
-	}
-	var id, approver string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &approver}, func() error {
-		byID[id].Approvers = append(byID[id].Approvers, approver)
-		return nil
-	}); err != nil {
-		return translate("read approvers", err)
-	}
-
-	rows, err = tx.Query(ctx, `
-		SELECT approval_id, approver, verdict, comment, decided_at FROM decisions
-		WHERE approval_id = ANY($1) ORDER BY approval_id, event_seq`, ids)
-	if err != nil {
-		return translate("read decisions", err)
-	}
-	var d approval.Decision
-	var verdict string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &d.Approver, &verdict, &d.Comment, &d.At}, func() error {
-		d.Verdict = approval.Verdict(verdict)
-		d.At = d.At.UTC()
-		byID[id].Decisions = append(byID[id].Decisions, d)
-		return nil
-	}); err != nil {
-		return translate("read decisions", err)
-	}
-
-	rows, err = tx.Query(ctx, `SELECT `+executionColumns+` FROM executions x WHERE x.approval_id = ANY($1)`, ids)
-	if err != nil {
-		return translate("read executions", err)
-	}
-	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionRecord, error) {
-		return scanExecution(row)
-	})
-	if err != nil {
-		return translate("read executions", err)
-	}
-	for _, rec := range recs {
-		byID[rec.ApprovalID].Execution = rec.Public()
-	}
-	return nil
-}
-
 // pageSize checks a listing's limit: 0 means the default page size.
 func pageSize(limit int) (int, error) {
 	switch {
