@@ -21,7 +21,8 @@ const insertApprovalAttempts = 3
 // unless the key is held. "held" finds a completed record or (record purged) an approval
 // under the key; a concurrent insert of the same key makes the record's INSERT wait on the
 // primary key for the other transaction and then do nothing, and the caller reads again. An
-// in-flight record left by the two-transaction create of earlier versions is taken over.
+// in-flight record left by the two-transaction create of earlier versions is taken over once
+// its lease has ended; while it runs, the create is told to come back (409), as then.
 var insertApprovalSQL = `
 WITH held AS (
 	SELECT r.fingerprint, r.response_status, r.response_location, r.response_body,
@@ -43,7 +44,7 @@ WITH held AS (
 		response_status = EXCLUDED.response_status, response_location = EXCLUDED.response_location,
 		response_body = EXCLUDED.response_body, retain_until = EXCLUDED.retain_until,
 		created_at = EXCLUDED.created_at
-		WHERE idempotency_records.state = 'in_flight'
+		WHERE idempotency_records.state = 'in_flight' AND idempotency_records.lease_expires_at <= $4
 	RETURNING 1
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,

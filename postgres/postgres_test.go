@@ -205,8 +205,8 @@ func newApproval(tb testing.TB, key string) *approval.Approval {
 }
 
 // An in-flight record left by the two-transaction create of earlier versions (a claim whose
-// process died before its approval committed) does not block the key: the first create
-// after the upgrade takes it over and creates the approval.
+// process died before its approval committed) blocks its key while its lease runs, as it
+// did then, and is taken over by the first create after the lease.
 func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -222,15 +222,20 @@ func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `
 		INSERT INTO idempotency_records (requester, key, fingerprint, state, token, lease_expires_at, created_at)
-		VALUES ('ci-bot', 'deploy-1', 'fp-old', 'in_flight', 'clm_old', now() + interval '1 hour', now())`); err != nil {
-		t.Fatalf("insert a legacy claim: %v", err)
+		VALUES ('ci-bot', 'deploy-live', 'fp-old', 'in_flight', 'clm_old', now() + interval '1 hour', now()),
+			('ci-bot', 'deploy-dead', 'fp-old', 'in_flight', 'clm_old', now() - interval '1 second', now())`); err != nil {
+		t.Fatalf("insert legacy claims: %v", err)
 	}
-	a := newApproval(t, "deploy-1")
-	if h, err := s.InsertApproval(ctx, a, approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}, time.Hour, approval.HTTPCause("r")); err != nil || h != nil {
-		t.Fatalf("insert over a legacy claim: got holder %+v, error %v, want neither", h, err)
+	resp := approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}
+	if _, err := s.InsertApproval(ctx, newApproval(t, "deploy-live"), resp, time.Hour, approval.HTTPCause("r")); approval.ErrorCode(err) != approval.ECONFLICT {
+		t.Fatalf("insert under a live legacy claim: got %v, want code %s", err, approval.ECONFLICT)
+	}
+	a := newApproval(t, "deploy-dead")
+	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("r")); err != nil || h != nil {
+		t.Fatalf("insert over a dead legacy claim: got holder %+v, error %v, want neither", h, err)
 	}
 	var state, fingerprint string
-	if err := conn.QueryRow(ctx, `SELECT state, fingerprint FROM idempotency_records WHERE key = 'deploy-1'`).Scan(&state, &fingerprint); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT state, fingerprint FROM idempotency_records WHERE key = 'deploy-dead'`).Scan(&state, &fingerprint); err != nil {
 		t.Fatal(err)
 	}
 	if state != "completed" || fingerprint != a.Fingerprint {

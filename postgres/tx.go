@@ -117,7 +117,7 @@ func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 		br.Close()
 		return nil, err
 	}
-	return batchRows{Rows: rows, br: br}, nil
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 // Exec runs one statement now, after BEGIN and the queued writes, in one round trip.
@@ -136,7 +136,7 @@ func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 // Commit sends the queued writes and COMMIT in one round trip.
 func (t *ruleTx) Commit(ctx context.Context) error {
 	if t.done {
-		return nil
+		return errors.New("postgres: commit of a transaction that has ended")
 	}
 	if !t.begun && len(t.queue) == 0 {
 		t.end()
@@ -147,9 +147,13 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 		t.Rollback(ctx)
 		return err
 	}
-	_, err = br.Exec()
+	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && tag.String() != "COMMIT" {
+		// PostgreSQL answers COMMIT in an aborted transaction with ROLLBACK, not an error.
+		err = fmt.Errorf("the transaction was rolled back (%s)", tag)
 	}
 	if err != nil {
 		t.Rollback(ctx)
@@ -168,11 +172,17 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 	if t.begun {
 		// The transaction may be aborted already; ROLLBACK ends it either way. A connection
 		// that cannot take it is closed by the pool on release rather than reused.
-		_, err = t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_, err = t.conn.Exec(ctx, "ROLLBACK")
 	}
 	t.end()
 	return translate("rollback", err)
 }
+
+// rollbackTimeout bounds a ROLLBACK, which runs even when the caller's context has ended: a
+// connection that cannot take it in time is closed by the pool rather than reused.
+const rollbackTimeout = 5 * time.Second
 
 func (t *ruleTx) end() {
 	t.done = true
@@ -354,27 +364,26 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 // the approval's row, and the execution's is locked only after it, when the outer query
 // returns its row.
 func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	// The approval's lock first (the lock order), as a statement of its own: a statement that
+	// waited for a lock sees the rows it locks anew, but reads anything else as of its start.
+	t.enqueue("lock approval of execution", `
+		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
+		FOR UPDATE`, id)
 	rec, err := scanExecution(t.QueryRow(ctx, `
-		WITH locked AS (
-			SELECT id FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
-			FOR UPDATE
-		)
-		SELECT `+executionColumns+` FROM executions x
-		WHERE x.id = $1 AND x.approval_id = (SELECT id FROM locked)
-		FOR UPDATE OF x`, id))
+		SELECT `+executionColumns+` FROM executions x WHERE x.id = $1 FOR UPDATE OF x`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
 	}
 	return rec, translate("lock execution", err)
 }
 
-// ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, in one statement.
+// ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, two statements in one
+// round trip. The execution is read by a statement that starts after the approval's lock is
+// held, so it sees the execution that the vote holding the lock before it created.
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
 	rec, err := scanExecution(t.QueryRow(ctx, `
-		WITH locked AS (SELECT id FROM approvals WHERE id = $1 FOR UPDATE)
-		SELECT `+executionColumns+` FROM executions x
-		WHERE x.approval_id = (SELECT id FROM locked)
-		FOR UPDATE OF x`, approvalID))
+		SELECT `+executionColumns+` FROM executions x WHERE x.approval_id = $1 FOR UPDATE OF x`, approvalID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
 	}
@@ -486,10 +495,21 @@ func (r batchRow) Scan(dest ...any) error {
 // batchRows are a batch's last rows: closing them closes the batch.
 type batchRows struct {
 	pgx.Rows
-	br pgx.BatchResults
+	br       pgx.BatchResults
+	closeErr error
 }
 
-func (r batchRows) Close() {
+func (r *batchRows) Close() {
 	r.Rows.Close()
-	r.br.Close()
+	if err := r.br.Close(); err != nil && r.closeErr == nil {
+		r.closeErr = err
+	}
+}
+
+// Err is the rows' error, or else the batch's.
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
 }

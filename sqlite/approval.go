@@ -84,10 +84,11 @@ func validateNew(a *approval.Approval) error {
 	return nil
 }
 
-// insertApproval writes the record (taking over an in-flight one that the two-transaction
-// create of earlier versions left behind), the approval, its approvers and its created event.
+// insertApproval writes the record (taking over, once its lease has ended, an in-flight one
+// that the two-transaction create of earlier versions left behind), the approval, its
+// approvers and its created event.
 func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
-	if _, err := tx.ExecContext(ctx, `
+	res, err := tx.ExecContext(ctx, `
 		INSERT INTO idempotency_records
 			(requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at,
 			 status_code, location, body, retain_until)
@@ -97,11 +98,18 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp appr
 			lease_expires_at = NULL, created_at = excluded.created_at,
 			status_code = excluded.status_code, location = excluded.location,
 			body = excluded.body, retain_until = excluded.retain_until
-		WHERE idempotency_records.state = 'in_flight'`,
+		WHERE idempotency_records.state = 'in_flight' AND idempotency_records.lease_expires_at <= ?`,
 		a.Requester, a.OperationKey, a.Fingerprint, micros(tx.now),
-		resp.StatusCode, resp.Location, resp.Body, micros(tx.now.Add(retain)),
-	); err != nil {
+		resp.StatusCode, resp.Location, resp.Body, micros(tx.now.Add(retain)), micros(tx.now),
+	)
+	if err != nil {
 		return fmt.Errorf("insert idempotency record: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("insert idempotency record: %w", err)
+	} else if n != 1 {
+		// An in-flight claim of an earlier version whose lease still runs.
+		return &approval.Error{Code: approval.ECONFLICT, Message: "a request with this Idempotency-Key is still in flight", RetryAfter: time.Second}
 	}
 
 	var contextJSON sql.NullString

@@ -379,8 +379,8 @@ func migrationFiles(tb testing.TB) int {
 }
 
 // An in-flight record left by the two-transaction create of earlier versions (a claim whose
-// process died before its approval committed) does not block the key: the first create
-// after the upgrade takes it over and creates the approval.
+// process died before its approval committed) blocks its key while its lease runs, as it
+// did then, and is taken over by the first create after the lease.
 func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "approvald.db")
@@ -390,15 +390,20 @@ func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(`
-		INSERT INTO idempotency_records (requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at)
-		VALUES ('ci-bot', 'deploy-1', 'fp-old', 'in_flight', 'clm_old', ?, ?)`,
-		time.Now().Add(time.Hour).UnixMicro(), time.Now().UnixMicro()); err != nil {
-		t.Fatalf("insert a legacy claim: %v", err)
+	for key, lease := range map[string]time.Duration{"deploy-live": time.Hour, "deploy-dead": -time.Second} {
+		if _, err := db.Exec(`
+			INSERT INTO idempotency_records (requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at)
+			VALUES ('ci-bot', ?, 'fp-old', 'in_flight', 'clm_old', ?, ?)`,
+			key, time.Now().Add(lease).UnixMicro(), time.Now().UnixMicro()); err != nil {
+			t.Fatalf("insert a legacy claim: %v", err)
+		}
 	}
-	a := MustCreateApproval(t, s, "ci-bot", "deploy-1")
+	if _, err := createApproval(context.Background(), s, "ci-bot", "deploy-live"); approval.ErrorCode(err) != approval.ECONFLICT {
+		t.Fatalf("create under a live legacy claim: got %v, want code %s", err, approval.ECONFLICT)
+	}
+	a := MustCreateApproval(t, s, "ci-bot", "deploy-dead")
 	var state, fingerprint string
-	queryRaw(t, path, `SELECT state, fingerprint FROM idempotency_records WHERE idempotency_key = 'deploy-1'`, &state, &fingerprint)
+	queryRaw(t, path, `SELECT state, fingerprint FROM idempotency_records WHERE idempotency_key = 'deploy-dead'`, &state, &fingerprint)
 	if state != "completed" || fingerprint != a.Fingerprint {
 		t.Fatalf("record after the takeover: got %q %q, want completed %q", state, fingerprint, a.Fingerprint)
 	}
