@@ -132,18 +132,7 @@ func (s *Service) FinishAttempt(ctx context.Context, id string, attempt int, o A
 	if err := tx.ExecutionUpdateIfAttempt(ctx, rec, attempt); err != nil {
 		return nil, err
 	}
-	if err := tx.EventInsert(ctx, rec.ApprovalID, event, ActorSystem, Cause{Kind: CauseWorker, Attempt: attempt}, detail); err != nil {
-		return nil, err
-	}
-	if o.Status == ExecutionQueued {
-		if err := tx.Notify(ctx, TopicExecutions); err != nil {
-			return nil, err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return rec, nil
+	return commitExecution(ctx, tx, rec, event, ActorSystem, Cause{Kind: CauseWorker, Attempt: attempt}, detail)
 }
 
 // ReleaseExecution gives a claim back on graceful shutdown before its call was sent: queued,
@@ -263,6 +252,12 @@ func (s *Service) operate(ctx context.Context, id, actor string, cause Cause, mo
 	if err := tx.ExecutionUpdateIfStatus(ctx, rec, was); err != nil {
 		return nil, err
 	}
+	return commitExecution(ctx, tx, rec, event, actor, cause, detail)
+}
+
+// commitExecution ends a change of rec, already written: it appends the change's event to
+// the approval's trail, wakes the runners when rec is queued again, and commits.
+func commitExecution(ctx context.Context, tx Tx, rec *ExecutionRecord, event, actor string, cause Cause, detail map[string]any) (*ExecutionRecord, error) {
 	if err := tx.EventInsert(ctx, rec.ApprovalID, event, actor, cause, detail); err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/approvald/approval/internal/testdb"
 )
 
-// TestLinearizable checks that the approval API is linearizable (DESIGN.md invariants 1 and 2)
+// TestLinearizable checks that the approval API is linearizable (docs/invariants.md, invariants 1 and 2)
 // on both stores. Each round, clients released by one barrier send concurrent requests over
 // real HTTP against a few operation keys: creates of one key with an identical body from
 // several clients, approvals and rejections by different approvers of an approval that
@@ -181,7 +181,7 @@ type linState struct {
 }
 
 // linModel is the sequential specification of one approval per operation key, by the rules of
-// DESIGN.md "HTTP API v1" and approval.Store's Decide and Cancel. It is nondeterministic only
+// docs/http-api.md and approval.Service's Decide and Cancel. It is nondeterministic only
 // for answers that were lost, which may or may not have taken effect.
 var linModel = (&porcupine.NondeterministicModel{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
