@@ -212,12 +212,18 @@ func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*appr
 }
 
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	rows, err := t.Query(ctx, `SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+	return t.ids(ctx, "find approvals by operation key",
+		`SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+}
+
+// ids runs a query of one text column and collects it.
+func (t *ruleTx) ids(ctx context.Context, op, sql string, args ...any) ([]string, error) {
+	rows, err := t.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, translate("find approvals by operation key", err)
+		return nil, translate(op, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return ids, translate("find approvals by operation key", err)
+	return ids, translate(op, err)
 }
 
 // ApprovalSetStatusIfPending: 1/count(*) divides by zero when the guard matched no row, which
@@ -391,12 +397,8 @@ func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID
 }
 
 func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	rows, err := t.Query(ctx, `SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
-	if err != nil {
-		return nil, translate("find executions by operation key", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return ids, translate("find executions by operation key", err)
+	return t.ids(ctx, "find executions by operation key",
+		`SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
 }
 
 // ExecutionUpdateIfAttempt is queued like every write; a failed guard divides by zero, as in
