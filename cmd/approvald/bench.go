@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +30,7 @@ import (
 
 // Defaults of bench's flags.
 const (
-	defaultBenchClients  = "1,8,32"
+	defaultBenchClients  = "1,8,32,64"
 	defaultBenchDuration = 5 * time.Second
 	defaultBenchWarmup   = time.Second
 	// maxBenchClients bounds --clients: every client is a goroutine and a connection.
@@ -39,6 +43,12 @@ const (
 	benchApprover  = "bench-alice" // decides the decide scenario
 	benchOther     = "bench-bob"   // the second approver listed
 	benchAdmin     = "bench-admin"
+)
+
+// What bench adds to the in-process server's configuration for intake and execute.
+const (
+	benchSource = "bench"      // the webhook source intake delivers to
+	benchAction = "bench-exec" // the action whose target execute waits on
 )
 
 var _ command = (*BenchCommand)(nil)
@@ -65,6 +75,10 @@ type BenchCommand struct {
 	pool          int
 	json          bool
 	keep          bool
+	source        loadtest.Source // with --server: intake's source
+	cpuProfile    string
+	blockProfile  string
+	mutexProfile  string
 
 	// closers release what Run made, in reverse order, in Close.
 	closers []func() error
@@ -93,6 +107,11 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	fs.IntVar(&c.pool, "pool", loadtest.DefaultPool, "`N` approvals that replay and get cycle over (and rows that select does)")
 	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of a table")
 	fs.BoolVar(&c.keep, "keep", false, "keep the database (and the baseline table) at the end")
+	fs.StringVar(&c.source.Name, "source", "", "with --server: the `NAME` of a standard-webhooks source, which intake delivers to")
+	fs.StringVar(&c.source.Secret, "source-secret", "", "with --server: that source's whsec_ `SECRET`")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load) to `FILE`")
+	fs.StringVar(&c.blockProfile, "blockprofile", "", "write a blocking profile of the whole run to `FILE`")
+	fs.StringVar(&c.mutexProfile, "mutexprofile", "", "write a mutex contention profile of the whole run to `FILE`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -137,10 +156,17 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	if c.scenarios, err = parseScenarios(*scenarios, withBaselines); err != nil {
 		return fmt.Errorf("--scenarios: %w", err)
 	}
+	if *scenarios == "" && c.serverURL != "" {
+		// By default, against --server, what it can run: execute needs bench's own target,
+		// intake a source.
+		c.scenarios = slices.DeleteFunc(c.scenarios, func(name string) bool {
+			return name == loadtest.Execute || name == loadtest.Intake && c.source.Name == ""
+		})
+	}
 
 	if c.serverURL == "" {
-		if c.token != "" || c.approver != "" || c.approverToken != "" {
-			return errors.New("--token, --approver and --approver-token go with --server; in process bench makes its own tokens")
+		if c.token != "" || c.approver != "" || c.approverToken != "" || c.source != (loadtest.Source{}) {
+			return errors.New("--token, --approver, --approver-token, --source and --source-secret go with --server; in process bench makes its own tokens and source")
 		}
 		return nil
 	}
@@ -150,8 +176,14 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	if c.token == "" {
 		return errors.New("--server needs --token, a requester's token")
 	}
-	if slices.Contains(c.scenarios, loadtest.Decide) && (c.approver == "" || c.approverToken == "") {
+	if (slices.Contains(c.scenarios, loadtest.Decide) || slices.Contains(c.scenarios, loadtest.Execute)) && (c.approver == "" || c.approverToken == "") {
 		return errors.New("the decide scenario against --server needs --approver and --approver-token")
+	}
+	if slices.Contains(c.scenarios, loadtest.Intake) && (c.source.Name == "" || c.source.Secret == "") {
+		return errors.New("the intake scenario against --server needs --source and --source-secret")
+	}
+	if slices.Contains(c.scenarios, loadtest.Execute) {
+		return errors.New("the execute scenario runs in process only: it needs its own target; leave it out with --scenarios")
 	}
 	return nil
 }
@@ -168,7 +200,15 @@ func (c *BenchCommand) Run(ctx context.Context) error {
 	}
 	var notes []string
 	var report *loadtest.Report
-	var err error
+	stopProfiles, err := c.startProfiles()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if perr := stopProfiles(); perr != nil {
+			fmt.Fprintf(c.stderr, "bench: %v\n", perr)
+		}
+	}()
 	if c.serverURL == "" {
 		report, err = c.runInProcess(ctx, run)
 	} else {
@@ -196,9 +236,31 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	if err != nil {
 		return nil, err
 	}
+	// The source intake delivers to, and the action execute approves, whose target is ours.
+	source := loadtest.Source{Name: benchSource, Secret: "whsec_" + base64.StdEncoding.EncodeToString(randomBytes(24))}
+	target := loadtest.NewTarget()
+	targetLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for the target: %w", err)
+	}
+	targetSrv := &http.Server{Handler: target, ReadHeaderTimeout: 10 * time.Second}
+	go targetSrv.Serve(targetLn)
+	c.closers = append(c.closers, targetSrv.Close)
+	cfg := c.config
+	cfg.Sources = append(slices.Clone(cfg.Sources), SourceConfig{Name: benchSource, Scheme: "standard-webhooks", Secrets: []string{source.Secret}, Tolerance: DefaultSourceTolerance,
+		Handlers: []string{approval.TypeApprovalDecision}})
+	cfg.Actions = append(slices.Clone(cfg.Actions), ActionConfig{
+		Name: benchAction, URL: "http://" + targetLn.Addr().String() + "/effect", Idempotent: true,
+		Secret: "whsec_" + base64.StdEncoding.EncodeToString(randomBytes(24)),
+	})
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bench's source and action: %w", err)
+	}
+	run.Source, run.Target, run.ExecAction = &source, target, benchAction
+
 	// Warnings and errors only: an access log line per request would bury the progress.
 	logger := slog.New(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc := newService(c.config, logger, nil)
+	svc := newService(cfg, logger, nil)
 	st, err := openStore(ctx, dsn, svc.targeted)
 	if err != nil {
 		return nil, err
@@ -264,6 +326,9 @@ func (c *BenchCommand) runAgainstServer(ctx context.Context, run loadtest.Config
 		run.Store, run.Rows = kind, rows
 	}
 	run.Requester = c.token
+	if c.source.Name != "" {
+		run.Source = &c.source
+	}
 	run.Approver = loadtest.Approver{Name: c.approver, Token: c.approverToken}
 	run.OtherApprover = benchOther
 	return c.load(ctx, c.serverURL, run)
@@ -395,6 +460,59 @@ func (c *BenchCommand) Close() error {
 	return errors.Join(errs...)
 }
 
+// startProfiles starts the profiles the flags ask for and returns the function that writes
+// them. The server runs in this process, so they show its time beside the load's.
+func (c *BenchCommand) startProfiles() (func() error, error) {
+	var stops []func() error
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		stops = append(stops, func() error {
+			pprof.StopCPUProfile()
+			return f.Close()
+		})
+	}
+	for _, p := range []struct {
+		file, name string
+		start      func()
+	}{
+		{c.blockProfile, "block", func() { runtime.SetBlockProfileRate(int(10 * time.Microsecond)) }},
+		{c.mutexProfile, "mutex", func() { runtime.SetMutexProfileFraction(10) }},
+	} {
+		if p.file == "" {
+			continue
+		}
+		p.start()
+		stops = append(stops, func() error {
+			f, err := os.Create(p.file)
+			if err != nil {
+				return fmt.Errorf("%s profile: %w", p.name, err)
+			}
+			return errors.Join(pprof.Lookup(p.name).WriteTo(f, 0), f.Close())
+		})
+	}
+	return func() error {
+		var errs []error
+		for _, stop := range stops {
+			errs = append(errs, stop())
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// randomBytes returns n random bytes.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
 // parseClients parses --clients: positive counts, at most maxBenchClients each.
 func parseClients(s string) ([]int, error) {
 	var counts []int
@@ -452,7 +570,13 @@ a baseline on the same database in the same run, at the same concurrency:
 
 	create   POST /v1/approvals, a new Idempotency-Key each time    (baseline insert)
 	replay   the same key and body again, answered from the store   (baseline insert)
+	storm    every client sends the same new key at once: one create,
+	         the others wait for it and replay it                   (baseline insert)
 	decide   approve a pending approval, each once                  (baseline insert)
+	intake   a Standard Webhooks delivery to the inbox, one in ten
+	         a redelivery                                           (baseline insert)
+	execute  approve a pending approval whose action has a target,
+	         and wait until the target is called (in process only) (baseline insert)
 	get      GET /v1/approvals/{id}                                 (baseline select)
 	insert   one row the size of an approval, in its own transaction
 	select   that row by primary key

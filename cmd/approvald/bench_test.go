@@ -128,6 +128,9 @@ func TestBench_UsageErrors(t *testing.T) {
 		{"--server", "http://192.0.2.1:8080", "--token", "apv_x"},
 		{"--server", "http://127.0.0.1:8080"},
 		{"--server", "http://127.0.0.1:8080", "--token", "apv_x", "--scenarios", "decide"},
+		{"--server", "http://127.0.0.1:8080", "--token", "apv_x", "--scenarios", "intake"},
+		{"--server", "http://127.0.0.1:8080", "--token", "apv_x", "--approver", "a", "--approver-token", "apv_y", "--scenarios", "execute"},
+		{"--source", "bench"},
 		{"--server", "http://127.0.0.1:8080", "--token", "apv_x", "--scenarios", "select"},
 		{"--config", remoteActionConfig(t)},
 	} {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/approvald/approval/webhook"
 )
 
 // requestTimeout bounds one request of the load: the server answers in milliseconds, or it
@@ -126,6 +128,34 @@ func (c *Client) Approve(ctx context.Context, token, id string) error {
 	}
 	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"approved"`)) {
 		return statusError("approve", resp, body)
+	}
+	return nil
+}
+
+// Deliver posts a webhook event to src, signed now under the Standard Webhooks scheme with
+// id as its webhook-id; the inbox must answer 200 (a redelivery too).
+func (c *Client) Deliver(ctx context.Context, src Source, id string, body []byte) error {
+	h, err := webhook.SignStandard(src.Secret, id, time.Now(), body)
+	if err != nil {
+		return err
+	}
+	h.Set("Content-Type", "application/json")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/inbox/"+url.PathEscape(src.Name), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header = h
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	respBody, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("deliver: read answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return statusError("deliver", resp, respBody)
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func (r *Report) finish() {
 	r.GoVersion = runtime.Version()
 	r.CPUs = runtime.NumCPU()
 	r.PeakRSSBytes = PeakRSS()
-	r.Notes = append(r.Notes, "ratio: the scenario's requests/s over its baseline's (insert for create, replay and decide; select for get) at the same clients, on the same database, in the same run")
+	r.Notes = append(r.Notes, "ratio: the scenario's requests/s over its baseline's (insert for the writes: create, replay, storm, decide, intake, execute; select for get) at the same clients, on the same database, in the same run")
 	if r.InProcess {
 		r.Notes = append(r.Notes, "peak RSS: VmHWM of this process, which holds both the server and the load generator")
 	} else {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,8 +25,17 @@ const (
 	Replay = "replay"
 	// Get reads an approval of a pool by id.
 	Get = "get"
+	// Storm sends each new key from every client at once: one create and clients-1 requests
+	// that wait for its commit and replay it. Every answer for a key must name one approval.
+	Storm = "storm"
 	// Decide approves pending approvals prepared before the step, each once.
 	Decide = "decide"
+	// Intake delivers Standard Webhooks-signed events to the inbox, one in ten a redelivery
+	// of an event sent a little earlier.
+	Intake = "intake"
+	// Execute approves pending approvals of an action with a downstream target and waits,
+	// for each, until the target has been called: the time from the vote to the effect.
+	Execute = "execute"
 	// Insert is the baseline of the writes: one row the size of an approval inserted in a
 	// transaction of its own.
 	Insert = "insert"
@@ -36,12 +46,12 @@ const (
 // Scenarios lists every scenario and baseline in the order a sweep step runs them: each
 // baseline just before the scenarios compared with it, so that they run under the same load
 // from the rest of the machine.
-var Scenarios = []string{Insert, Create, Replay, Decide, Select, Get}
+var Scenarios = []string{Insert, Create, Replay, Storm, Decide, Intake, Execute, Select, Get}
 
 // BaselineOf returns the baseline a scenario is compared with, or "" for a baseline.
 func BaselineOf(scenario string) string {
 	switch scenario {
-	case Create, Replay, Decide:
+	case Create, Replay, Storm, Decide, Intake, Execute:
 		return Insert
 	case Get:
 		return Select
@@ -78,6 +88,13 @@ type Config struct {
 	OtherApprover string   // listed second
 
 	Rows Rows // the baseline table on the server's database; nil runs no baseline
+
+	// Source is the webhook source intake delivers to; intake needs it.
+	Source *Source
+	// Target is the downstream system of ExecAction, which execute waits on; execute needs
+	// both.
+	Target     *Target
+	ExecAction string
 
 	Scenarios []string // which to run, in any order; Scenarios order is kept
 	Clients   []int    // the sweep of concurrencies
@@ -152,7 +169,7 @@ type pooled struct {
 // probe creates one approval: it checks the tokens before anything is timed, and its size
 // is the size of a baseline row.
 func (r *runner) probe(ctx context.Context) error {
-	body := approvalBody(0, r.cfg.Approver.Name, r.cfg.OtherApprover)
+	body := r.body(0, defaultAction)
 	c, err := r.cfg.API.Create(ctx, r.cfg.Requester, r.prefix+"probe", body)
 	if err != nil {
 		return fmt.Errorf("probe: %w", err)
@@ -166,13 +183,14 @@ func (r *runner) probe(ctx context.Context) error {
 func (r *runner) step(ctx context.Context, name string, clients int) (Result, error) {
 	s := Step{Clients: clients, Warmup: r.cfg.Warmup, Duration: r.cfg.Duration}
 	var op Op
-	var ids []string // decide's pending approvals
+	var pending []pooled // decide's and execute's pending approvals
 	api, requester := r.cfg.API, r.cfg.Requester
+	action := defaultAction // of decide's and execute's pending approvals
 	switch name {
 	case Create:
 		prefix := r.prefix + "create-c" + strconv.Itoa(clients) + "-"
 		op = func(ctx context.Context, i int) error {
-			c, err := api.Create(ctx, requester, prefix+strconv.Itoa(i), approvalBody(i, r.cfg.Approver.Name, r.cfg.OtherApprover))
+			c, err := api.Create(ctx, requester, prefix+strconv.Itoa(i), r.body(i, defaultAction))
 			if err == nil && c.replayed {
 				err = errors.New("create: a new key was answered as a replay")
 			}
@@ -197,15 +215,51 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 		op = func(ctx context.Context, i int) error {
 			return api.Get(ctx, requester, r.pool[i%len(r.pool)].id)
 		}
-	case Decide:
+	case Storm:
+		prefix := r.prefix + "storm-c" + strconv.Itoa(clients) + "-"
+		var ids sync.Map // key -> the approval every answer under it must name
+		op = func(ctx context.Context, i int) error {
+			round := i / clients // clients requests in a row share a key, and so run at once
+			key := prefix + strconv.Itoa(round)
+			c, err := api.Create(ctx, requester, key, r.body(round, defaultAction))
+			if err != nil {
+				return err
+			}
+			id, err := approvalID(c.body)
+			if err != nil {
+				return err
+			}
+			if first, loaded := ids.LoadOrStore(key, id); loaded && first != id {
+				return fmt.Errorf("storm: key %s answered with two approvals, %s and %s", key, first, id)
+			}
+			return nil
+		}
+	case Decide, Execute:
+		if name == Execute {
+			if r.cfg.Target == nil || r.cfg.ExecAction == "" {
+				return Result{}, errors.New("execute needs a downstream target")
+			}
+			action = r.cfg.ExecAction
+		}
 		var err error
-		if ids, err = r.preparePending(ctx, clients, 0); err != nil {
+		if pending, err = r.preparePending(ctx, clients, 0, name, action); err != nil {
 			return Result{}, err
 		}
-		s.Limit = len(ids)
-		approver := r.cfg.Approver.Token
+		s.Limit = len(pending)
+		op = r.decideOp(name, &pending)
+	case Intake:
+		if r.cfg.Source == nil {
+			return Result{}, errors.New("intake needs a webhook source")
+		}
+		prefix := r.prefix + "intake-c" + strconv.Itoa(clients) + "-"
+		src := *r.cfg.Source
 		op = func(ctx context.Context, i int) error {
-			return api.Approve(ctx, approver, ids[i])
+			n := i
+			if i%10 == 9 {
+				n = i - 5 // a redelivery of an event sent a few requests before
+			}
+			id := prefix + strconv.Itoa(n)
+			return api.Deliver(ctx, src, id, eventBody(id, n))
 		}
 	case Insert:
 		prefix := r.prefix + "insert-c" + strconv.Itoa(clients) + "-"
@@ -224,15 +278,15 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 	}
 
 	m := Measure(ctx, s, op)
-	if m.Exhausted && name == Decide && ctx.Err() == nil {
+	if m.Exhausted && (name == Decide || name == Execute) && ctx.Err() == nil {
 		// Decides outran the estimate: measure again, once, with enough for the rate seen.
-		fmt.Fprintf(r.progress, "bench: %s decide clients=%d ran out of its %d pending approvals after %.2fs; preparing more to measure again\n",
-			r.cfg.Store, clients, s.Limit, m.Elapsed.Seconds())
+		fmt.Fprintf(r.progress, "bench: %s %s clients=%d ran out of its %d pending approvals after %.2fs; preparing more to measure again\n",
+			r.cfg.Store, name, clients, s.Limit, m.Elapsed.Seconds())
 		var err error
-		if ids, err = r.preparePending(ctx, clients, max(r.pendingFor(m.Rate()), 4*s.Limit)); err != nil {
+		if pending, err = r.preparePending(ctx, clients, max(r.pendingFor(m.Rate()), 4*s.Limit), name, action); err != nil {
 			return Result{}, err
 		}
-		s.Limit = len(ids)
+		s.Limit = len(pending)
 		first := m
 		m = Measure(ctx, s, op)
 		m.Errors += first.Errors
@@ -257,6 +311,41 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 	return res, nil
 }
 
+// decideOp approves the pending approvals, each once; for execute it also waits until the
+// target has been called for the approval's operation key. pending is read through its
+// pointer, so that a second measurement sees the approvals prepared for it.
+func (r *runner) decideOp(name string, pending *[]pooled) Op {
+	api, approver := r.cfg.API, r.cfg.Approver.Token
+	if name == Decide {
+		return func(ctx context.Context, i int) error {
+			return api.Approve(ctx, approver, (*pending)[i].id)
+		}
+	}
+	target := r.cfg.Target
+	return func(ctx context.Context, i int) error {
+		p := (*pending)[i]
+		called, forget := target.Expect(p.key)
+		defer forget()
+		if err := api.Approve(ctx, approver, p.id); err != nil {
+			return err
+		}
+		select {
+		case <-called:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("execute: the target was not called for %s: %w", p.key, ctx.Err())
+		}
+	}
+}
+
+// eventBody is the body of an intake delivery: an event of a type no handler takes (the
+// inbox stores it and marks it ignored), about as large as an approval.
+func eventBody(id string, n int) []byte {
+	return fmt.Appendf(nil, `{"type":"bench.event","id":%q,"data":{"sequence":%d,`+
+		`"service":"api","environment":"prod","pipeline":"https://ci.example.com/api/pipelines/%d",`+
+		`"change":"Bump the payment client and rotate the read replica pool"}}`, id, n, 100000+n)
+}
+
 // preparePool creates the pool of approvals replay and get use, once per run.
 func (r *runner) preparePool(ctx context.Context) error {
 	if r.pool != nil {
@@ -265,7 +354,7 @@ func (r *runner) preparePool(ctx context.Context) error {
 	start := time.Now()
 	pool := make([]pooled, r.cfg.Pool)
 	err := r.prepare(ctx, len(pool), prepareWorkers, func(ctx context.Context, i int) error {
-		p := pooled{key: r.prefix + "pool-" + strconv.Itoa(i), body: approvalBody(i, r.cfg.Approver.Name, r.cfg.OtherApprover)}
+		p := pooled{key: r.prefix + "pool-" + strconv.Itoa(i), body: r.body(i, defaultAction)}
 		c, err := r.cfg.API.Create(ctx, r.cfg.Requester, p.key, p.body)
 		if err != nil {
 			return err
@@ -288,18 +377,20 @@ func (r *runner) preparePool(ctx context.Context) error {
 // is 0, enough for the whole step at twice the fastest write rate seen so far (a first batch's
 // creates, the creates and the decides measured before), since a decide is a write much like
 // a create. Should the step still run out, it is measured again with more.
-func (r *runner) preparePending(ctx context.Context, clients, need int) ([]string, error) {
+func (r *runner) preparePending(ctx context.Context, clients, need int, scenario, action string) ([]pooled, error) {
 	r.batches++ // every batch its own keys: a key used before would be answered as a replay
 	prefix := r.prefix + "pending-" + strconv.Itoa(r.batches) + "-"
-	var ids []string
+	var ids []pooled
 	create := func(n int) error {
-		from, batch := len(ids), make([]string, n)
+		from, batch := len(ids), make([]pooled, n)
 		err := r.prepare(ctx, n, prepareWorkers, func(ctx context.Context, i int) error {
-			c, err := r.cfg.API.Create(ctx, r.cfg.Requester, prefix+strconv.Itoa(from+i), approvalBody(from+i, r.cfg.Approver.Name, r.cfg.OtherApprover))
+			p := pooled{key: prefix + strconv.Itoa(from+i), body: r.body(from+i, action)}
+			c, err := r.cfg.API.Create(ctx, r.cfg.Requester, p.key, p.body)
 			if err != nil {
 				return err
 			}
-			batch[i], err = approvalID(c.body)
+			p.id, err = approvalID(c.body)
+			batch[i] = p
 			return err
 		})
 		ids = append(ids, batch...)
@@ -313,7 +404,7 @@ func (r *runner) preparePending(ctx context.Context, clients, need int) ([]strin
 		}
 		rate := float64(first) / time.Since(start).Seconds()
 		for key, seen := range r.rates {
-			if strings.HasPrefix(key, Decide+"/") || key == Create+"/"+strconv.Itoa(clients) {
+			if strings.HasPrefix(key, scenario+"/") || key == Create+"/"+strconv.Itoa(clients) {
 				rate = max(rate, seen)
 			}
 		}
@@ -324,7 +415,7 @@ func (r *runner) preparePending(ctx context.Context, clients, need int) ([]strin
 			return nil, fmt.Errorf("prepare pending approvals: %w", err)
 		}
 	}
-	fmt.Fprintf(r.progress, "bench: %s prepared %d pending approvals for decide at %d clients in %.1fs\n", r.cfg.Store, len(ids), clients, time.Since(start).Seconds())
+	fmt.Fprintf(r.progress, "bench: %s prepared %d pending approvals for %s at %d clients in %.1fs\n", r.cfg.Store, len(ids), scenario, clients, time.Since(start).Seconds())
 	return ids, nil
 }
 
@@ -369,12 +460,21 @@ func (r *runner) prepare(ctx context.Context, n, workers int, op Op) error {
 
 // approvalBody is the body of a create: a realistic approval, with a context of about 200
 // bytes and two approvers. n varies the title and the context.
-func approvalBody(n int, approver, other string) []byte {
+func approvalBody(n int, action, approver, other string) []byte {
 	commit := sha1.Sum(strconv.AppendInt(nil, int64(n), 10))
-	return fmt.Appendf(nil, `{"action":"deploy","title":"Deploy api v1.%d to prod",`+
+	return fmt.Appendf(nil, `{"action":%q,"title":"Deploy api v1.%d to prod",`+
 		`"context":{"commit":"%x","service":"api","environment":"prod",`+
 		`"pipeline":"https://ci.example.com/api/pipelines/%d","change":"Bump the payment client and rotate the read replica pool"},`+
-		`"approvers":[%q,%q]}`, n, commit, 100000+n, approver, other)
+		`"approvers":[%q,%q]}`, action, n, commit, 100000+n, approver, other)
+}
+
+// defaultAction is the action of the approvals of every scenario but execute: one without a
+// downstream target, so approving it queues no call.
+const defaultAction = "deploy"
+
+// body is approvalBody with the run's approvers.
+func (r *runner) body(n int, action string) []byte {
+	return approvalBody(n, action, r.cfg.Approver.Name, r.cfg.OtherApprover)
 }
 
 // approvalID reads the id of an approval answered by the API.
