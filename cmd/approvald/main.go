@@ -4,6 +4,7 @@
 //	approvald migrate        apply database migrations and exit
 //	approvald token create   make a bearer token and print it
 //	approvald bench          measure the server under concurrent load beside baselines
+//	approvald health         ask a running server whether it is alive, for health checks
 //	approvald version        print the version
 //
 // Problems with the command line or the configuration exit 2; failures while running exit 1
@@ -87,6 +88,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		cmd = NewBenchCommand(m.Stdout, m.Stderr)
 	case "version":
 		cmd = NewVersionCommand(m.Stdout, m.Stderr)
+	case "health":
+		cmd = NewHealthCommand(m.Stdout, m.Stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(m.Stdout, usage)
 		return exitOK
@@ -131,6 +134,7 @@ Commands:
 	migrate        apply database migrations and exit
 	token create   make a bearer token (--subject NAME --role ROLE) and print it
 	bench          measure the server under concurrent load beside baselines
+	health         ask a running server whether it is alive (or ready) for health checks
 	version        print the version
 
 Every command takes --config FILE and --database-url URL.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -40,9 +41,24 @@ func (c *VersionCommand) Run(ctx context.Context) error {
 // Close does nothing: the version opens nothing.
 func (c *VersionCommand) Close() error { return nil }
 
+// Set by the linker for builds outside a git checkout (the container image's): go build
+// -ldflags "-X main.buildVersion=v1.2.0 -X main.buildCommit=$(git rev-parse HEAD)". They win
+// over what the Go toolchain recorded.
+var (
+	buildVersion string
+	buildCommit  string
+)
+
 // version describes a build: the module version ("dev" for a build that has none), then the
 // VCS revision when the build recorded one.
 func version(info *debug.BuildInfo) string {
+	if buildVersion != "" || buildCommit != "" {
+		v := cmp.Or(buildVersion, "dev")
+		if buildCommit != "" {
+			v += " (revision " + buildCommit + ")"
+		}
+		return v
+	}
 	v := "dev"
 	if info == nil {
 		return v
