@@ -160,12 +160,18 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Header = r.Header.Clone()
 	resp, err := p.client.Do(out)
+	if err != nil && r.Context().Err() != nil {
+		return // the caller gave up (a long-poll cut short by its context)
+	}
 	if err != nil {
 		p.t.Errorf("proxy: forward %s: %v", route, err)
 		return
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(resp.Body)
+	if err != nil && r.Context().Err() != nil {
+		return
+	}
 	if err != nil {
 		p.t.Errorf("proxy: read answer: %v", err)
 		return
