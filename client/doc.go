@@ -8,7 +8,8 @@
 //   - CreateApproval sends the operation key as Idempotency-Key and keeps it on every
 //     attempt; the server makes one approval per key and answers a repeat with the stored
 //     response, which CreateResult.Replayed reports. A rerun of a pipeline with the same key
-//     finds the approval the first run made.
+//     finds the approval the first run made. A create is also retried after the 409 with
+//     Retry-After the server answers when the database cut a lock wait short.
 //   - Reads, votes (a repeated vote changes nothing), cancels (a repeat finds the approval
 //     cancelled) and execution reports (ordered by version) are retried after network
 //     errors, 408, 429 and 5xx.

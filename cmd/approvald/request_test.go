@@ -231,3 +231,49 @@ func TestRequest_EndedAndErrors(t *testing.T) {
 		t.Errorf("usage: got exit %d %q, want 4", code, stderr)
 	}
 }
+
+// approvald approvals shows a table or JSON and votes as the token's subject.
+func TestApprovalsCommand(t *testing.T) {
+	t.Parallel()
+	g := newGate(t, testdb.SQLite)
+	res, err := g.client("ci-bot").CreateApproval(context.Background(), "deploy-10", client.CreateRequest{
+		Action: "deploy", Title: "Deploy api v1.10", Approvers: []string{"alice"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Approval.ID
+	as := func(subject string, args ...string) (string, string, int) {
+		var out, errOut bytes.Buffer
+		cmd := exec.Command(binary, append([]string{"approvals"}, args...)...)
+		cmd.Env = append(os.Environ(), "APPROVALD_TOKEN="+g.tokens[subject], "APPROVALD_SERVER="+g.url)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		cmd.Run()
+		return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+	}
+
+	out, stderr, code := as("alice", "list", "--status", "pending")
+	if code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, id) || !strings.Contains(out, "0/1") {
+		t.Errorf("list: got exit %d, stdout:\n%s\nstderr: %s", code, out, stderr)
+	}
+	out, _, code = as("alice", "approve", id, "--comment", "ship it")
+	if code != 0 || !strings.Contains(out, "approved") || !strings.Contains(out, "alice approve") {
+		t.Errorf("approve: got exit %d, stdout:\n%s", code, out)
+	}
+	out, _, code = as("ci-bot", "get", "--json", id)
+	var a client.Approval
+	if code != 0 || json.Unmarshal([]byte(out), &a) != nil || a.Status != client.StatusApproved || a.Decisions[0].Comment != "ship it" {
+		t.Errorf("get --json: got exit %d, stdout:\n%s", code, out)
+	}
+	out, _, code = as("ci-bot", "list", "--json", "--status", "pending")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("list --json: got exit %d, stdout %q, want []", code, out)
+	}
+	_, stderr, code = as("ci-bot", "cancel", id)
+	if code != exitFailure || !strings.Contains(stderr, "409") {
+		t.Errorf("cancel a decided approval: got exit %d, stderr %q, want 1 and the 409", code, stderr)
+	}
+	if _, _, code = as("ci-bot", "get"); code != exitUsage {
+		t.Errorf("get without an id: got exit %d, want 2", code)
+	}
+}
