@@ -164,6 +164,9 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 	if c.wait == 0 {
 		return &exitError{code: exitWaitTimeout, err: errors.New("pending; not waiting (no --wait)")}
 	}
+	if ctx.Err() != nil {
+		return &exitError{code: exitWaitTimeout, err: errors.New("interrupted while the approval is pending")}
+	}
 	return &exitError{code: exitWaitTimeout, err: fmt.Errorf("still pending after %s", c.wait)}
 }
 
