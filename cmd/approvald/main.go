@@ -3,12 +3,15 @@
 //	approvald serve          the HTTP API and the background workers
 //	approvald migrate        apply database migrations and exit
 //	approvald token create   make a bearer token and print it
+//	approvald request        ask for an approval (or find it) and wait for the decision
+//	approvald approvals      list, show and decide approvals at a terminal
 //	approvald bench          measure the server under concurrent load beside baselines
 //	approvald health         ask a running server whether it is alive, for health checks
 //	approvald version        print the version
 //
 // Problems with the command line or the configuration exit 2; failures while running exit 1
-// with a one-line message on stderr.
+// with a one-line message on stderr. The request command has exit codes of its own, for
+// pipelines (request.go).
 package main
 
 import (
@@ -90,6 +93,15 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		cmd = NewVersionCommand(m.Stdout, m.Stderr)
 	case "health":
 		cmd = NewHealthCommand(m.Stdout, m.Stderr)
+	case "request":
+		cmd = NewRequestCommand(m.Stdout, m.Stderr)
+	case "approvals":
+		if len(args) == 0 || !isApprovalsVerb(args[0]) {
+			fmt.Fprint(m.Stderr, approvalsUsage)
+			return exitUsage
+		}
+		name, args = "approvals "+args[0], args[1:]
+		cmd = NewApprovalsCommand(m.Stdout, m.Stderr, strings.TrimPrefix(name, "approvals "))
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(m.Stdout, usage)
 		return exitOK
@@ -104,16 +116,25 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	if err := cmd.ParseFlags(ctx, args); errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	} else if err != nil {
-		m.printError(name, err)
-		return exitUsage
+		return m.exit(name, err, exitUsage)
 	}
 	runErr := cmd.Run(ctx)
 	closeErr := cmd.Close()
 	if err := errors.Join(runErr, closeErr); err != nil {
-		m.printError(name, err)
-		return exitFailure
+		return m.exit(name, err, exitFailure)
 	}
 	return exitOK
+}
+
+// exit reports err and returns the exit code: the one the command chose (an *exitError,
+// the request command's codes), or code.
+func (m *Main) exit(name string, err error, code int) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	m.printError(name, err)
+	return code
 }
 
 // printError writes err as one line, whatever new lines joined errors carry.
@@ -133,11 +154,14 @@ Commands:
 	serve          run the HTTP API and the background workers
 	migrate        apply database migrations and exit
 	token create   make a bearer token (--subject NAME --role ROLE) and print it
+	request        ask for an approval under an operation key and wait for the decision
+	approvals      list|get|approve|reject|cancel approvals on a server
 	bench          measure the server under concurrent load beside baselines
 	health         ask a running server whether it is alive (or ready) for health checks
 	version        print the version
 
-Every command takes --config FILE and --database-url URL.
+Every command that opens the database takes --config FILE and --database-url URL;
+request and approvals talk to a server (--server URL, token in APPROVALD_TOKEN).
 Run "approvald <command> -h" for a command's flags.
 `
 
