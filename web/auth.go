@@ -303,4 +303,3 @@ func safeNext(next string) string {
 	}
 	return next
 }
-
