@@ -35,7 +35,9 @@ type fixture struct {
 // pages' Config; they get the server's base URL.
 func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string)) *fixture {
 	tb.Helper()
-	f := &fixture{tb: tb, store: testdb.Open(tb, kind, nil)}
+	f := &fixture{tb: tb, store: testdb.OpenWith(tb, kind, testdb.Options{
+		Targeted: func(action string) bool { return action == "payout" },
+	})}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
 	api := httpapi.New(httpapi.Config{Store: f.store})
@@ -89,7 +91,7 @@ func (f *fixture) api(method, path, token, body string, out any) int {
 // create makes an approval through the API as a requester and returns it.
 func (f *fixture) create(title string, approvers []string, required int, ctx string) *approval.Approval {
 	f.tb.Helper()
-	req := f.token("ci-bot-"+approval.NewID("r"), approval.RoleRequester)
+	req := f.token("ci-bot", approval.RoleRequester)
 	if ctx == "" {
 		ctx = "{}"
 	}
@@ -102,6 +104,36 @@ func (f *fixture) create(title string, approvers []string, required int, ctx str
 		f.tb.Fatalf("create: status %d", code)
 	}
 	return &a
+}
+
+// needsReview makes an execution in needs_review: two requesters' approvals of the targeted
+// action "payout" under one operation key, both approved (the target could not tell them
+// apart, so the second waits for an operator).
+func (f *fixture) needsReview() *approval.ExecutionRecord {
+	f.tb.Helper()
+	key := approval.NewID("op")
+	approver := f.token("ana", approval.RoleApprover)
+	for _, requester := range []string{"billing", "support"} {
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/approvals", strings.NewReader(
+			`{"action": "payout", "title": "Pay out invoice 88", "approvers": ["ana"], "context": {"invoice": 88}}`))
+		req.Header.Set("Authorization", "Bearer "+f.token(requester, approval.RoleRequester))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			f.tb.Fatal(err)
+		}
+		var a approval.Approval
+		json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", approver, "", nil); code != http.StatusOK {
+			f.tb.Fatalf("approve: %d", code)
+		}
+	}
+	list, _, err := f.store.Executions(context.Background(), approval.ExecutionFilter{Status: approval.ExecutionNeedsReview})
+	if err != nil || len(list) != 1 {
+		f.tb.Fatalf("executions in needs_review: %d, %v; want 1", len(list), err)
+	}
+	return list[0]
 }
 
 // read returns an approval as the store has it.

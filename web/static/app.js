@@ -3,6 +3,10 @@
 "use strict";
 
 (function () {
+  // Set once a form is being submitted: the page is leaving, and its own vote must not make
+  // the long-poll below reload it over the answer.
+  var leaving = false;
+
   // Times: the server writes UTC; show the viewer's zone, keep UTC on hover.
   var fmt = new Intl.DateTimeFormat(undefined, {
     year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit"
@@ -23,8 +27,13 @@
         return;
       }
       form.dataset.submitted = "1";
+      leaving = true;
       var submitter = ev.submitter;
       setTimeout(function () {
+  // Set once a form is being submitted: the page is leaving, and its own vote must not make
+  // the long-poll below reload it over the answer.
+  var leaving = false;
+
         form.querySelectorAll("button").forEach(function (b) {
           b.disabled = true;
           if (b === submitter) { b.classList.add("busy"); }
@@ -47,6 +56,7 @@
         return resp.json();
       })
       .then(function (body) {
+        if (leaving) { return; }
         delay = 1000;
         var have = Number(new URL(url, location.href).searchParams.get("version"));
         if (body.version > have) {
@@ -57,6 +67,10 @@
         poll();
       })
       .catch(function () {
+  // Set once a form is being submitted: the page is leaving, and its own vote must not make
+  // the long-poll below reload it over the answer.
+  var leaving = false;
+
         delay = Math.min(delay * 2, 30000);
         setTimeout(poll, delay);
       });
