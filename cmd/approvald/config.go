@@ -50,6 +50,8 @@ var (
 	ErrUnknownHandler = errors.New("unknown handler")
 	ErrInvalidBackoff = errors.New("invalid backoff")
 	ErrInvalidSecret  = errors.New("must be whsec_ followed by base64")
+	ErrShortKey       = errors.New("must be at least 32 bytes")
+	ErrInvalidDomain  = errors.New("must be a domain name such as example.com")
 )
 
 // Webhook schemes a source may use.
@@ -68,6 +70,38 @@ type Config struct {
 	Idempotency IdempotencyConfig `yaml:"idempotency"`
 	Sources     []SourceConfig    `yaml:"sources"`
 	Actions     []ActionConfig    `yaml:"actions"`
+	Web         WebConfig         `yaml:"web"`
+}
+
+// WebConfig configures the approver's pages under /ui/ (docs/web.md).
+type WebConfig struct {
+	// PublicURL is the address users reach approvald at; when it is https, cookies are
+	// Secure even where TLS ends at a proxy in front.
+	PublicURL string `yaml:"public_url"`
+	// SessionKey signs session cookies and form tokens, at least 32 bytes. Replicas must
+	// share it. Empty: a random key per process, with a warning in the log.
+	SessionKey string `yaml:"session_key"`
+	// SessionTTL is how long a sign-in lasts; 0 means web.DefaultSessionTTL.
+	SessionTTL time.Duration `yaml:"session_ttl"`
+	// OIDC enables sign-in with an OpenID Connect provider.
+	OIDC *OIDCConfig `yaml:"oidc"`
+}
+
+// OIDCConfig is sign-in with an OpenID Connect provider (authorization code flow with PKCE).
+type OIDCConfig struct {
+	Issuer       string `yaml:"issuer"`
+	ClientID     string `yaml:"client_id"`
+	ClientSecret string `yaml:"client_secret"`
+	// RedirectURL is https://HOST/ui/signin/oidc/callback, as registered at the provider.
+	RedirectURL string `yaml:"redirect_url"`
+	// SubjectClaim is the ID token claim that names the user: email (the default), sub, or
+	// another string claim.
+	SubjectClaim string `yaml:"subject_claim"`
+	// AllowedDomains, when set, admits only verified e-mail addresses of these domains.
+	AllowedDomains []string `yaml:"allowed_domains"`
+	// Operators and Admins name subjects given those roles; everyone else is an approver.
+	Operators []string `yaml:"operators"`
+	Admins    []string `yaml:"admins"`
 }
 
 // RetentionConfig says how long records that make retries safe are kept.
@@ -323,6 +357,10 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	if err := c.Web.validate(); err != nil {
+		return fmt.Errorf("web.%w", err)
+	}
+
 	seen = make(map[string]bool)
 	for i, a := range c.Actions {
 		field := fmt.Sprintf("actions[%d]", i)
@@ -353,6 +391,36 @@ func (c *Config) Validate() error {
 			if err := v.Validate(); err != nil {
 				return fmt.Errorf("%s.secret: %w", field, ErrInvalidSecret)
 			}
+		}
+	}
+	return nil
+}
+
+func (w WebConfig) validate() error {
+	if w.PublicURL != "" && !isHTTPURL(w.PublicURL) {
+		return fmt.Errorf("public_url: %w", ErrInvalidURL)
+	}
+	if w.SessionKey != "" && len(w.SessionKey) < 32 {
+		return fmt.Errorf("session_key: %w", ErrShortKey)
+	}
+	if w.SessionTTL < 0 {
+		return fmt.Errorf("session_ttl: %w", ErrNegative)
+	}
+	o := w.OIDC
+	if o == nil {
+		return nil
+	}
+	switch {
+	case !isHTTPURL(o.Issuer):
+		return fmt.Errorf("oidc.issuer: %w", ErrInvalidURL)
+	case o.ClientID == "":
+		return fmt.Errorf("oidc.client_id: %w", ErrRequired)
+	case !isHTTPURL(o.RedirectURL):
+		return fmt.Errorf("oidc.redirect_url: %w", ErrInvalidURL)
+	}
+	for i, d := range o.AllowedDomains {
+		if d == "" || strings.ContainsAny(d, "@/ ") {
+			return fmt.Errorf("oidc.allowed_domains[%d]: %w", i, ErrInvalidDomain)
 		}
 	}
 	return nil

@@ -303,6 +303,16 @@ func TestConfig_Validate(t *testing.T) {
 		{"backoff multiplier below 1", func(c *Config) { c.Actions[0].Backoff.Multiplier = 0.5 }, "actions[0].backoff.multiplier", ErrInvalidBackoff},
 		{"backoff jitter above 1", func(c *Config) { c.Actions[0].Backoff.Jitter = 1.5 }, "actions[0].backoff.jitter", ErrInvalidBackoff},
 		{"action secret not base64", func(c *Config) { c.Actions[0].Secret = secret }, "actions[0].secret", ErrInvalidSecret},
+
+		{"short session key", func(c *Config) { c.Web.SessionKey = "too-short" }, "web.session_key", ErrShortKey},
+		{"negative session ttl", func(c *Config) { c.Web.SessionTTL = -time.Hour }, "web.session_ttl", ErrNegative},
+		{"public url not http", func(c *Config) { c.Web.PublicURL = "approvals.example.com" }, "web.public_url", ErrInvalidURL},
+		{"oidc without issuer", func(c *Config) { c.Web.OIDC = &OIDCConfig{ClientID: "a", RedirectURL: "https://x/cb"} }, "web.oidc.issuer", ErrInvalidURL},
+		{"oidc without client id", func(c *Config) { c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", RedirectURL: "https://x/cb"} }, "web.oidc.client_id", ErrRequired},
+		{"oidc without redirect url", func(c *Config) { c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", ClientID: "a"} }, "web.oidc.redirect_url", ErrInvalidURL},
+		{"oidc domain with @", func(c *Config) {
+			c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", ClientID: "a", RedirectURL: "https://x/cb", AllowedDomains: []string{"@example.com"}}
+		}, "web.oidc.allowed_domains[0]", ErrInvalidDomain},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -386,5 +396,41 @@ func TestRetentionConfig_InboxBodyRetention(t *testing.T) {
 	r.InboxBodies = 24 * time.Hour
 	if got := r.InboxBodyRetention(); got != 24*time.Hour {
 		t.Errorf("set: got %s, want 24h", got)
+	}
+}
+
+func TestParseConfig_Web(t *testing.T) {
+	t.Setenv("SESSION_KEY", "a-session-key-of-at-least-32-bytes!")
+	t.Setenv("OIDC_SECRET", "s3cret")
+	got, err := ParseConfig(strings.NewReader(`
+web:
+  public_url: https://approvals.example.com
+  session_key: ${SESSION_KEY}
+  session_ttl: 8h
+  oidc:
+    issuer: https://accounts.example.com
+    client_id: approvald
+    client_secret: ${OIDC_SECRET}
+    redirect_url: https://approvals.example.com/ui/signin/oidc/callback
+    subject_claim: email
+    allowed_domains: [example.com]
+    operators: [olga@example.com]
+`))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	want := WebConfig{
+		PublicURL: "https://approvals.example.com", SessionKey: "a-session-key-of-at-least-32-bytes!", SessionTTL: 8 * time.Hour,
+		OIDC: &OIDCConfig{
+			Issuer: "https://accounts.example.com", ClientID: "approvald", ClientSecret: "s3cret",
+			RedirectURL: "https://approvals.example.com/ui/signin/oidc/callback", SubjectClaim: "email",
+			AllowedDomains: []string{"example.com"}, Operators: []string{"olga@example.com"},
+		},
+	}
+	if !reflect.DeepEqual(got.Web, want) {
+		t.Errorf("got  %+v\nwant %+v", got.Web, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("validate: %v", err)
 	}
 }

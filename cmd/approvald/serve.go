@@ -17,6 +17,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/web"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -200,13 +201,18 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Failpoints:        svc.failpoints,
 	})
 
+	ui, err := web.New(svc.webConfig(st))
+	if err != nil {
+		return fmt.Errorf("web: %w", err)
+	}
+
 	// Requests run under requestCtx, which is cancelled longPollGrace into shutdown: by then
 	// ordinary requests have finished, and what is left are long-polls, which return at once
 	// instead of holding the drain for their full wait.
 	requestCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer endRequests()
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           ui.Handler(api),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
@@ -293,6 +299,27 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		svc.logger.Info("stopped")
 	}
 	return serveErr
+}
+
+// webConfig returns the pages' configuration on st.
+func (svc *service) webConfig(st store) web.Config {
+	w := svc.config.Web
+	cfg := web.Config{
+		Store:      st,
+		Logger:     svc.logger.With("component", "web"),
+		SessionTTL: w.SessionTTL,
+		PublicURL:  w.PublicURL,
+	}
+	if w.SessionKey != "" {
+		cfg.SessionKey = []byte(w.SessionKey)
+	}
+	if o := w.OIDC; o != nil {
+		cfg.OIDC = &web.OIDCConfig{
+			Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, RedirectURL: o.RedirectURL,
+			SubjectClaim: o.SubjectClaim, AllowedDomains: o.AllowedDomains, Operators: o.Operators, Admins: o.Admins,
+		}
+	}
+	return cfg
 }
 
 // sources returns the webhook sources of the configuration for the intake.

@@ -1,0 +1,305 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"github.com/approvald/approval"
+)
+
+// OIDCConfig is sign-in with an OpenID Connect provider. Users signed in this way are
+// approvers under the value of SubjectClaim, unless Operators or Admins name them.
+type OIDCConfig struct {
+	Issuer       string
+	ClientID     string
+	ClientSecret string
+	// RedirectURL is this service's callback as registered with the provider:
+	// https://HOST/ui/signin/oidc/callback.
+	RedirectURL string
+	// SubjectClaim names the ID token claim that becomes the subject: "email" (the default)
+	// or "sub", or another string claim.
+	SubjectClaim string
+	// AllowedDomains, when not empty, admits only e-mail addresses of these domains (the
+	// "email" claim, which must then be verified by the provider).
+	AllowedDomains []string
+	Operators      []string // subjects given the operator role
+	Admins         []string // subjects given the admin role
+	// HTTPClient, when set, talks to the provider (tests); nil = http.DefaultClient.
+	HTTPClient *http.Client
+}
+
+// oidcClient is an OIDCConfig with its provider, discovered at the first sign-in (a provider
+// down at startup does not stop the service; the sign-in fails and is tried again).
+type oidcClient struct {
+	cfg OIDCConfig
+
+	mu       sync.Mutex
+	provider *oidc.Provider
+}
+
+func newOIDCClient(cfg OIDCConfig) (*oidcClient, error) {
+	if cfg.Issuer == "" || cfg.ClientID == "" || cfg.RedirectURL == "" {
+		return nil, errors.New("oidc: issuer, client id and redirect url are required")
+	}
+	if cfg.SubjectClaim == "" {
+		cfg.SubjectClaim = "email"
+	}
+	return &oidcClient{cfg: cfg}, nil
+}
+
+func (c *oidcClient) context(ctx context.Context) context.Context {
+	if c.cfg.HTTPClient != nil {
+		return oidc.ClientContext(ctx, c.cfg.HTTPClient)
+	}
+	return ctx
+}
+
+// setup returns the provider's OAuth 2 configuration and ID token verifier.
+func (c *oidcClient) setup(ctx context.Context) (*oauth2.Config, *oidc.IDTokenVerifier, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.provider == nil {
+		p, err := oidc.NewProvider(c.context(ctx), c.cfg.Issuer)
+		if err != nil {
+			return nil, nil, approval.Errorf(approval.EUNAVAILABLE, "the identity provider cannot be reached; try again later")
+		}
+		c.provider = p
+	}
+	oc := &oauth2.Config{
+		ClientID: c.cfg.ClientID, ClientSecret: c.cfg.ClientSecret, RedirectURL: c.cfg.RedirectURL,
+		Endpoint: c.provider.Endpoint(), Scopes: []string{oidc.ScopeOpenID, "email", "profile"},
+	}
+	return oc, c.provider.Verifier(&oidc.Config{ClientID: c.cfg.ClientID}), nil
+}
+
+// role is the role of an OIDC subject: approver unless configured otherwise.
+func (c *oidcClient) role(subject string) approval.Role {
+	switch {
+	case slices.Contains(c.cfg.Admins, subject):
+		return approval.RoleAdmin
+	case slices.Contains(c.cfg.Operators, subject):
+		return approval.RoleOperator
+	}
+	return approval.RoleApprover
+}
+
+// authed runs h for a signed-in viewer. Without a valid session a browser's GET is sent to
+// the sign-in page; anything else is answered 401.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess, err := s.session(r)
+		if err != nil {
+			if approval.ErrorCode(err) == approval.EUNAUTHORIZED && r.Method == http.MethodGet &&
+				strings.Contains(r.Header.Get("Accept"), "text/html") {
+				http.Redirect(w, r, Prefix+"signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			s.fail(w, r, err)
+			return
+		}
+		h(w, r, sess)
+	}
+}
+
+// signInPage is the data of the sign-in page.
+type signInPage struct {
+	Next    string
+	Token   string // the form's token, bound to the browser's pre-sign-in cookie
+	OIDC    bool
+	Problem string
+}
+
+// handleSignInPage is GET /ui/signin: the token form, and the provider's button when OIDC
+// is configured.
+func (s *Server) handleSignInPage(w http.ResponseWriter, r *http.Request) {
+	s.renderSignIn(w, r, http.StatusOK, "")
+}
+
+func (s *Server) renderSignIn(w http.ResponseWriter, r *http.Request, status int, problem string) {
+	pre := randomString(18)
+	s.setCookie(w, r, preCookie, pre, 30*time.Minute)
+	next := safeNext(r.FormValue("next"))
+	s.render(w, r, status, "signin", nil, signInPage{
+		Next: next, Token: s.sign("signin", []byte(pre)), OIDC: s.oidc != nil, Problem: problem,
+	})
+}
+
+// handleSignInToken is POST /ui/signin/token: an API token pasted into the form becomes a
+// session with the token's subject and role.
+func (s *Server) handleSignInToken(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkPreSignIn(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	if secret == "" {
+		s.renderSignIn(w, r, http.StatusBadRequest, "Paste an API token to sign in.")
+		return
+	}
+	t, err := s.svc.Authenticate(r.Context(), secret)
+	if approval.ErrorCode(err) == approval.EUNAUTHORIZED {
+		s.renderSignIn(w, r, http.StatusUnauthorized, "That token is not known. Check that you pasted all of it.")
+		return
+	} else if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.startSession(w, r, approval.Principal{Subject: t.Subject, Role: t.Role}, viaToken, t.Hash)
+	s.setCookie(w, r, preCookie, "", 0)
+	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+// checkPreSignIn refuses a sign-in post that does not come from a sign-in page this browser
+// loaded: its token must sign the browser's pre-sign-in cookie.
+func (s *Server) checkPreSignIn(r *http.Request) error {
+	refuse := approval.Errorf(approval.EFORBIDDEN, "the sign-in form's token is missing or wrong; reload the sign-in page")
+	c, err := r.Cookie(preCookie)
+	if err != nil {
+		return refuse
+	}
+	value, ok := s.verify("signin", r.PostFormValue("csrf"))
+	if !ok || string(value) != c.Value {
+		return refuse
+	}
+	return nil
+}
+
+// handleSignOut is POST /ui/signout: the session cookie is cleared.
+func (s *Server) handleSignOut(w http.ResponseWriter, r *http.Request, sess *session) {
+	if err := s.checkForm(r, sess); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.setCookie(w, r, sessionCookie, "", 0)
+	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
+}
+
+// oidcState is the content of the OIDC cookie during one sign-in.
+type oidcState struct {
+	State    string `json:"state"`
+	Nonce    string `json:"nonce"`
+	Verifier string `json:"verifier"`
+	Next     string `json:"next"`
+}
+
+// oidcStateTTL bounds how long a sign-in at the provider may take.
+const oidcStateTTL = 10 * time.Minute
+
+// handleOIDCStart is GET /ui/signin/oidc: the browser is sent to the provider with a fresh
+// state, nonce and PKCE challenge, which a short-lived signed cookie remembers.
+func (s *Server) handleOIDCStart(w http.ResponseWriter, r *http.Request) {
+	if s.oidc == nil {
+		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in with an identity provider is not configured"))
+		return
+	}
+	oc, _, err := s.oidc.setup(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st := oidcState{State: randomString(18), Nonce: randomString(18), Verifier: oauth2.GenerateVerifier(), Next: safeNext(r.FormValue("next"))}
+	value, _ := json.Marshal(st)
+	s.setCookie(w, r, oidcCookie, s.sign("oidc", value), oidcStateTTL)
+	http.Redirect(w, r, oc.AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusFound)
+}
+
+// handleOIDCCallback is GET /ui/signin/oidc/callback: the provider's code is exchanged (with
+// the PKCE verifier), the ID token verified (signature, issuer, audience, expiry, nonce), the
+// subject claim read and the domain checked, and a session started.
+func (s *Server) handleOIDCCallback(w http.ResponseWriter, r *http.Request) {
+	if s.oidc == nil {
+		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in with an identity provider is not configured"))
+		return
+	}
+	c, err := r.Cookie(oidcCookie)
+	if err != nil {
+		s.fail(w, r, approval.Errorf(approval.EINVALID, "no sign-in is in progress in this browser; start again"))
+		return
+	}
+	value, ok := s.verify("oidc", c.Value)
+	var st oidcState
+	if !ok || json.Unmarshal(value, &st) != nil {
+		s.fail(w, r, approval.Errorf(approval.EINVALID, "the sign-in cookie is not valid; start again"))
+		return
+	}
+	s.setCookie(w, r, oidcCookie, "", 0) // one callback per sign-in
+	q := r.URL.Query()
+	if e := q.Get("error"); e != "" {
+		s.fail(w, r, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider refused the sign-in: %s", e))
+		return
+	}
+	if q.Get("state") == "" || q.Get("state") != st.State {
+		s.fail(w, r, approval.Errorf(approval.EINVALID, "the sign-in's state does not match; start again"))
+		return
+	}
+	p, err := s.oidcPrincipal(r.Context(), q.Get("code"), st)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.startSession(w, r, p, viaOIDC, nil)
+	http.Redirect(w, r, st.Next, http.StatusSeeOther)
+}
+
+// oidcPrincipal exchanges code and returns who the verified ID token names.
+func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (approval.Principal, error) {
+	oc, verifier, err := s.oidc.setup(ctx)
+	if err != nil {
+		return approval.Principal{}, err
+	}
+	ctx = s.oidc.context(ctx)
+	tok, err := oc.Exchange(ctx, code, oauth2.VerifierOption(st.Verifier))
+	if err != nil {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider did not accept the sign-in code")
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no ID token")
+	}
+	idt, err := verifier.Verify(ctx, raw)
+	if err != nil {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token is not valid")
+	}
+	if idt.Nonce != st.Nonce {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's nonce does not match this sign-in")
+	}
+	var claims map[string]any
+	if err := idt.Claims(&claims); err != nil {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's claims cannot be read")
+	}
+	subject, _ := claims[s.oidc.cfg.SubjectClaim].(string)
+	if subject == "" {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no %q claim", s.oidc.cfg.SubjectClaim)
+	}
+	if err := approval.CheckText("subject", subject); err != nil {
+		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's subject is not usable")
+	}
+	if domains := s.oidc.cfg.AllowedDomains; len(domains) > 0 {
+		email, _ := claims["email"].(string)
+		verified, _ := claims["email_verified"].(bool)
+		_, domain, _ := strings.Cut(email, "@")
+		if !verified || !slices.ContainsFunc(domains, func(d string) bool { return strings.EqualFold(d, domain) }) {
+			return approval.Principal{}, approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: only verified addresses of %s", email, strings.Join(domains, ", "))
+		}
+	}
+	return approval.Principal{Subject: subject, Role: s.oidc.role(subject)}, nil
+}
+
+// safeNext returns next when it is a path under /ui/ on this site, and /ui/ otherwise, so
+// that a sign-in link cannot send the browser elsewhere.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix
+	}
+	return next
+}

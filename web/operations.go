@@ -1,0 +1,163 @@
+package web
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/approvald/approval"
+)
+
+// opsListSize is how many items each list of the operators' page shows at most.
+const opsListSize = 50
+
+// operationsPage is the data of the operators' page.
+type operationsPage struct {
+	NeedsReview []*approval.ExecutionRecord
+	Failed      []*approval.ExecutionRecord
+	PastLease   []*approval.ExecutionRecord // running, the lease run out: the worker may have died
+	InboxFailed []*approval.InboxEvent
+	InboxStuck  []*approval.InboxEvent // pending, due long ago: no worker is taking them
+	Done        string                 // what the last action did, from a fixed set
+	More        bool                   // some list has more than opsListSize items
+}
+
+// doneMessages are the confirmations the page shows after an action (?done=).
+var doneMessages = map[string]string{
+	"retried":  "The execution is queued again.",
+	"resolved": "The execution's outcome is recorded.",
+	"requeued": "The inbox event is queued again.",
+}
+
+// handleOperations is GET /ui/operations, for operators and admins: executions that need a
+// person (needs_review, failed), running executions past their lease, and failed or stuck
+// inbox events. It reads the store's listings, the same as GET /v1/executions and /v1/inbox.
+func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *session) {
+	if !sess.principal().MayOperate() {
+		s.fail(w, r, approval.Errorf(approval.EFORBIDDEN, "only operators and admins may see operations"))
+		return
+	}
+	ctx := r.Context()
+	page := &operationsPage{Done: doneMessages[r.URL.Query().Get("done")]}
+	executions := func(st approval.ExecutionStatus) ([]*approval.ExecutionRecord, error) {
+		list, next, err := s.store.Executions(ctx, approval.ExecutionFilter{Status: st, Limit: opsListSize})
+		page.More = page.More || next != ""
+		return list, err
+	}
+	var err error
+	if page.NeedsReview, err = executions(approval.ExecutionNeedsReview); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if page.Failed, err = executions(approval.ExecutionFailed); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	running, err := executions(approval.ExecutionRunning)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	now := s.now()
+	for _, e := range running {
+		if e.LeaseExpiresAt != nil && e.LeaseExpiresAt.Before(now) {
+			page.PastLease = append(page.PastLease, e)
+		}
+	}
+	inbox := func(st approval.InboxStatus) ([]*approval.InboxEvent, error) {
+		list, next, err := s.store.InboxEvents(ctx, approval.InboxFilter{Status: st, Limit: opsListSize})
+		page.More = page.More || next != ""
+		return list, err
+	}
+	if page.InboxFailed, err = inbox(approval.InboxFailed); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	pending, err := inbox(approval.InboxPending)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, e := range pending {
+		if e.NextAttemptAt != nil && e.NextAttemptAt.Before(now.Add(-s.stuckAfter)) {
+			page.InboxStuck = append(page.InboxStuck, e)
+		}
+	}
+	s.render(w, r, http.StatusOK, "operations", sess, page)
+}
+
+// operatorForm checks an operator's form post: the role, the form token, the body's size.
+func (s *Server) operatorForm(w http.ResponseWriter, r *http.Request, sess *session) (approval.Principal, approval.Cause, error) {
+	p := sess.principal()
+	if !p.MayOperate() {
+		return p, approval.Cause{}, approval.Errorf(approval.EFORBIDDEN, "role %s may not manage executions or the inbox", p.Role)
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	if err := r.ParseForm(); err != nil {
+		return p, approval.Cause{}, approval.Errorf(approval.EINVALID, "the form could not be read")
+	}
+	if err := s.checkForm(r, sess); err != nil {
+		return p, approval.Cause{}, err
+	}
+	c := cause(r)
+	return p, approval.Cause{Kind: approval.CauseOperator, Operator: p.Subject, RequestID: c.RequestID}, nil
+}
+
+// handleRetryExecution is POST /ui/executions/{id}/retry: Service.RetryExecution.
+func (s *Server) handleRetryExecution(w http.ResponseWriter, r *http.Request, sess *session) {
+	p, c, err := s.operatorForm(w, r, sess)
+	if err == nil {
+		_, err = s.svc.RetryExecution(r.Context(), r.PathValue("id"), p.Subject, c)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"operations?done=retried", http.StatusSeeOther)
+}
+
+// maxNoteLength bounds an operator's note, as the API does.
+const maxNoteLength = 4096
+
+// handleResolveExecution is POST /ui/executions/{id}/resolve with outcome and note:
+// Service.ResolveExecution. The note is required, as in the API.
+func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request, sess *session) {
+	p, c, err := s.operatorForm(w, r, sess)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	outcome := approval.ExecutionStatus(r.PostFormValue("outcome"))
+	note := r.PostFormValue("note")
+	switch {
+	case outcome != approval.ExecutionSucceeded && outcome != approval.ExecutionFailed:
+		err = approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", outcome)
+	case strings.TrimSpace(note) == "":
+		err = approval.Errorf(approval.EINVALID, "a note is required: say how you know what happened")
+	case len(note) > maxNoteLength:
+		err = approval.Errorf(approval.EINVALID, "the note is longer than %d bytes", maxNoteLength)
+	default:
+		err = approval.CheckText("note", note)
+	}
+	if err == nil {
+		_, err = s.svc.ResolveExecution(r.Context(), r.PathValue("id"), outcome, note, p.Subject, c)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"operations?done=resolved", http.StatusSeeOther)
+}
+
+// handleRetryInbox is POST /ui/inbox/{id}/retry: a failed inbox event is queued again.
+func (s *Server) handleRetryInbox(w http.ResponseWriter, r *http.Request, sess *session) {
+	p, _, err := s.operatorForm(w, r, sess)
+	if err == nil {
+		_, err = s.store.RetryInbox(r.Context(), r.PathValue("id"))
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("inbox event re-queued", "event", r.PathValue("id"), "operator", p.Subject)
+	http.Redirect(w, r, Prefix+"operations?done=requeued", http.StatusSeeOther)
+}

@@ -1,0 +1,328 @@
+package web
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// waitingPageSize is how many approvals one page of each list shows.
+const waitingPageSize = 25
+
+// row is one approval in a list.
+type row struct {
+	A        *approval.Approval
+	TimeLeft string
+}
+
+// waitingPage is the data of the "waiting for me" page.
+type waitingPage struct {
+	Waiting      []row
+	WaitingNext  string // the link to the next page of Waiting, "" on the last
+	Decided      []row
+	DecidedNext  string
+	ShowingLater bool // a later page of a list is shown: offer the way back
+}
+
+// handleWaiting is GET /ui/: the pending approvals listing the viewer that the viewer has not
+// voted on, newest first, and the approvals listing the viewer that are decided. Each list
+// pages with the store's cursor (?w= and ?d=).
+func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *session) {
+	q := r.URL.Query()
+	now := s.now()
+	page := &waitingPage{ShowingLater: q.Get("w") != "" || q.Get("d") != ""}
+
+	pending, next, err := s.store.Approvals(r.Context(), approval.ApprovalFilter{
+		Status: approval.StatusPending, Approver: sess.Subject, Limit: waitingPageSize, Cursor: q.Get("w"),
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, a := range pending {
+		// The ones the viewer already voted on wait for others, not for the viewer. They are
+		// dropped here, so a page may show fewer than waitingPageSize; a store filter
+		// ("not voted by") will replace this when the listings move up into the Service.
+		if _, voted := a.DecisionBy(sess.Subject); voted {
+			continue
+		}
+		page.Waiting = append(page.Waiting, row{A: a, TimeLeft: timeLeft(a.ExpiresAt, now)})
+	}
+	if next != "" {
+		page.WaitingNext = "?" + url.Values{"w": {next}, "d": {q.Get("d")}}.Encode()
+	}
+
+	listed, next, err := s.store.Approvals(r.Context(), approval.ApprovalFilter{
+		Approver: sess.Subject, Limit: waitingPageSize, Cursor: q.Get("d"),
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, a := range listed {
+		if a.Status.Terminal() { // pending ones are in the list above, or wait for others
+			page.Decided = append(page.Decided, row{A: a})
+		}
+	}
+	if next != "" {
+		page.DecidedNext = "?" + url.Values{"w": {q.Get("w")}, "d": {next}}.Encode()
+	}
+	s.render(w, r, http.StatusOK, "waiting", sess, page)
+}
+
+// approvalPage is the data of an approval's page.
+type approvalPage struct {
+	A          *approval.Approval
+	Status     statusView
+	TimeLeft   string
+	Context    node
+	Events     []approval.Event
+	Required   int
+	Approvals  int
+	CanDecide  bool   // the forms are shown
+	Token      string // the forms' decision token
+	MyDecision *approval.Decision
+	Answer     *answer // set on the answer page after a decision
+}
+
+// handleApproval is GET /ui/approvals/{id}.
+func (s *Server) handleApproval(w http.ResponseWriter, r *http.Request, sess *session) {
+	page, err := s.approvalPage(r.Context(), sess, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "approval", sess, page)
+}
+
+// approvalPage reads what an approval's page shows, or ENOTFOUND when the viewer may not see
+// it (as the API answers).
+func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*approvalPage, error) {
+	a, err := s.store.Approval(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	p := sess.principal()
+	if !p.MayRead(a) {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	}
+	events, err := s.store.Events(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	page := &approvalPage{
+		A: a, Status: approvalStatus(a.Status), TimeLeft: timeLeft(a.ExpiresAt, s.now()),
+		Context: contextTree(a.Context), Events: events,
+		Required: a.RequiredApprovals, Approvals: a.Approvals(),
+	}
+	if d, ok := a.DecisionBy(sess.Subject); ok {
+		page.MyDecision = &d
+	}
+	// Whether a vote would count is the Service's rule; the page only offers the forms to
+	// someone listed who has not voted on a pending approval, and shows what Decide answers.
+	if a.Status == approval.StatusPending && p.MayDecide() && a.IsApprover(sess.Subject) && page.MyDecision == nil {
+		page.CanDecide = true
+		page.Token = s.decisionToken(sess, a.ID)
+	}
+	return page, nil
+}
+
+// maxFormBody bounds a form post, as the API bounds a JSON body.
+const maxFormBody = 64 << 10
+
+// handleDecide is POST /ui/approvals/{id}/approve and /reject. The form's decision token must
+// be valid for this session and approval; the vote goes through Service.Decide, and the
+// browser is sent (303) to the answer page, which says what happened. A second submit of
+// the same form in this process waits for the first and is sent to the same answer.
+func (s *Server) handleDecide(verdict approval.Verdict) func(http.ResponseWriter, *http.Request, *session) {
+	return func(w http.ResponseWriter, r *http.Request, sess *session) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+		if err := r.ParseForm(); err != nil {
+			s.fail(w, r, approval.Errorf(approval.EINVALID, "the form could not be read"))
+			return
+		}
+		id := r.PathValue("id")
+		nonce, expires, err := s.checkDecisionToken(r.PostFormValue("token"), sess, id)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		p := sess.principal()
+		if !p.MayDecide() {
+			s.fail(w, r, approval.Errorf(approval.EFORBIDDEN, "role %s may not decide approvals", p.Role))
+			return
+		}
+		comment := r.PostFormValue("comment")
+		if err := approval.CheckText("comment", comment); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		answerURL := s.answerURL(sess, id, verdict)
+
+		f, first := s.forms.claim(nonce, expires, s.now())
+		if !first {
+			select {
+			case <-f.done:
+			case <-r.Context().Done():
+				return
+			}
+			http.Redirect(w, r, answerURL, http.StatusSeeOther)
+			return
+		}
+		defer close(f.done)
+		_, err = s.svc.Decide(r.Context(), approval.DecideRequest{
+			ApprovalID: id, Approver: sess.Subject, Verdict: verdict, Comment: comment, Cause: cause(r),
+		})
+		// A conflict (decided by someone else, the other verdict already given, expired) is
+		// an answer, not a failure: the answer page says what happened.
+		if err != nil && approval.ErrorCode(err) != approval.ECONFLICT {
+			s.fail(w, r, err)
+			return
+		}
+		http.Redirect(w, r, answerURL, http.StatusSeeOther)
+	}
+}
+
+// answerURL is the answer page of the viewer's verdict on approval id, signed so that the
+// page cannot be made to claim a vote the viewer did not submit.
+func (s *Server) answerURL(sess *session, id string, verdict approval.Verdict) string {
+	sig := base64.RawURLEncoding.EncodeToString(s.mac("answer", answerMACInput(sess, id, verdict)))
+	return ApprovalPath(id) + "/answer?" + url.Values{"v": {string(verdict)}, "s": {sig}}.Encode()
+}
+
+func answerMACInput(sess *session, id string, verdict approval.Verdict) []byte {
+	return []byte(sess.ID + "\x00" + id + "\x00" + string(verdict))
+}
+
+// answer is what happened to the viewer's vote, in words.
+type answer struct {
+	Recorded bool
+	Lead     string     // "You approved this." / "Already rejected by bob"
+	At       *time.Time // when the vote or the outcome was
+	Tail     string     // what follows the time
+	Status   string     // what the approval now waits for, when the vote was recorded
+}
+
+// handleAnswer is GET /ui/approvals/{id}/answer: the approval's page, headed by what
+// happened to the vote the viewer submitted.
+func (s *Server) handleAnswer(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("id")
+	verdict := approval.Verdict(r.URL.Query().Get("v"))
+	sig, err := base64.RawURLEncoding.DecodeString(r.URL.Query().Get("s"))
+	if err != nil || !verdict.Valid() || !hmac.Equal(sig, s.mac("answer", answerMACInput(sess, id, verdict))) {
+		s.fail(w, r, approval.Errorf(approval.EINVALID, "this answer link is not valid for you; open the approval instead"))
+		return
+	}
+	page, err := s.approvalPage(r.Context(), sess, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page.Answer = answerFor(page.A, page.Events, sess.Subject, verdict)
+	s.render(w, r, http.StatusOK, "approval", sess, page)
+}
+
+// answerFor says what became of me's verdict on a, from the approval as it now is: the vote
+// is on record, or the approval was decided first, or me had voted the other way.
+func answerFor(a *approval.Approval, events []approval.Event, me string, verdict approval.Verdict) *answer {
+	noun := map[approval.Verdict]string{approval.VerdictApprove: "approval", approval.VerdictReject: "rejection"}[verdict]
+	past := map[approval.Verdict]string{approval.VerdictApprove: "approved", approval.VerdictReject: "rejected"}
+	if d, ok := a.DecisionBy(me); ok {
+		at := d.At
+		if d.Verdict == verdict {
+			ans := &answer{Recorded: true, Lead: "You " + past[verdict] + " this", At: &at, Tail: "."}
+			switch a.Status {
+			case approval.StatusPending:
+				ans.Status = fmt.Sprintf("%d of %d approvals so far; it waits for the other approvers.", a.Approvals(), a.RequiredApprovals)
+			default:
+				ans.Status = "The request is now " + string(a.Status) + "."
+			}
+			return ans
+		}
+		return &answer{Lead: "You had already " + past[d.Verdict] + " this", At: &at, Tail: "; your " + noun + " was not recorded."}
+	}
+	if a.Status.Terminal() {
+		ans := &answer{Lead: "Already " + string(a.Status), At: a.DecidedAt, Tail: "; your " + noun + " was not recorded."}
+		// The event that ended it names who did.
+		for i := len(events) - 1; i >= 0; i-- {
+			if e := events[i]; e.Type == "approval."+string(a.Status) {
+				at := e.At
+				ans.At = &at
+				if e.Actor != approval.ActorSystem {
+					ans.Lead += " by " + e.Actor
+				}
+				break
+			}
+		}
+		return ans
+	}
+	return &answer{Lead: "Your " + noun + " was not recorded", Tail: ". Nothing changed; try again."}
+}
+
+// waitAnswer is the JSON answer of the page's long-poll.
+type waitAnswer struct {
+	Version int64           `json:"version"`
+	Status  approval.Status `json:"status"`
+}
+
+// handleWait is GET /ui/approvals/{id}/wait?version=N, the long-poll of a pending approval's
+// page: it answers as soon as the approval's version exceeds N, or after the long-poll wait,
+// as GET /v1/approvals/{id}?wait= does: woken by the store's approvals signal and re-reading
+// at an interval, since signals can be lost.
+func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *session) {
+	id := r.PathValue("id")
+	var version int64
+	if _, err := fmt.Sscan(r.URL.Query().Get("version"), &version); err != nil || version < 0 {
+		s.fail(w, r, approval.Errorf(approval.EINVALID, "version must be the non-negative version the page shows"))
+		return
+	}
+	changed, unsubscribe := s.store.Subscribe(approval.TopicApprovals)
+	defer unsubscribe()
+	timeout := time.NewTimer(s.pollWait)
+	defer timeout.Stop()
+	poll := time.NewTicker(s.pollEvery)
+	defer poll.Stop()
+	p := sess.principal()
+	for {
+		a, err := s.store.Approval(r.Context(), id)
+		if err == nil && !p.MayRead(a) {
+			err = approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+		}
+		if err != nil {
+			if r.Context().Err() != nil {
+				return
+			}
+			s.fail(w, r, err)
+			return
+		}
+		if a.Version > version {
+			writeJSON(w, waitAnswer{Version: a.Version, Status: a.Status})
+			return
+		}
+		select {
+		case _, ok := <-changed:
+			if !ok {
+				changed = nil
+			}
+		case <-poll.C:
+		case <-timeout.C:
+			writeJSON(w, waitAnswer{Version: a.Version, Status: a.Status})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,211 @@
+package web
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Cookie names. Both live under Path=/ui only.
+const (
+	sessionCookie = "approvald_session"
+	// oidcCookie holds the state, nonce and PKCE verifier of one OpenID Connect sign-in
+	// between the redirect to the provider and its callback.
+	oidcCookie = "approvald_oidc"
+	// preCookie binds the sign-in form to the browser that loaded it (login CSRF).
+	preCookie = "approvald_pre"
+)
+
+// How a session was started.
+const (
+	viaToken = "token"
+	viaOIDC  = "oidc"
+	viaLink  = "link" // reserved for e-mailed sign-in links
+)
+
+// session is the signed content of the session cookie.
+type session struct {
+	ID      string        `json:"sid"` // new at every sign-in; form tokens are bound to it
+	Subject string        `json:"sub"`
+	Role    approval.Role `json:"role"`
+	Via     string        `json:"via"`
+	// TokenHash is the stored hash of the API token signed in with (never the token): each
+	// request looks it up again, so a token deleted from the store ends its sessions.
+	TokenHash []byte `json:"th,omitempty"`
+	Expires   int64  `json:"exp"` // Unix seconds
+}
+
+func (s session) principal() approval.Principal {
+	return approval.Principal{Subject: s.Subject, Role: s.Role}
+}
+
+// sign returns value.mac, both base64url, the MAC over purpose and value.
+func (s *Server) sign(purpose string, value []byte) string {
+	return base64.RawURLEncoding.EncodeToString(value) + "." + base64.RawURLEncoding.EncodeToString(s.mac(purpose, value))
+}
+
+// verify returns the value of a string made by sign for purpose, or false.
+func (s *Server) verify(purpose, signed string) ([]byte, bool) {
+	v, m, ok := strings.Cut(signed, ".")
+	if !ok {
+		return nil, false
+	}
+	value, err1 := base64.RawURLEncoding.DecodeString(v)
+	mac, err2 := base64.RawURLEncoding.DecodeString(m)
+	if err1 != nil || err2 != nil || !hmac.Equal(mac, s.mac(purpose, value)) {
+		return nil, false
+	}
+	return value, true
+}
+
+// mac is HMAC-SHA256 under the session key of purpose and value, purpose first so that a
+// value signed for one use is never valid for another.
+func (s *Server) mac(purpose string, value []byte) []byte {
+	h := hmac.New(sha256.New, s.key)
+	h.Write([]byte(purpose))
+	h.Write([]byte{0})
+	h.Write(value)
+	return h.Sum(nil)
+}
+
+// startSession signs the viewer in as p: a new session, with a new id, replaces any cookie
+// the browser held. Sign-in methods (the token form, OpenID Connect, and later e-mailed
+// links) all end here.
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p approval.Principal, via string, tokenHash []byte) {
+	sess := session{
+		ID: randomString(18), Subject: p.Subject, Role: p.Role, Via: via, TokenHash: tokenHash,
+		Expires: s.now().Add(s.ttl).Unix(),
+	}
+	value, _ := json.Marshal(sess)
+	s.setCookie(w, r, sessionCookie, s.sign("session", value), s.ttl)
+}
+
+// session returns the request's valid session: signed by our key, not expired, and, for a
+// token's session, the token still in the store with the same subject and role.
+func (s *Server) session(r *http.Request) (*session, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, approval.Errorf(approval.EUNAUTHORIZED, "not signed in")
+	}
+	value, ok := s.verify("session", c.Value)
+	if !ok {
+		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session cookie is not valid; sign in again")
+	}
+	var sess session
+	if err := json.Unmarshal(value, &sess); err != nil || sess.ID == "" || sess.Subject == "" || !sess.Role.Valid() {
+		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session cookie is not valid; sign in again")
+	}
+	if s.now().Unix() >= sess.Expires {
+		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session has expired; sign in again")
+	}
+	if sess.Via == viaToken {
+		// Service.Authenticate caches tokens for a few seconds; the page asks the store
+		// each time, so that a deleted token ends its sessions at once.
+		t, err := s.store.TokenByHash(r.Context(), sess.TokenHash)
+		if approval.ErrorCode(err) == approval.ENOTFOUND {
+			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the token this session signed in with no longer exists; sign in again")
+		} else if err != nil {
+			return nil, err
+		}
+		if t.Subject != sess.Subject || t.Role != sess.Role {
+			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the token this session signed in with has changed; sign in again")
+		}
+	}
+	return &sess, nil
+}
+
+// setCookie sets an HttpOnly, SameSite=Lax cookie under /ui, Secure over TLS or when the
+// public URL is https. ttl <= 0 deletes it.
+func (s *Server) setCookie(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration) {
+	c := &http.Cookie{
+		Name: name, Value: value, Path: "/ui",
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: s.secure || r.TLS != nil,
+	}
+	if ttl > 0 {
+		c.MaxAge = int(ttl / time.Second)
+		c.Expires = time.Now().Add(ttl) // for old browsers; the real clock, as the browser's
+	} else {
+		c.MaxAge = -1
+		c.Value = ""
+	}
+	http.SetCookie(w, c)
+}
+
+// formToken is the CSRF token of every form but the decision forms, bound to the session.
+func (s *Server) formToken(sess *session) string {
+	return base64.RawURLEncoding.EncodeToString(s.mac("form", []byte(sess.ID)))
+}
+
+// checkForm refuses a post whose form token is missing or is not the session's.
+func (s *Server) checkForm(r *http.Request, sess *session) error {
+	got := r.PostFormValue("csrf")
+	want := s.formToken(sess)
+	if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		return approval.Errorf(approval.EFORBIDDEN, "the form's token is missing or wrong; reload the page and try again")
+	}
+	return nil
+}
+
+// decisionFormTTL is how long a rendered decision form may be submitted.
+const decisionFormTTL = 12 * time.Hour
+
+// decisionToken is carried by a rendered Approve/Reject form: a nonce naming this form,
+// its expiry, and a MAC binding both to the session, the approval and the approver. It is
+// the form's CSRF token, and its nonce makes a double submit one request.
+func (s *Server) decisionToken(sess *session, approvalID string) string {
+	nonce := randomString(12)
+	exp := strconv.FormatInt(s.now().Add(decisionFormTTL).Unix(), 10)
+	payload := nonce + "." + exp
+	return payload + "." + base64.RawURLEncoding.EncodeToString(s.mac("decide", decisionMACInput(sess, approvalID, payload)))
+}
+
+// checkDecisionToken returns the nonce and expiry of a valid decision token for this
+// session and approval.
+func (s *Server) checkDecisionToken(token string, sess *session, approvalID string) (nonce string, expires time.Time, err error) {
+	refuse := approval.Errorf(approval.EFORBIDDEN, "the form's decision token is missing or wrong; reload the page and try again")
+	i := strings.LastIndexByte(token, '.')
+	if i < 0 {
+		return "", time.Time{}, refuse
+	}
+	payload, mac := token[:i], token[i+1:]
+	got, err := base64.RawURLEncoding.DecodeString(mac)
+	if err != nil || !hmac.Equal(got, s.mac("decide", decisionMACInput(sess, approvalID, payload))) {
+		return "", time.Time{}, refuse
+	}
+	nonce, exp, _ := strings.Cut(payload, ".")
+	secs, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return "", time.Time{}, refuse
+	}
+	expires = time.Unix(secs, 0)
+	if !s.now().Before(expires) {
+		return "", time.Time{}, approval.Errorf(approval.EFORBIDDEN, "the form has expired; reload the page and decide again")
+	}
+	return nonce, expires, nil
+}
+
+func decisionMACInput(sess *session, approvalID, payload string) []byte {
+	var b bytes.Buffer
+	for _, part := range []string{sess.ID, sess.Subject, approvalID, payload} {
+		b.WriteString(part)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// randomString returns n random bytes as base64url.
+func randomString(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}

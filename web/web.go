@@ -1,0 +1,313 @@
+// Package web serves the approver's pages under /ui/: the approvals waiting for the viewer,
+// one approval with its votes, execution and audit trail, the Approve and Reject forms, the
+// operators' page, and sign-in (an API token, or OpenID Connect). Pages are rendered on the
+// server with html/template; the one stylesheet and the one script are embedded in the binary.
+//
+// The pages hold no rule of their own: every change goes through approval.Service and every
+// permission through approval.Principal, exactly as for the JSON API. docs/web.md describes
+// the pages, the session and the security headers.
+package web
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Prefix is the path under which the pages are served.
+const Prefix = "/ui/"
+
+// Defaults of Config.
+const (
+	DefaultSessionTTL       = 12 * time.Hour
+	DefaultLongPollInterval = 500 * time.Millisecond
+	DefaultLongPollWait     = 25 * time.Second
+	DefaultStuckAfter       = 5 * time.Minute
+	// MinSessionKeyLength is the shortest session key accepted, in bytes.
+	MinSessionKeyLength = 32
+)
+
+// Config configures a Server. Zero values pick the documented defaults.
+type Config struct {
+	Store  approval.Store
+	Logger *slog.Logger     // nil = discard
+	Now    func() time.Time // nil = approval.Now
+
+	// SessionKey signs session cookies and form tokens (HMAC-SHA256). Replicas must share
+	// it; when it is nil a random key is made for this process and a warning logged, so
+	// sessions do not survive a restart or cross replicas.
+	SessionKey []byte
+	// SessionTTL is how long a session lasts after sign-in; 0 = DefaultSessionTTL.
+	SessionTTL time.Duration
+	// PublicURL is the address users reach the service at. When it is https, cookies are
+	// Secure even if TLS ends in front of approvald.
+	PublicURL string
+	// OIDC enables sign-in with an OpenID Connect provider; nil leaves only the token form.
+	OIDC *OIDCConfig
+
+	LongPollInterval time.Duration // how often the page's long-poll re-reads; 0 = 500ms
+	LongPollWait     time.Duration // how long one long-poll waits; 0 = 25s
+	// StuckAfter is how long past its due time a pending inbox event is shown as stuck on
+	// the operators' page; 0 = DefaultStuckAfter.
+	StuckAfter time.Duration
+}
+
+// Server serves the pages. It keeps no state that correctness depends on: the session is
+// in a signed cookie, and the in-process memory of decision forms already submitted only
+// saves a second request the rules would anyway make harmless.
+type Server struct {
+	store      approval.Store
+	svc        *approval.Service
+	log        *slog.Logger
+	now        func() time.Time
+	key        []byte
+	ttl        time.Duration
+	secure     bool
+	oidc       *oidcClient
+	pollEvery  time.Duration
+	pollWait   time.Duration
+	stuckAfter time.Duration
+
+	pages  map[string]*template.Template
+	static http.Handler
+	mux    *http.ServeMux
+	cop    *http.CrossOriginProtection
+	forms  *submitted
+}
+
+// New returns a Server for cfg, or an error when cfg cannot work (a short session key, a bad
+// public URL or OIDC settings).
+func New(cfg Config) (*Server, error) {
+	s := &Server{
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		ttl:        cmp.Or(cfg.SessionTTL, DefaultSessionTTL),
+		pollEvery:  cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
+		pollWait:   cmp.Or(cfg.LongPollWait, DefaultLongPollWait),
+		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter),
+		mux:        http.NewServeMux(),
+		forms:      newSubmitted(),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = approval.Now
+	}
+	s.svc = &approval.Service{Store: s.store, Now: s.now}
+	switch {
+	case cfg.SessionKey == nil:
+		s.key = make([]byte, MinSessionKeyLength)
+		rand.Read(s.key)
+		s.log.Warn("web.session_key is not set: using a random key for this process; sessions end at restart and do not cross replicas")
+	case len(cfg.SessionKey) < MinSessionKeyLength:
+		return nil, fmt.Errorf("session key: %d bytes, want at least %d", len(cfg.SessionKey), MinSessionKeyLength)
+	default:
+		s.key = append([]byte(nil), cfg.SessionKey...)
+	}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("public url %q: must be an http or https URL with a host", cfg.PublicURL)
+		}
+		s.secure = u.Scheme == "https"
+	}
+	if cfg.OIDC != nil {
+		c, err := newOIDCClient(*cfg.OIDC)
+		if err != nil {
+			return nil, err
+		}
+		s.oidc = c
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	s.pages = pages
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	s.static = http.StripPrefix(Prefix+"static/", http.FileServerFS(sub))
+
+	s.cop = http.NewCrossOriginProtection()
+	s.cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, approval.Errorf(approval.EFORBIDDEN, "cross-origin form posts are refused"))
+	}))
+	s.routes()
+	return s, nil
+}
+
+// Handler returns the handler the binary serves: the pages under /ui/ and api for
+// everything else.
+func (s *Server) Handler(api http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(Prefix, s)
+	mux.Handle("GET /ui", http.RedirectHandler(Prefix, http.StatusSeeOther))
+	mux.Handle("/", api)
+	return mux
+}
+
+// ApprovalPath is the path of an approval's page, for links in notifications.
+func ApprovalPath(id string) string { return Prefix + "approvals/" + url.PathEscape(id) }
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /ui/{$}", s.authed(s.handleWaiting))
+	m.HandleFunc("GET /ui/approvals/{id}", s.authed(s.handleApproval))
+	m.HandleFunc("GET /ui/approvals/{id}/answer", s.authed(s.handleAnswer))
+	m.HandleFunc("GET /ui/approvals/{id}/wait", s.authed(s.handleWait))
+	m.HandleFunc("POST /ui/approvals/{id}/approve", s.authed(s.handleDecide(approval.VerdictApprove)))
+	m.HandleFunc("POST /ui/approvals/{id}/reject", s.authed(s.handleDecide(approval.VerdictReject)))
+	m.HandleFunc("GET /ui/operations", s.authed(s.handleOperations))
+	m.HandleFunc("POST /ui/executions/{id}/retry", s.authed(s.handleRetryExecution))
+	m.HandleFunc("POST /ui/executions/{id}/resolve", s.authed(s.handleResolveExecution))
+	m.HandleFunc("POST /ui/inbox/{id}/retry", s.authed(s.handleRetryInbox))
+
+	m.HandleFunc("GET /ui/signin", s.handleSignInPage)
+	m.HandleFunc("POST /ui/signin/token", s.handleSignInToken)
+	m.HandleFunc("GET /ui/signin/oidc", s.handleOIDCStart)
+	m.HandleFunc("GET /ui/signin/oidc/callback", s.handleOIDCCallback)
+	m.HandleFunc("POST /ui/signout", s.authed(s.handleSignOut))
+	m.Handle("GET /ui/static/", s.staticHandler())
+	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "no page at %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// contentSecurityPolicy allows the page's own script, style and images only: no inline
+// script or style, no framing, forms posting only here.
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+
+// ServeHTTP sets the security headers on every answer, refuses cross-origin posts, and runs
+// the matching page.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	id := approval.NewID("req")
+	h.Set("X-Request-Id", id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	s.cop.Handler(s.mux).ServeHTTP(w, r)
+}
+
+type requestIDKey struct{}
+
+// cause is the audit trail's cause of a change made by r: an HTTP request, by its id.
+func cause(r *http.Request) approval.Cause {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	return approval.HTTPCause(id)
+}
+
+// staticHandler serves the embedded assets. Their names do not change with their content, so
+// they are cached for a day and revalidated by Last-Modified afterwards.
+func (s *Server) staticHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		s.static.ServeHTTP(w, r)
+	})
+}
+
+// fail answers err: an HTML page for a browser, problem+json for anyone else, with the
+// status of the error's code. Internal details are logged, never shown.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := approval.ErrorCode(err)
+	status, ok := statusOf[code]
+	if !ok {
+		code, status = approval.EINTERNAL, http.StatusInternalServerError
+	}
+	detail := approval.ErrorMessage(err)
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	if code == approval.EINTERNAL || code == approval.EUNAVAILABLE {
+		s.log.Error("web request failed", "request_id", id, "path", r.URL.Path, "error", err)
+		if code == approval.EINTERNAL {
+			detail = "internal error; quote request id " + id + " when reporting it"
+		}
+	}
+	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{
+			"type": "https://approvald.dev/problems/" + code, "title": http.StatusText(status),
+			"status": status, "detail": detail, "request_id": id,
+		})
+		return
+	}
+	s.render(w, r, status, "error", nil, errorPage{Status: status, Title: http.StatusText(status), Detail: detail, RequestID: id})
+}
+
+// statusOf maps the application's error codes to HTTP statuses, as the API does.
+var statusOf = map[string]int{
+	approval.EINVALID:      http.StatusBadRequest,
+	approval.EUNAUTHORIZED: http.StatusUnauthorized,
+	approval.EFORBIDDEN:    http.StatusForbidden,
+	approval.ENOTFOUND:     http.StatusNotFound,
+	approval.ECONFLICT:     http.StatusConflict,
+	approval.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	approval.EUNAVAILABLE:  http.StatusServiceUnavailable,
+	approval.EINTERNAL:     http.StatusInternalServerError,
+}
+
+// submitted remembers the decision forms this process has accepted, by nonce, for as long as
+// a form is valid: a second submit of one form waits for the first to finish and gets its
+// answer, instead of being a second request. Across processes the decide rule makes the
+// repeat harmless anyway (an identical vote changes nothing).
+type submitted struct {
+	mu      sync.Mutex
+	flights map[string]*flight
+}
+
+type flight struct {
+	done    chan struct{}
+	expires time.Time
+}
+
+// maxRemembered bounds the memory of submitted forms; past it, expired ones are dropped.
+const maxRemembered = 10_000
+
+func newSubmitted() *submitted { return &submitted{flights: make(map[string]*flight)} }
+
+// claim returns the flight of nonce and whether the caller is the first to submit it; the
+// first must close f.done when it has finished.
+func (m *submitted) claim(nonce string, expires, now time.Time) (f *flight, first bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f, ok := m.flights[nonce]; ok {
+		return f, false
+	}
+	if len(m.flights) >= maxRemembered {
+		for k, f := range m.flights {
+			if now.After(f.expires) {
+				delete(m.flights, k)
+			}
+		}
+	}
+	f = &flight{done: make(chan struct{}), expires: expires}
+	if len(m.flights) < maxRemembered {
+		m.flights[nonce] = f
+	}
+	return f, true
+}
