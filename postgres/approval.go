@@ -63,58 +63,6 @@ func (s *Store) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*ap
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
 }
 
-// ExpireDue expires up to limit due pending approvals in one statement. SKIP LOCKED lets
-// several replicas sweep at once without waiting on each other or on a vote in progress
-// (which expires the approval itself if it is due), and the events are inserted from the
-// UPDATE's RETURNING, so each approval expired gets exactly one EventExpired.
-func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-
-	cause, err := json.Marshal(approval.SweeperCause())
-	if err != nil {
-		return 0, fmt.Errorf("encode sweeper cause: %w", err)
-	}
-	tag, err := tx.Exec(ctx, `
-		WITH due AS (
-			SELECT id FROM approvals
-			WHERE status = 'pending' AND expires_at <= $1
-			ORDER BY expires_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		), expired AS (
-			UPDATE approvals a
-			SET status = 'expired', version = a.version + 1, decided_at = $1
-			FROM due
-			WHERE a.id = due.id AND a.status = 'pending' AND a.expires_at <= $1
-			RETURNING a.id
-		)
-		INSERT INTO events (approval_id, seq, type, at, actor, cause)
-		SELECT expired.id,
-			COALESCE((SELECT max(e.seq) FROM events e WHERE e.approval_id = expired.id), 0) + 1,
-			$3::text, $1::timestamptz, $4::text, $5::jsonb
-		FROM expired`,
-		tx.now, limit, approval.EventExpired, approval.ActorSystem, cause)
-	if err != nil {
-		return 0, translate("expire due approvals", err)
-	}
-	if tag.RowsAffected() > 0 {
-		if err := tx.notify(ctx, approval.TopicApprovals); err != nil {
-			return 0, err
-		}
-	}
-	if err := tx.commit(ctx, "commit expiry"); err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected()), nil
-}
-
 // ApprovalCounts returns how many approvals are in each status, with every known status
 // present (zero when none) so that a metrics gauge falls back to zero.
 func (s *Store) ApprovalCounts(ctx context.Context) (map[approval.Status]int, error) {

@@ -130,41 +130,6 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	return events, nil
 }
 
-// FailInbox records a failed attempt of a claimed event, only while e's claim still holds it:
-// back to pending at retryAt, or failed for good when retryAt is nil.
-func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
-	if e.LeaseToken == "" {
-		return lostInboxClaim(e.ID)
-	}
-	status := approval.InboxFailed
-	if retryAt != nil {
-		status = approval.InboxPending
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-
-	tag, err := tx.Exec(ctx, `
-		UPDATE inbox_events
-		SET status = $3, last_error = $4, next_attempt_at = $5, lease_token = '', lease_expires_at = NULL
-		WHERE id = $1 AND lease_token = $2 AND status = 'pending'`,
-		e.ID, e.LeaseToken, string(status), errMsg, retryAt)
-	if err != nil {
-		return translate("fail inbox event", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return lostInboxClaim(e.ID)
-	}
-	if retryAt != nil {
-		if err := tx.notify(ctx, approval.TopicInbox); err != nil {
-			return err
-		}
-	}
-	return tx.commit(ctx, "commit fail inbox event")
-}
-
 // InboxEvent returns one event with its body, or ENOTFOUND.
 func (s *Store) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
 	tx, err := s.beginRead(ctx)
@@ -220,41 +185,6 @@ func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*app
 		return nil, "", err
 	}
 	return list, next, nil
-}
-
-// RetryInbox puts a failed event back in the queue, due now, its attempts kept.
-func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	var status string
-	err = tx.QueryRow(ctx, `SELECT status FROM inbox_events WHERE id = $1 FOR UPDATE`, id).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
-	} else if err != nil {
-		return nil, translate("lock inbox event", err)
-	}
-	if status != string(approval.InboxFailed) {
-		return nil, approval.InboxRetryConflict(id, approval.InboxStatus(status))
-	}
-	e, err := scanInbox(tx.QueryRow(ctx, `
-		UPDATE inbox_events i SET status = 'pending', next_attempt_at = $2
-		WHERE i.id = $1
-		RETURNING `+inboxColumns+`, i.body`,
-		id, tx.now))
-	if err != nil {
-		return nil, translate("retry inbox event", err)
-	}
-	if err := tx.notify(ctx, approval.TopicInbox); err != nil {
-		return nil, err
-	}
-	if err := tx.commit(ctx, "commit retry inbox event"); err != nil {
-		return nil, err
-	}
-	return e, nil
 }
 
 // PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
@@ -330,11 +260,6 @@ func (s *Store) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, 
 		return nil, translate("count inbox events", err)
 	}
 	return counts, tx.commit(ctx, "commit count inbox events")
-}
-
-// lostInboxClaim is the answer to a worker whose claim no longer holds the event.
-func lostInboxClaim(id string) error {
-	return approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", id)
 }
 
 // inboxColumns are the inbox_events columns scanInbox reads, in order, from alias i; every

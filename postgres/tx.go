@@ -244,6 +244,18 @@ func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, stat
 	return nil
 }
 
+// ApprovalIDsDueForUpdate: SKIP LOCKED lets several replicas sweep at once without waiting
+// on each other or on a vote in progress (which expires the approval itself if it is due).
+// Under read committed a row that a vote changed and committed since the statement began is
+// read again once locked, and left out if no longer pending; the writes that follow are
+// statements of their own, which see that vote's events.
+func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
+	return t.ids(ctx, "find due approvals", `
+		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1
+		ORDER BY expires_at, id LIMIT $2
+		FOR UPDATE SKIP LOCKED`, t.tx.now, limit)
+}
+
 // DecisionInsert orders the decision by the approval.voted event just appended.
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
 	t.enqueue("insert decision", `
@@ -453,6 +465,36 @@ func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.In
 		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
 	}
 	return e, translate("mark inbox event done", err)
+}
+
+// InboxSetAttemptFailed is queued like every write; a failed guard divides by zero, as in
+// ApprovalSetStatusIfPending.
+func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
+	t.enqueue("record failed inbox attempt", `
+		WITH changed AS (
+			UPDATE inbox_events
+			SET status = $2, last_error = $3, next_attempt_at = $4, processed_at = $5,
+				lease_token = '', lease_expires_at = NULL
+			WHERE id = $1 AND status = 'pending'
+			RETURNING 1
+		)
+		SELECT 1 / count(*) FROM changed`,
+		id, string(status), lastError, nextAttemptAt, processedAt)
+	return nil
+}
+
+func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	e, err := scanInbox(t.QueryRow(ctx, `
+		UPDATE inbox_events i
+		SET status = 'pending', next_attempt_at = $2, processed_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE i.id = $1 AND i.status = 'failed'
+		RETURNING `+inboxColumns+`, i.body`,
+		id, t.tx.now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
+	}
+	return e, translate("retry inbox event", err)
 }
 
 // insertEventSQL appends an approval's next event; the caller holds the approval's lock,

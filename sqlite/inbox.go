@@ -145,44 +145,6 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	return list, nil
 }
 
-// FailInbox records a failed attempt of the claimed event e: pending again at retryAt, or
-// failed for good when retryAt is nil; ECONFLICT if e's lease token no longer holds it.
-func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return fail("fail inbox", err)
-	}
-	defer tx.Rollback()
-
-	status, processedAt := approval.InboxPending, (*time.Time)(nil)
-	if retryAt == nil {
-		status, processedAt = approval.InboxFailed, &tx.now
-	} else {
-		tx.signal(approval.TopicInbox)
-	}
-	res, err := tx.ExecContext(ctx, `
-		UPDATE inbox_events
-		SET status = ?, last_error = ?, next_attempt_at = ?, processed_at = ?,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND lease_token = ? AND lease_token <> '' AND status = 'pending'`,
-		string(status), errMsg, nullMicros(retryAt), nullMicros(processedAt), e.ID, e.LeaseToken)
-	if err != nil {
-		return fail("fail inbox", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail("fail inbox", err)
-	} else if n != 1 {
-		if _, err := findInboxEvent(ctx, tx, e.ID); err != nil {
-			return fail("fail inbox", err)
-		}
-		return approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", e.ID)
-	}
-	if err := tx.commit(); err != nil {
-		return fail("fail inbox", err)
-	}
-	return nil
-}
-
 // InboxEvent returns one event with its body, or ENOTFOUND.
 func (s *Store) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
 	tx, err := s.beginRead(ctx)
@@ -229,41 +191,6 @@ func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*app
 			return scanInboxEvents(rows)
 		},
 		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
-}
-
-// RetryInbox re-queues a failed event, due now with its attempts kept; ECONFLICT if it is not
-// failed.
-func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	defer tx.Rollback()
-
-	e, err := findInboxEvent(ctx, tx, id)
-	if err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	if e.Status != approval.InboxFailed {
-		return nil, approval.InboxRetryConflict(id, e.Status)
-	}
-	if _, err := tx.ExecContext(ctx, `
-		UPDATE inbox_events
-		SET status = 'pending', next_attempt_at = ?, processed_at = NULL,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND status = 'failed'`,
-		micros(tx.now), id,
-	); err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	if e, err = findInboxEvent(ctx, tx, id); err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	tx.signal(approval.TopicInbox)
-	if err := tx.commit(); err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	return e, nil
 }
 
 // PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more

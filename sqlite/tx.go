@@ -59,20 +59,26 @@ func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*appr
 }
 
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM approvals WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+	return t.ids(ctx, "find approvals by operation key",
+		`SELECT id FROM approvals WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+}
+
+// ids runs a query of one text column and collects it.
+func (t *ruleTx) ids(ctx context.Context, op, query string, args ...any) ([]string, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fail("find approvals by operation key", err)
+		return nil, fail(op, err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, fail("find approvals by operation key", err)
+			return nil, fail(op, err)
 		}
 		ids = append(ids, id)
 	}
-	return ids, fail("find approvals by operation key", rows.Err())
+	return ids, fail(op, rows.Err())
 }
 
 func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
@@ -84,15 +90,14 @@ func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, stat
 		UPDATE approvals SET status = ?, decided_at = ?, version = version + 1
 		WHERE id = ? AND status = 'pending' AND `+guard,
 		string(status), nullMicros(decidedAt), id, micros(t.tx.now))
-	if err != nil {
-		return fail("set approval status", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail("set approval status", err)
-	} else if n != 1 {
-		return fmt.Errorf("set approval status: approval %s changed under the write lock", id)
-	}
-	return nil
+	return fail("set approval status", changedOne(res, err, "approval", id))
+}
+
+// ApprovalIDsDueForUpdate needs no lock of its own: the write lock is held.
+func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
+	return t.ids(ctx, "find due approvals", `
+		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?
+		ORDER BY expires_at, id LIMIT ?`, micros(t.tx.now), limit)
 }
 
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
@@ -227,20 +232,8 @@ func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID
 }
 
 func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
-	if err != nil {
-		return nil, fail("find executions by operation key", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fail("find executions by operation key", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, fail("find executions by operation key", rows.Err())
+	return t.ids(ctx, "find executions by operation key",
+		`SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
 }
 
 func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
@@ -261,15 +254,7 @@ func (t *ruleTx) updateExecution(ctx context.Context, guard string, rec *approva
 		string(rec.Status), rec.Attempts, rec.LastError, nullBytes(rec.Result), nullMicros(rec.NextAttemptAt),
 		nullMicros(rec.LeaseExpiresAt), rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, micros(t.tx.now),
 		rec.ID, guardArg)
-	if err != nil {
-		return fail("update execution", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail("update execution", err)
-	} else if n != 1 {
-		return fmt.Errorf("update execution: execution %s changed under the write lock", rec.ID)
-	}
-	return nil
+	return fail("update execution", changedOne(res, err, "execution", rec.ID))
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
@@ -288,14 +273,47 @@ func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.In
 			lease_token = '', lease_expires_at = NULL
 		WHERE id = ? AND status = 'pending'`,
 		string(status), outcome, ref, micros(t.tx.now), id)
-	if err != nil {
+	if err := changedOne(res, err, "inbox event", id); err != nil {
 		return nil, fail("mark inbox event done", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, fail("mark inbox event done", err)
-	} else if n != 1 {
-		return nil, fmt.Errorf("mark inbox event done: inbox event %s changed under the write lock", id)
 	}
 	e, err := findInboxEvent(ctx, t.tx, id)
 	return e, fail("read inbox event", err)
+}
+
+func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = ?, last_error = ?, next_attempt_at = ?, processed_at = ?,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND status = 'pending'`,
+		string(status), lastError, nullMicros(nextAttemptAt), nullMicros(processedAt), id)
+	return fail("record failed inbox attempt", changedOne(res, err, "inbox event", id))
+}
+
+func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = 'pending', next_attempt_at = ?, processed_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND status = 'failed'`,
+		micros(t.tx.now), id)
+	if err := changedOne(res, err, "inbox event", id); err != nil {
+		return nil, fail("retry inbox event", err)
+	}
+	e, err := findInboxEvent(ctx, t.tx, id)
+	return e, fail("read inbox event", err)
+}
+
+// changedOne checks that a write the caller guarded under the write lock changed its one row:
+// anything else is a broken invariant, which fails the transaction.
+func changedOne(res sql.Result, err error, what, id string) error {
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n != 1 {
+		return fmt.Errorf("%s %s changed under the write lock", what, id)
+	}
+	return nil
 }
