@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 var _ approval.Tx = (*ruleTx)(nil)
@@ -196,18 +196,13 @@ func (t *ruleTx) end() {
 // the snapshot it started with, which misses the vote that held the lock.
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, id)
-	return readApproval(ctx, t, id)
+	return readApproval(ctx, querier{t}, id)
 }
 
 // ApprovalGetByIDMany reads the approvals and their details in one statement.
 func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
 	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
-	if err != nil {
-		return nil, translate("read approvals", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
-		return scanApprovalDetail(row)
-	})
+	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	return list, translate("read approvals", err)
 }
 
@@ -266,7 +261,7 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 }
 
 func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	causeJSON, detailJSON, err := eventJSON(cause, detail)
+	causeJSON, detailJSON, err := sqldb.EventJSON(cause, detail)
 	if err != nil {
 		return err
 	}
@@ -345,7 +340,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			lease_expires_at = $3, updated_at = $1
 		FROM due
 		WHERE x.id = due.id
-		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
+		RETURNING `+sqldb.ExecutionColumns+`, due.recovered, due.due_at`,
 		t.tx.now, limit, leaseUntil)
 	if err != nil {
 		return nil, translate("claim executions", err)
@@ -357,7 +352,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
 		var err error
-		c.Record, err = scanExecution(row, &c.Recovered, &c.dueAt)
+		c.Record, err = sqldb.ScanExecution(row, &c.Recovered, &c.dueAt)
 		if err != nil {
 			return c, err
 		}
@@ -387,8 +382,8 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 	t.enqueue("lock approval of execution", `
 		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
 		FOR UPDATE`, id)
-	rec, err := scanExecution(t.QueryRow(ctx, `
-		SELECT `+executionColumns+` FROM executions x WHERE x.id = $1 FOR UPDATE OF x`, id))
+	rec, err := sqldb.ScanExecution(t.QueryRow(ctx, `
+		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id = $1 FOR UPDATE OF x`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
 	}
@@ -400,8 +395,8 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 // held, so it sees the execution that the vote holding the lock before it created.
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
-	rec, err := scanExecution(t.QueryRow(ctx, `
-		SELECT `+executionColumns+` FROM executions x WHERE x.approval_id = $1 FOR UPDATE OF x`, approvalID))
+	rec, err := sqldb.ScanExecution(t.QueryRow(ctx, `
+		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.approval_id = $1 FOR UPDATE OF x`, approvalID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
 	}
@@ -442,7 +437,7 @@ func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	e, err := scanInbox(t.QueryRow(ctx, `SELECT `+inboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
+	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `SELECT `+sqldb.InboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
 	}
@@ -454,12 +449,12 @@ func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.In
 	if approvalID != "" {
 		ref = &approvalID
 	}
-	e, err := scanInbox(t.QueryRow(ctx, `
+	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `
 		UPDATE inbox_events i
 		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
 			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
 		WHERE i.id = $1 AND i.status = 'pending'
-		RETURNING `+inboxColumns+`, i.body`,
+		RETURNING `+sqldb.InboxColumns+`, i.body`,
 		id, string(status), outcome, ref, t.tx.now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
@@ -484,12 +479,12 @@ func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status ap
 }
 
 func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	e, err := scanInbox(t.QueryRow(ctx, `
+	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `
 		UPDATE inbox_events i
 		SET status = 'pending', next_attempt_at = $2, processed_at = NULL,
 			lease_token = '', lease_expires_at = NULL
 		WHERE i.id = $1 AND i.status = 'failed'
-		RETURNING `+inboxColumns+`, i.body`,
+		RETURNING `+sqldb.InboxColumns+`, i.body`,
 		id, t.tx.now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
@@ -503,19 +498,6 @@ const insertEventSQL = `
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 	SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
 	FROM events WHERE approval_id = $1`
-
-// eventJSON encodes an event's cause and detail (nil when there is none).
-func eventJSON(cause approval.Cause, detail map[string]any) (causeJSON, detailJSON []byte, err error) {
-	if causeJSON, err = json.Marshal(cause); err != nil {
-		return nil, nil, fmt.Errorf("encode event cause: %w", err)
-	}
-	if detail != nil {
-		if detailJSON, err = json.Marshal(detail); err != nil {
-			return nil, nil, fmt.Errorf("encode event detail: %w", err)
-		}
-	}
-	return causeJSON, detailJSON, nil
-}
 
 // errRow is a pgx.Row that fails with err.
 type errRow struct{ err error }
