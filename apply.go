@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // ApplyInbox applies a handler's action to the claimed event e and marks it processed (or
@@ -30,8 +31,8 @@ func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) 
 	if err != nil {
 		return nil, err
 	}
-	if e.LeaseToken == "" || cur.LeaseToken != e.LeaseToken || cur.Status != InboxPending {
-		return nil, Errorf(ECONFLICT, "the claim on inbox event %s was lost", e.ID)
+	if err := holdsClaim(e, cur); err != nil {
+		return nil, err
 	}
 	cause := Cause{Kind: CauseInbox, Source: cur.Source, EventID: cur.EventID}
 
@@ -104,4 +105,75 @@ func refusedByRules(e *Error) bool {
 		return true
 	}
 	return false
+}
+
+// FailInbox records a failed attempt of the claimed event e, only while e.LeaseToken still
+// holds it (ECONFLICT otherwise): pending again, due at retryAt, with the inbox signal; or,
+// when retryAt is nil, failed for good, until an operator retries it. Either way the lease
+// is cleared and errMsg becomes the event's last error.
+func (s *Service) FailInbox(ctx context.Context, e *InboxEvent, errMsg string, retryAt *time.Time) error {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	cur, err := tx.InboxGetForUpdate(ctx, e.ID)
+	if err != nil {
+		return err
+	}
+	if err := holdsClaim(e, cur); err != nil {
+		return err
+	}
+	now := tx.Now()
+	status, processedAt := InboxFailed, &now
+	if retryAt != nil {
+		status, processedAt = InboxPending, nil
+		if err := tx.Notify(ctx, TopicInbox); err != nil {
+			return err
+		}
+	}
+	if err := tx.InboxSetAttemptFailed(ctx, e.ID, status, errMsg, retryAt, processedAt); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// RetryInbox puts a failed event back in the queue, pending and due now with its attempts
+// kept, and signals the inbox; ECONFLICT if the event is not failed.
+func (s *Service) RetryInbox(ctx context.Context, id string) (*InboxEvent, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+
+	cur, err := tx.InboxGetForUpdate(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cur.Status != InboxFailed {
+		return nil, Errorf(ECONFLICT, "inbox event %s is %s; only a failed event can be retried", id, cur.Status)
+	}
+	e, err := tx.InboxSetPendingIfFailed(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Notify(ctx, TopicInbox); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// holdsClaim returns the ECONFLICT of a worker whose claim e no longer holds the event, as it
+// now is (cur): another claim took it over after the lease ran out, or it is no longer
+// pending.
+func holdsClaim(e, cur *InboxEvent) error {
+	if e.LeaseToken == "" || cur.LeaseToken != e.LeaseToken || cur.Status != InboxPending {
+		return Errorf(ECONFLICT, "the claim on inbox event %s was lost", e.ID)
+	}
+	return nil
 }

@@ -27,13 +27,7 @@ const (
 func (s Status) Terminal() bool { return s != StatusPending }
 
 // Valid reports whether s is one of the known statuses.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusPending, StatusApproved, StatusRejected, StatusExpired, StatusCancelled:
-		return true
-	}
-	return false
-}
+func (s Status) Valid() bool { return slices.Contains(Statuses, s) }
 
 // Verdict is one approver's vote.
 type Verdict string
@@ -121,6 +115,9 @@ const (
 	ExecutionCancelled     ExecutionStatus = "cancelled"
 	ExecutionNotConfigured ExecutionStatus = "not_configured"
 )
+
+// Valid reports whether s is one of the known execution statuses.
+func (s ExecutionStatus) Valid() bool { return slices.Contains(ExecutionStatuses, s) }
 
 // Execution is the record of carrying out an approved action, separate from the approval.
 type Execution struct {

@@ -247,17 +247,56 @@ func refuseUnlessPending(ctx context.Context, tx Tx, a *Approval, cause Cause) (
 	if a.ExpiresAt.After(now) {
 		return nil, nil
 	}
-	if err := tx.ApprovalSetStatusIfPending(ctx, a.ID, StatusExpired, &now); err != nil {
-		return nil, err
-	}
-	if err := tx.EventInsert(ctx, a.ID, EventExpired, ActorSystem, cause, nil); err != nil {
-		return nil, err
-	}
-	if err := tx.Notify(ctx, TopicApprovals); err != nil {
+	if err := expire(ctx, tx, a.ID, cause); err != nil {
 		return nil, err
 	}
 	a.Status, a.DecidedAt, a.Version = StatusExpired, &now, a.Version+1
 	return conflict(a, "the approval has expired"), nil
+}
+
+// ExpireDue moves up to limit pending approvals whose expiry has passed to expired, oldest
+// expiry first, each with an EventExpired by the system for the sweeper, in one transaction,
+// and returns how many it moved. Every replica's sweeper may run it at once: the approvals
+// are locked as they are found, and PostgreSQL skips those another transaction holds (a
+// vote, which expires a due approval itself, or another sweeper). Expiry and a vote never
+// both win: whichever takes the approval's lock first decides, and the other finds it no
+// longer pending.
+func (s *Service) ExpireDue(ctx context.Context, limit int) (int, error) {
+	if limit < 1 {
+		return 0, Errorf(EINVALID, "limit must be positive")
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx)
+
+	ids, err := tx.ApprovalIDsDueForUpdate(ctx, limit)
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if err := expire(ctx, tx, id, SweeperCause()); err != nil {
+			return 0, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// expire moves the pending, due approval id, which tx holds locked, to expired, with its
+// event naming cause and the signal to long-polls.
+func expire(ctx context.Context, tx Tx, id string, cause Cause) error {
+	now := tx.Now()
+	if err := tx.ApprovalSetStatusIfPending(ctx, id, StatusExpired, &now); err != nil {
+		return err
+	}
+	if err := tx.EventInsert(ctx, id, EventExpired, ActorSystem, cause, nil); err != nil {
+		return err
+	}
+	return tx.Notify(ctx, TopicApprovals)
 }
 
 // conflict is an ECONFLICT error carrying the approval the caller lost against.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -21,13 +22,7 @@ const (
 )
 
 // Valid reports whether s is a known inbox status.
-func (s InboxStatus) Valid() bool {
-	switch s {
-	case InboxPending, InboxProcessed, InboxIgnored, InboxStale, InboxFailed:
-		return true
-	}
-	return false
-}
+func (s InboxStatus) Valid() bool { return slices.Contains(InboxStatuses, s) }
 
 // The built-in event types.
 const (
@@ -94,12 +89,6 @@ func ReportOutcome(rec *ExecutionRecord, r ExecutionReport) string {
 	return fmt.Sprintf("execution %s of approval %s reported %s (version %d)", rec.ID, rec.ApprovalID, r.Status, r.Version)
 }
 
-// InboxRetryConflict is the ECONFLICT error of RetryInbox for the event id, which is in
-// status rather than failed.
-func InboxRetryConflict(id string, status InboxStatus) *Error {
-	return Errorf(ECONFLICT, "inbox event %s is %s; only a failed event can be retried", id, status)
-}
-
 // InboxActionKind names a handler's action.
 type InboxActionKind int
 
@@ -136,19 +125,10 @@ type InboxStore interface {
 	// FOR UPDATE SKIP LOCKED so replicas never claim the same event.
 	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*InboxEvent, error)
 
-	// FailInbox records a failed attempt of the claimed event: with retryAt non-nil the event
-	// goes back to pending for then; with nil it becomes failed. Lease-fenced like
-	// Service.ApplyInbox.
-	FailInbox(ctx context.Context, e *InboxEvent, errMsg string, retryAt *time.Time) error
-
 	// InboxEvent returns one event with its body, or ENOTFOUND.
 	InboxEvent(ctx context.Context, id string) (*InboxEvent, error)
 	// InboxEvents lists events newest first without bodies.
 	InboxEvents(ctx context.Context, f InboxFilter) ([]*InboxEvent, string, error)
-	// RetryInbox re-queues a failed event (status pending, due now, attempts kept);
-	// ECONFLICT if it is not failed.
-	RetryInbox(ctx context.Context, id string) (*InboxEvent, error)
-
 	// PurgeInbox deletes up to limit handled events (processed, ignored or stale) received
 	// more than keepIDs ago, and clears the bodies of up to limit other handled events
 	// received more than keepBodies ago (the limit applies to each), and returns how many

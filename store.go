@@ -49,11 +49,6 @@ type Store interface {
 	// approving queues its execution or records it as not_configured.
 	HasTarget(action string) bool
 
-	// ExpireDue moves up to limit pending approvals with expires_at <= now to expired, each
-	// with an EventExpired (actor "system", cause sweeper), and returns how many it moved.
-	// Safe to run concurrently from every replica.
-	ExpireDue(ctx context.Context, limit int) (int, error)
-
 	// PurgeResponses deletes up to limit completed idempotency records whose retention has
 	// ended, and in-flight records whose lease ended more than grace ago, returning the count.
 	// The approvals keep their operation key and fingerprint.
@@ -91,12 +86,6 @@ type ApprovalFilter struct {
 	Limit     int    // 1..MaxPageSize; 0 means DefaultPageSize
 	Cursor    string // from a previous page; a malformed cursor is InvalidCursor
 }
-
-// Page sizes of Approvals.
-const (
-	DefaultPageSize = 50
-	MaxPageSize     = 200
-)
 
 // DecideRequest is one approver's vote.
 type DecideRequest struct {

@@ -42,6 +42,11 @@ type Tx interface {
 	// expires_at <= Now. When the guard fails the transaction fails: the caller holds the
 	// approval's lock, so that is a broken invariant, never a race to report.
 	ApprovalSetStatusIfPending(ctx context.Context, id string, status Status, decidedAt *time.Time) error
+	// ApprovalIDsDueForUpdate returns the ids of up to limit pending approvals whose
+	// expires_at <= Now, oldest expiry first, and locks them until the transaction ends.
+	// Approvals another transaction holds are skipped, not waited for (PostgreSQL; SQLite's
+	// single writer has none).
+	ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error)
 	// DecisionInsert records an approver's vote; the approval's events must already hold the
 	// approval.voted event that records it (decisions are ordered by it).
 	DecisionInsert(ctx context.Context, approvalID string, d Decision) error
@@ -98,4 +103,13 @@ type Tx interface {
 	// its outcome and the approval it touched, clears its lease, and returns it with its
 	// body.
 	InboxSetDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) (*InboxEvent, error)
+	// InboxSetAttemptFailed records a failed attempt of a pending event: its status (pending
+	// again, or failed), last_error, next_attempt_at and processed_at, and clears its lease.
+	// The caller holds the event's lock and has checked that it is pending: the transaction
+	// fails otherwise.
+	InboxSetAttemptFailed(ctx context.Context, id string, status InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error
+	// InboxSetPendingIfFailed puts a failed event back in the queue: pending, due at Now,
+	// processed_at and lease cleared, attempts and last error kept. It returns the event with
+	// its body; the caller holds its lock and has checked that it is failed.
+	InboxSetPendingIfFailed(ctx context.Context, id string) (*InboxEvent, error)
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/approvald/approval"
@@ -28,7 +27,7 @@ func (s *Server) handleListExecutions(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	f := approval.ExecutionFilter{Status: approval.ExecutionStatus(q.Get("status")), Cursor: q.Get("cursor")}
-	if f.Status != "" && !slices.Contains(executionStatuses, f.Status) {
+	if f.Status != "" && !f.Status.Valid() {
 		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of queued, running, succeeded, failed, needs_review, cancelled, not_configured", f.Status))
 		return
 	}

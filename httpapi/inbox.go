@@ -263,7 +263,7 @@ func (s *Server) handleRetryInboxEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	e, err := s.store.RetryInbox(r.Context(), id)
+	e, err := s.svc.RetryInbox(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

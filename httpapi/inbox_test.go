@@ -560,7 +560,7 @@ func TestInboxOperatorViews(t *testing.T) {
 		}
 		for _, e := range claimed {
 			if e.ID == ids[0] {
-				if err := f.store.FailInbox(ctx, e, "handler gave up", nil); err != nil {
+				if err := f.service().FailInbox(ctx, e, "handler gave up", nil); err != nil {
 					t.Fatal(err)
 				}
 			}

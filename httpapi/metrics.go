@@ -119,23 +119,6 @@ func newStoreCollector(store approval.Store, log *slog.Logger) *storeCollector {
 // scrapeTimeout bounds the store queries of one scrape.
 const scrapeTimeout = 5 * time.Second
 
-// The statuses reported on every scrape, zero included.
-var (
-	approvalStatuses = []approval.Status{
-		approval.StatusPending, approval.StatusApproved, approval.StatusRejected,
-		approval.StatusExpired, approval.StatusCancelled,
-	}
-	inboxStatuses = []approval.InboxStatus{
-		approval.InboxPending, approval.InboxProcessed, approval.InboxIgnored,
-		approval.InboxStale, approval.InboxFailed,
-	}
-	executionStatuses = []approval.ExecutionStatus{
-		approval.ExecutionQueued, approval.ExecutionRunning, approval.ExecutionSucceeded,
-		approval.ExecutionFailed, approval.ExecutionNeedsReview, approval.ExecutionCancelled,
-		approval.ExecutionNotConfigured,
-	}
-)
-
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.approvals
 	ch <- c.inbox
@@ -150,7 +133,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	if counts, err := c.store.ApprovalCounts(ctx); err != nil {
 		c.invalid(ch, c.approvals, "approval counts", err)
 	} else {
-		for _, st := range approvalStatuses {
+		for _, st := range approval.Statuses {
 			ch <- prometheus.MustNewConstMetric(c.approvals, prometheus.GaugeValue, float64(counts[st]), string(st))
 		}
 	}
@@ -158,7 +141,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	if counts, err := c.store.InboxCounts(ctx); err != nil {
 		c.invalid(ch, c.inbox, "inbox counts", err)
 	} else {
-		for _, st := range inboxStatuses {
+		for _, st := range approval.InboxStatuses {
 			ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(counts[st]), string(st))
 		}
 	}
@@ -167,7 +150,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		c.invalid(ch, c.executions, "execution counts", err)
 		c.invalid(ch, c.stuck, "execution counts", err)
 	} else {
-		for _, st := range executionStatuses {
+		for _, st := range approval.ExecutionStatuses {
 			ch <- prometheus.MustNewConstMetric(c.executions, prometheus.GaugeValue, float64(counts[st]), string(st))
 		}
 		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck))

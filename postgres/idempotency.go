@@ -106,7 +106,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 				StatusCode: deref(status), Location: deref(location), Body: body,
 			}}, nil
 		}
-		held, err := readApproval(ctx, conn, *approvalID)
+		held, err := readApproval(ctx, querier{conn}, *approvalID)
 		if err != nil {
 			return nil, err
 		}

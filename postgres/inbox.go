@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // RecordInbox stores a verified webhook delivery under the unique (source, event_id), or
@@ -63,15 +63,15 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	// A duplicate: the second statement sees the event the first one waited for. A different
 	// body counts as a conflict (a purged body cannot be compared, so a redelivery after the
 	// purge is not one); the answer is the event as stored, after that count.
-	stored, err := scanInbox(conn.QueryRow(ctx, `
+	stored, err := sqldb.ScanInbox(conn.QueryRow(ctx, `
 		WITH conflicted AS (
 			UPDATE inbox_events i SET conflicts = conflicts + 1, last_conflict_at = $3
 			WHERE i.source = $1 AND i.event_id = $2 AND i.body IS NOT NULL AND i.body <> $4
-			RETURNING `+inboxColumns+`, i.body
+			RETURNING `+sqldb.InboxColumns+`, i.body
 		)
 		SELECT * FROM conflicted
 		UNION ALL
-		SELECT `+inboxColumns+`, i.body FROM inbox_events i
+		SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i
 		WHERE i.source = $1 AND i.event_id = $2 AND NOT EXISTS (SELECT 1 FROM conflicted)`,
 		e.Source, e.EventID, now, e.Body))
 	if err != nil {
@@ -109,13 +109,13 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 		SET lease_token = $3 || ':' || i.id, lease_expires_at = $4, attempts = i.attempts + 1
 		FROM due
 		WHERE i.id = due.id
-		RETURNING `+inboxColumns+`, i.body`,
+		RETURNING `+sqldb.InboxColumns+`, i.body`,
 		tx.now, limit, approval.NewID("clm"), tx.now.Add(lease))
 	if err != nil {
 		return nil, translate("claim inbox events", err)
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.InboxEvent, error) {
-		return scanInbox(row)
+		return sqldb.ScanInbox(row)
 	})
 	if err != nil {
 		return nil, translate("claim inbox events", err)
@@ -128,133 +128,6 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 		return nil, err
 	}
 	return events, nil
-}
-
-// FailInbox records a failed attempt of a claimed event, only while e's claim still holds it:
-// back to pending at retryAt, or failed for good when retryAt is nil.
-func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
-	if e.LeaseToken == "" {
-		return lostInboxClaim(e.ID)
-	}
-	status := approval.InboxFailed
-	if retryAt != nil {
-		status = approval.InboxPending
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-
-	tag, err := tx.Exec(ctx, `
-		UPDATE inbox_events
-		SET status = $3, last_error = $4, next_attempt_at = $5, lease_token = '', lease_expires_at = NULL
-		WHERE id = $1 AND lease_token = $2 AND status = 'pending'`,
-		e.ID, e.LeaseToken, string(status), errMsg, retryAt)
-	if err != nil {
-		return translate("fail inbox event", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return lostInboxClaim(e.ID)
-	}
-	if retryAt != nil {
-		if err := tx.notify(ctx, approval.TopicInbox); err != nil {
-			return err
-		}
-	}
-	return tx.commit(ctx, "commit fail inbox event")
-}
-
-// InboxEvent returns one event with its body, or ENOTFOUND.
-func (s *Store) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	e, err := scanInbox(tx.QueryRow(ctx, `SELECT `+inboxColumns+`, i.body FROM inbox_events i WHERE i.id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
-	} else if err != nil {
-		return nil, translate("read inbox event", err)
-	}
-	return e, tx.commit(ctx, "commit read inbox event")
-}
-
-// InboxEvents lists events newest first (received_at, then id, descending), without bodies.
-func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error) {
-	limit, err := pageSize(f.Limit)
-	if err != nil {
-		return nil, "", err
-	}
-	if f.Status != "" && !f.Status.Valid() {
-		return nil, "", approval.Errorf(approval.EINVALID, "unknown inbox status %q", f.Status)
-	}
-
-	var q filter
-	if f.Status != "" {
-		q.and("i.status = " + q.param(string(f.Status)))
-	}
-	if f.Source != "" {
-		q.and("i.source = " + q.param(f.Source))
-	}
-	if err := q.after(f.Cursor, "i.received_at", "i.id"); err != nil {
-		return nil, "", err
-	}
-	sql := `SELECT ` + inboxColumns + `, NULL::bytea FROM inbox_events i` + q.where() +
-		` ORDER BY i.received_at DESC, i.id DESC LIMIT ` + q.param(limit+1)
-
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	defer tx.Rollback(ctx)
-
-	list, next, err := collectPage(ctx, tx, "list inbox events", sql, q.args, limit, scanInbox,
-		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
-	if err != nil {
-		return nil, "", err
-	}
-	if err := tx.commit(ctx, "commit list inbox events"); err != nil {
-		return nil, "", err
-	}
-	return list, next, nil
-}
-
-// RetryInbox puts a failed event back in the queue, due now, its attempts kept.
-func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	var status string
-	err = tx.QueryRow(ctx, `SELECT status FROM inbox_events WHERE id = $1 FOR UPDATE`, id).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
-	} else if err != nil {
-		return nil, translate("lock inbox event", err)
-	}
-	if status != string(approval.InboxFailed) {
-		return nil, approval.InboxRetryConflict(id, approval.InboxStatus(status))
-	}
-	e, err := scanInbox(tx.QueryRow(ctx, `
-		UPDATE inbox_events i SET status = 'pending', next_attempt_at = $2
-		WHERE i.id = $1
-		RETURNING `+inboxColumns+`, i.body`,
-		id, tx.now))
-	if err != nil {
-		return nil, translate("retry inbox event", err)
-	}
-	if err := tx.notify(ctx, approval.TopicInbox); err != nil {
-		return nil, err
-	}
-	if err := tx.commit(ctx, "commit retry inbox event"); err != nil {
-		return nil, err
-	}
-	return e, nil
 }
 
 // PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
@@ -303,66 +176,4 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 		return 0, err
 	}
 	return int(tag.RowsAffected() + cleared.RowsAffected()), nil
-}
-
-// InboxCounts returns how many events are in each status, every status present.
-func (s *Store) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error) {
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	rows, err := tx.Query(ctx, `SELECT status, count(*) FROM inbox_events GROUP BY status`)
-	if err != nil {
-		return nil, translate("count inbox events", err)
-	}
-	counts := map[approval.InboxStatus]int{
-		approval.InboxPending: 0, approval.InboxProcessed: 0, approval.InboxIgnored: 0,
-		approval.InboxStale: 0, approval.InboxFailed: 0,
-	}
-	var status string
-	var n int
-	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error {
-		counts[approval.InboxStatus(status)] = n
-		return nil
-	}); err != nil {
-		return nil, translate("count inbox events", err)
-	}
-	return counts, tx.commit(ctx, "commit count inbox events")
-}
-
-// lostInboxClaim is the answer to a worker whose claim no longer holds the event.
-func lostInboxClaim(id string) error {
-	return approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", id)
-}
-
-// inboxColumns are the inbox_events columns scanInbox reads, in order, from alias i; every
-// query selects the body (or NULL::bytea, for lists) after them.
-const inboxColumns = `i.id, i.source, i.event_id, i.type, i.headers, i.received_at, i.status,
-	i.attempts, i.last_error, i.next_attempt_at, i.processed_at, i.outcome, i.approval_id,
-	i.conflicts, i.last_conflict_at, i.lease_token`
-
-func scanInbox(row pgx.Row) (*approval.InboxEvent, error) {
-	var e approval.InboxEvent
-	var headers []byte
-	var status string
-	var approvalID *string
-	if err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &headers, &e.ReceivedAt, &status,
-		&e.Attempts, &e.LastError, &e.NextAttemptAt, &e.ProcessedAt, &e.Outcome, &approvalID,
-		&e.Conflicts, &e.LastConflictAt, &e.LeaseToken, &e.Body); err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(headers, &e.Headers); err != nil {
-		return nil, fmt.Errorf("decode headers of inbox event %s: %w", e.ID, err)
-	}
-	e.Status = approval.InboxStatus(status)
-	if approvalID != nil {
-		e.ApprovalID = *approvalID
-	}
-	e.ReceivedAt = e.ReceivedAt.UTC()
-	e.NextAttemptAt = utcPtr(e.NextAttemptAt)
-	e.ProcessedAt = utcPtr(e.ProcessedAt)
-	e.LastConflictAt = utcPtr(e.LastConflictAt)
-	return &e, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 var _ approval.Store = (*Store)(nil)
@@ -55,6 +56,10 @@ type Store struct {
 	// Logger receives what the store cannot return to a caller: the LISTEN connection
 	// dropping and reconnecting. slog.Default() when nil.
 	Logger *slog.Logger
+
+	// Reads are the read methods both drivers run alike (internal/sqldb), on the pool: each
+	// is one statement, one round trip.
+	sqldb.Reads
 
 	pool     *pgxpool.Pool
 	notifier *notifier
@@ -107,6 +112,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{Now: time.Now, pool: pool}
+	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.now, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	return s, nil
 }
@@ -221,8 +227,11 @@ func (s *Store) beginTx(ctx context.Context, opts pgx.TxOptions) (*tx, error) {
 	if err != nil {
 		return nil, translate("begin transaction", err)
 	}
-	return &tx{dbtx: t, now: s.Now().UTC().Truncate(approval.Precision)}, nil
+	return &tx{dbtx: t, now: s.now()}, nil
 }
+
+// now reads the clock once for a method, at store precision.
+func (s *Store) now() time.Time { return s.Now().UTC().Truncate(approval.Precision) }
 
 // acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
 // runs atomically without an explicit transaction (one round trip instead of three), and
@@ -232,12 +241,7 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)
 	}
-	return conn, s.Now().UTC().Truncate(approval.Precision), nil
-}
-
-// querier runs one statement: a transaction or a pooled connection.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	return conn, s.now(), nil
 }
 
 func (tx *tx) commit(ctx context.Context, op string) error {

@@ -120,7 +120,7 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 			return err
 		},
 		"expire due": func() error {
-			_, err := s.ExpireDue(ctx, 10)
+			_, err := (&approval.Service{Store: s}).ExpireDue(ctx, 10)
 			return err
 		},
 	} {

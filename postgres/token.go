@@ -2,9 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/approvald/approval"
 )
@@ -21,23 +18,6 @@ func (s *Store) CreateToken(ctx context.Context, t approval.Token) error {
 		return err
 	}
 	return tx.commit(ctx, "commit token")
-}
-
-// TokenByHash finds the token with the given hash, or ENOTFOUND.
-// One statement, outside an explicit transaction: one round trip.
-func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
-	var t approval.Token
-	var role string
-	err := s.pool.QueryRow(ctx, `SELECT id, subject, role, hash, created_at FROM tokens WHERE hash = $1`, hash).
-		Scan(&t.ID, &t.Subject, &role, &t.Hash, &t.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "token not found")
-	} else if err != nil {
-		return nil, translate("find token", err)
-	}
-	t.Role = approval.Role(role)
-	t.CreatedAt = t.CreatedAt.UTC()
-	return &t, nil
 }
 
 // Bootstrap stores t only if no token was ever bootstrapped here. The single-row bootstrap

@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 var _ approval.Tx = (*ruleTx)(nil)
@@ -196,18 +196,13 @@ func (t *ruleTx) end() {
 // the snapshot it started with, which misses the vote that held the lock.
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, id)
-	return readApproval(ctx, t, id)
+	return readApproval(ctx, querier{t}, id)
 }
 
 // ApprovalGetByIDMany reads the approvals and their details in one statement.
 func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
 	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
-	if err != nil {
-		return nil, translate("read approvals", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.Approval, error) {
-		return scanApprovalDetail(row)
-	})
+	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	return list, translate("read approvals", err)
 }
 
@@ -244,6 +239,18 @@ func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, stat
 	return nil
 }
 
+// ApprovalIDsDueForUpdate: SKIP LOCKED lets several replicas sweep at once without waiting
+// on each other or on a vote in progress (which expires the approval itself if it is due).
+// Under read committed a row that a vote changed and committed since the statement began is
+// read again once locked, and left out if no longer pending; the writes that follow are
+// statements of their own, which see that vote's events.
+func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
+	return t.ids(ctx, "find due approvals", `
+		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1
+		ORDER BY expires_at, id LIMIT $2
+		FOR UPDATE SKIP LOCKED`, t.tx.now, limit)
+}
+
 // DecisionInsert orders the decision by the approval.voted event just appended.
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
 	t.enqueue("insert decision", `
@@ -254,7 +261,7 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 }
 
 func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	causeJSON, detailJSON, err := eventJSON(cause, detail)
+	causeJSON, detailJSON, err := sqldb.EventJSON(cause, detail)
 	if err != nil {
 		return err
 	}
@@ -333,7 +340,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			lease_expires_at = $3, updated_at = $1
 		FROM due
 		WHERE x.id = due.id
-		RETURNING `+executionColumns+`, due.recovered, due.due_at`,
+		RETURNING `+sqldb.ExecutionColumns+`, due.recovered, due.due_at`,
 		t.tx.now, limit, leaseUntil)
 	if err != nil {
 		return nil, translate("claim executions", err)
@@ -345,7 +352,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
 		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
 		var err error
-		c.Record, err = scanExecution(row, &c.Recovered, &c.dueAt)
+		c.Record, err = sqldb.ScanExecution(row, &c.Recovered, &c.dueAt)
 		if err != nil {
 			return c, err
 		}
@@ -375,8 +382,8 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 	t.enqueue("lock approval of execution", `
 		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
 		FOR UPDATE`, id)
-	rec, err := scanExecution(t.QueryRow(ctx, `
-		SELECT `+executionColumns+` FROM executions x WHERE x.id = $1 FOR UPDATE OF x`, id))
+	rec, err := sqldb.ScanExecution(t.QueryRow(ctx, `
+		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id = $1 FOR UPDATE OF x`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
 	}
@@ -388,8 +395,8 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 // held, so it sees the execution that the vote holding the lock before it created.
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
-	rec, err := scanExecution(t.QueryRow(ctx, `
-		SELECT `+executionColumns+` FROM executions x WHERE x.approval_id = $1 FOR UPDATE OF x`, approvalID))
+	rec, err := sqldb.ScanExecution(t.QueryRow(ctx, `
+		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.approval_id = $1 FOR UPDATE OF x`, approvalID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
 	}
@@ -430,7 +437,7 @@ func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	e, err := scanInbox(t.QueryRow(ctx, `SELECT `+inboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
+	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `SELECT `+sqldb.InboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
 	}
@@ -442,17 +449,47 @@ func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.In
 	if approvalID != "" {
 		ref = &approvalID
 	}
-	e, err := scanInbox(t.QueryRow(ctx, `
+	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `
 		UPDATE inbox_events i
 		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
 			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
 		WHERE i.id = $1 AND i.status = 'pending'
-		RETURNING `+inboxColumns+`, i.body`,
+		RETURNING `+sqldb.InboxColumns+`, i.body`,
 		id, string(status), outcome, ref, t.tx.now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
 	}
 	return e, translate("mark inbox event done", err)
+}
+
+// InboxSetAttemptFailed is queued like every write; a failed guard divides by zero, as in
+// ApprovalSetStatusIfPending.
+func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
+	t.enqueue("record failed inbox attempt", `
+		WITH changed AS (
+			UPDATE inbox_events
+			SET status = $2, last_error = $3, next_attempt_at = $4, processed_at = $5,
+				lease_token = '', lease_expires_at = NULL
+			WHERE id = $1 AND status = 'pending'
+			RETURNING 1
+		)
+		SELECT 1 / count(*) FROM changed`,
+		id, string(status), lastError, nextAttemptAt, processedAt)
+	return nil
+}
+
+func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `
+		UPDATE inbox_events i
+		SET status = 'pending', next_attempt_at = $2, processed_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE i.id = $1 AND i.status = 'failed'
+		RETURNING `+sqldb.InboxColumns+`, i.body`,
+		id, t.tx.now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
+	}
+	return e, translate("retry inbox event", err)
 }
 
 // insertEventSQL appends an approval's next event; the caller holds the approval's lock,
@@ -461,19 +498,6 @@ const insertEventSQL = `
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 	SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
 	FROM events WHERE approval_id = $1`
-
-// eventJSON encodes an event's cause and detail (nil when there is none).
-func eventJSON(cause approval.Cause, detail map[string]any) (causeJSON, detailJSON []byte, err error) {
-	if causeJSON, err = json.Marshal(cause); err != nil {
-		return nil, nil, fmt.Errorf("encode event cause: %w", err)
-	}
-	if detail != nil {
-		if detailJSON, err = json.Marshal(detail); err != nil {
-			return nil, nil, fmt.Errorf("encode event detail: %w", err)
-		}
-	}
-	return causeJSON, detailJSON, nil
-}
 
 // errRow is a pgx.Row that fails with err.
 type errRow struct{ err error }

@@ -5,11 +5,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // RecordInbox stores a verified webhook delivery under its unique (source, event_id), or
@@ -69,11 +68,8 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		); err != nil {
 			return false, fail("record inbox", err)
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+inboxColumns+` FROM inbox_events WHERE source = ? AND event_id = ?`, e.Source, e.EventID)
-		if err != nil {
-			return false, fail("record inbox", fmt.Errorf("query the stored event: %w", err))
-		}
-		list, err := scanInboxEvents(rows)
+		rows, err := tx.query(ctx, `SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i WHERE i.source = ? AND i.event_id = ?`, e.Source, e.EventID)
+		list, err := sqldb.Collect(rows, err, sqldb.ScanInbox)
 		if err != nil {
 			return false, fail("record inbox", err)
 		} else if len(list) != 1 {
@@ -112,158 +108,37 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	defer tx.Rollback()
 
 	// The write transaction holds the database's one write lock from its first statement, so
-	// the select and the update see no other writer between them.
-	rows, err := tx.QueryContext(ctx, `
-		UPDATE inbox_events
-		SET lease_token = 'lease_' || lower(hex(randomblob(16))), lease_expires_at = ?1,
-			attempts = attempts + 1
-		WHERE id IN (
+	// the statements see no other writer between them. The claimed rows are read back by a
+	// statement of their own, oldest first: SQLite's RETURNING has no order and no alias.
+	var claimed []byte
+	if err := tx.QueryRowContext(ctx, `
+		SELECT json_group_array(id) FROM (
 			SELECT id FROM inbox_events
-			WHERE status = 'pending' AND next_attempt_at <= ?2
-				AND (lease_token = '' OR lease_expires_at <= ?2)
+			WHERE status = 'pending' AND next_attempt_at <= ?1
+				AND (lease_token = '' OR lease_expires_at <= ?1)
 			ORDER BY received_at, id
-			LIMIT ?3)
-		RETURNING `+inboxColumns,
-		micros(tx.now.Add(lease)), micros(tx.now), limit)
-	if err != nil {
+			LIMIT ?2)`,
+		micros(tx.now), limit).Scan(&claimed); err != nil {
 		return nil, fail("claim inbox", err)
-	}
-	list, err := scanInboxEvents(rows)
-	if err != nil {
-		return nil, fail("claim inbox", err)
-	}
-	if err := tx.commit(); err != nil {
-		return nil, fail("claim inbox", err)
-	}
-	// RETURNING promises no order.
-	slices.SortFunc(list, func(a, b *approval.InboxEvent) int {
-		if c := a.ReceivedAt.Compare(b.ReceivedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return list, nil
-}
-
-// FailInbox records a failed attempt of the claimed event e: pending again at retryAt, or
-// failed for good when retryAt is nil; ECONFLICT if e's lease token no longer holds it.
-func (s *Store) FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return fail("fail inbox", err)
-	}
-	defer tx.Rollback()
-
-	status, processedAt := approval.InboxPending, (*time.Time)(nil)
-	if retryAt == nil {
-		status, processedAt = approval.InboxFailed, &tx.now
-	} else {
-		tx.signal(approval.TopicInbox)
-	}
-	res, err := tx.ExecContext(ctx, `
-		UPDATE inbox_events
-		SET status = ?, last_error = ?, next_attempt_at = ?, processed_at = ?,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND lease_token = ? AND lease_token <> '' AND status = 'pending'`,
-		string(status), errMsg, nullMicros(retryAt), nullMicros(processedAt), e.ID, e.LeaseToken)
-	if err != nil {
-		return fail("fail inbox", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail("fail inbox", err)
-	} else if n != 1 {
-		if _, err := findInboxEvent(ctx, tx, e.ID); err != nil {
-			return fail("fail inbox", err)
-		}
-		return approval.Errorf(approval.ECONFLICT, "the claim on inbox event %s was lost", e.ID)
-	}
-	if err := tx.commit(); err != nil {
-		return fail("fail inbox", err)
-	}
-	return nil
-}
-
-// InboxEvent returns one event with its body, or ENOTFOUND.
-func (s *Store) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, fail("inbox event", err)
-	}
-	defer tx.Rollback()
-
-	e, err := findInboxEvent(ctx, tx, id)
-	if err != nil {
-		return nil, fail("inbox event", err)
-	}
-	return e, nil
-}
-
-// InboxEvents lists events newest first ((received_at, id) descending) without their
-// bodies, with the cursor of the next page ("" on the last page).
-func (s *Store) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error) {
-	limit, err := pageLimit(f.Limit)
-	if err != nil {
-		return nil, "", err
-	}
-	where, args := []string{"1 = 1"}, []any{}
-	if f.Status != "" {
-		if !f.Status.Valid() {
-			return nil, "", approval.Errorf(approval.EINVALID, "unknown inbox status %q", f.Status)
-		}
-		where, args = append(where, "status = ?"), append(args, string(f.Status))
-	}
-	if f.Source != "" {
-		where, args = append(where, "source = ?"), append(args, f.Source)
-	}
-	return listPage(ctx, s, "inbox events", limit, f.Cursor, "(received_at, id) < (?, ?)", where, args,
-		func(tx *tx, where string, args []any) ([]*approval.InboxEvent, error) {
-			rows, err := tx.QueryContext(ctx, `
-				SELECT `+inboxColumnsNoBody+` FROM inbox_events
-				WHERE `+where+`
-				ORDER BY received_at DESC, id DESC
-				LIMIT ?`,
-				args...)
-			if err != nil {
-				return nil, err
-			}
-			return scanInboxEvents(rows)
-		},
-		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
-}
-
-// RetryInbox re-queues a failed event, due now with its attempts kept; ECONFLICT if it is not
-// failed.
-func (s *Store) RetryInbox(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	defer tx.Rollback()
-
-	e, err := findInboxEvent(ctx, tx, id)
-	if err != nil {
-		return nil, fail("retry inbox", err)
-	}
-	if e.Status != approval.InboxFailed {
-		return nil, approval.InboxRetryConflict(id, e.Status)
 	}
 	if _, err := tx.ExecContext(ctx, `
 		UPDATE inbox_events
-		SET status = 'pending', next_attempt_at = ?, processed_at = NULL,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND status = 'failed'`,
-		micros(tx.now), id,
-	); err != nil {
-		return nil, fail("retry inbox", err)
+		SET lease_token = 'lease_' || lower(hex(randomblob(16))), lease_expires_at = ?, attempts = attempts + 1
+		WHERE id IN (SELECT value FROM json_each(?))`,
+		micros(tx.now.Add(lease)), string(claimed)); err != nil {
+		return nil, fail("claim inbox", err)
 	}
-	if e, err = findInboxEvent(ctx, tx, id); err != nil {
-		return nil, fail("retry inbox", err)
+	rows, err := tx.query(ctx, `
+		SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i
+		WHERE i.id IN (SELECT value FROM json_each(?)) ORDER BY i.received_at, i.id`, string(claimed))
+	list, err := sqldb.Collect(rows, err, sqldb.ScanInbox)
+	if err != nil {
+		return nil, fail("claim inbox", err)
 	}
-	tx.signal(approval.TopicInbox)
 	if err := tx.commit(); err != nil {
-		return nil, fail("retry inbox", err)
+		return nil, fail("claim inbox", err)
 	}
-	return e, nil
+	return list, nil
 }
 
 // PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
@@ -313,110 +188,4 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 		return 0, fail("purge inbox", err)
 	}
 	return n, nil
-}
-
-// InboxCounts returns the number of inbox events in every status, zero included.
-func (s *Store) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error) {
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, fail("inbox counts", err)
-	}
-	defer tx.Rollback()
-
-	counts := map[approval.InboxStatus]int{
-		approval.InboxPending:   0,
-		approval.InboxProcessed: 0,
-		approval.InboxIgnored:   0,
-		approval.InboxStale:     0,
-		approval.InboxFailed:    0,
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT status, count(*) FROM inbox_events GROUP BY status`)
-	if err != nil {
-		return nil, fail("inbox counts", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			status string
-			n      int
-		)
-		if err := rows.Scan(&status, &n); err != nil {
-			return nil, fail("inbox counts", err)
-		}
-		counts[approval.InboxStatus(status)] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fail("inbox counts", err)
-	}
-	return counts, nil
-}
-
-// findInboxEvent returns the event with id, body included, or ENOTFOUND.
-func findInboxEvent(ctx context.Context, tx *tx, id string) (*approval.InboxEvent, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+inboxColumns+` FROM inbox_events WHERE id = ?`, id)
-	if err != nil {
-		return nil, fmt.Errorf("query inbox event: %w", err)
-	}
-	list, err := scanInboxEvents(rows)
-	if err != nil {
-		return nil, err
-	}
-	if len(list) == 0 {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
-	}
-	return list[0], nil
-}
-
-// The columns scanInboxEvents reads, in order; listings read NULL in place of the body. They
-// name no table alias so that UPDATE ... RETURNING can use them too.
-const (
-	inboxColumnsHead = `id, source, event_id, type, headers, `
-	inboxColumnsTail = `, received_at, status, attempts, last_error, next_attempt_at,
-		lease_token, lease_expires_at, processed_at, outcome, approval_id, conflicts,
-		last_conflict_at`
-	inboxColumns       = inboxColumnsHead + `body` + inboxColumnsTail
-	inboxColumnsNoBody = inboxColumnsHead + `NULL` + inboxColumnsTail
-)
-
-// scanInboxEvents reads and closes rows of inboxColumns.
-func scanInboxEvents(rows *sql.Rows) ([]*approval.InboxEvent, error) {
-	defer rows.Close()
-	list := []*approval.InboxEvent{}
-	for rows.Next() {
-		var (
-			e                              approval.InboxEvent
-			headers, status                string
-			receivedAt                     int64
-			next, lease, processed, confAt sql.NullInt64
-			approvalID                     sql.NullString
-			body                           sql.Null[[]byte]
-		)
-		if err := rows.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, &headers, &body,
-			&receivedAt, &status, &e.Attempts, &e.LastError, &next, &e.LeaseToken, &lease,
-			&processed, &e.Outcome, &approvalID, &e.Conflicts, &confAt); err != nil {
-			return nil, fmt.Errorf("scan inbox event: %w", err)
-		}
-		if err := json.Unmarshal([]byte(headers), &e.Headers); err != nil {
-			return nil, fmt.Errorf("inbox event %s: decode headers: %w", e.ID, err)
-		}
-		// The driver reads an empty BLOB as a nil slice; only NULL means purged (or not
-		// selected), so an empty body must stay non-nil.
-		if body.Valid {
-			e.Body = body.V
-			if e.Body == nil {
-				e.Body = []byte{}
-			}
-		}
-		e.ReceivedAt = fromMicros(receivedAt)
-		e.Status = approval.InboxStatus(status)
-		e.NextAttemptAt = fromNullMicros(next)
-		e.ProcessedAt = fromNullMicros(processed)
-		e.ApprovalID = approvalID.String
-		e.LastConflictAt = fromNullMicros(confAt)
-		list = append(list, &e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("query inbox events: %w", err)
-	}
-	return list, nil
 }

@@ -27,6 +27,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 //go:embed migrations/*.sql
@@ -54,6 +55,10 @@ type Store struct {
 	// action has a target. Set it before the store is used.
 	Targeted func(action string) bool
 
+	// Reads are the read methods both drivers run alike (internal/sqldb), on the read pool:
+	// each is one statement, one snapshot.
+	sqldb.Reads
+
 	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
 	read  *sql.DB // read-only connections
 	hub   *hub    // Subscribe's broadcaster, signalled after each commit
@@ -67,7 +72,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Now: time.Now, write: write, read: read, hub: newHub()}, nil
+	s := &Store{Now: time.Now, write: write, read: read, hub: newHub()}
+	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.now, Translate: fail}
+	return s, nil
 }
 
 // OpenPools opens the two pools a Store works on, as Open does: a write pool of exactly one
@@ -289,6 +296,31 @@ func (t *tx) commit() error {
 	}
 	return nil
 }
+
+// query runs a query in the transaction, for the statements the drivers share.
+func (t *tx) query(ctx context.Context, query string, args ...any) (sqldb.Rows, error) {
+	return querier{t.Tx}.Query(ctx, query, args...)
+}
+
+// querier adapts a pool or a transaction to sqldb.Querier.
+type querier struct {
+	q interface {
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	}
+}
+
+func (q querier) Query(ctx context.Context, query string, args ...any) (sqldb.Rows, error) {
+	r, err := q.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rows{r}, nil
+}
+
+// rows are *sql.Rows as sqldb.Rows: a failure to close is the rows' Err.
+type rows struct{ *sql.Rows }
+
+func (r rows) Close() { r.Rows.Close() }
 
 // micros is the stored form of a time.
 func micros(t time.Time) int64 { return t.UnixMicro() }

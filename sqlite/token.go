@@ -2,8 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/approvald/approval"
@@ -30,30 +28,6 @@ func (s *Store) CreateToken(ctx context.Context, t approval.Token) error {
 		return fail("create token", err)
 	}
 	return nil
-}
-
-// TokenByHash finds the token with the given hash, or ENOTFOUND.
-func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
-	tx, err := s.beginRead(ctx)
-	if err != nil {
-		return nil, fail("token by hash", err)
-	}
-	defer tx.Rollback()
-
-	var (
-		t         = approval.Token{Hash: hash}
-		role      string
-		createdAt int64
-	)
-	err = tx.QueryRowContext(ctx, `SELECT id, subject, role, created_at FROM tokens WHERE hash = ?`, hash).
-		Scan(&t.ID, &t.Subject, &role, &createdAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "token not found")
-	} else if err != nil {
-		return nil, fail("token by hash", err)
-	}
-	t.Role, t.CreatedAt = approval.Role(role), fromMicros(createdAt)
-	return &t, nil
 }
 
 // Bootstrap stores t only if this database never had a bootstrap token, and reports whether

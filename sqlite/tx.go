@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 var _ approval.Tx = (*ruleTx)(nil)
@@ -45,7 +46,7 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 }
 
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
-	a, err := findApproval(ctx, t.tx, id)
+	a, err := sqldb.ApprovalByID(ctx, querier{t.tx.Tx}, dialect, id)
 	return a, fail("read approval", err)
 }
 
@@ -54,25 +55,32 @@ func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*appr
 	if err != nil {
 		return nil, fmt.Errorf("encode approval ids: %w", err)
 	}
-	list, err := findApprovals(ctx, t.tx, "a.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
+	rows, err := t.tx.query(ctx, approvalDetailSQL+` WHERE a.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
+	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	return list, fail("read approvals", err)
 }
 
 func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM approvals WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+	return t.ids(ctx, "find approvals by operation key",
+		`SELECT id FROM approvals WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
+}
+
+// ids runs a query of one text column and collects it.
+func (t *ruleTx) ids(ctx context.Context, op, query string, args ...any) ([]string, error) {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fail("find approvals by operation key", err)
+		return nil, fail(op, err)
 	}
 	defer rows.Close()
 	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, fail("find approvals by operation key", err)
+			return nil, fail(op, err)
 		}
 		ids = append(ids, id)
 	}
-	return ids, fail("find approvals by operation key", rows.Err())
+	return ids, fail(op, rows.Err())
 }
 
 func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
@@ -84,15 +92,14 @@ func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, stat
 		UPDATE approvals SET status = ?, decided_at = ?, version = version + 1
 		WHERE id = ? AND status = 'pending' AND `+guard,
 		string(status), nullMicros(decidedAt), id, micros(t.tx.now))
-	if err != nil {
-		return fail("set approval status", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail("set approval status", err)
-	} else if n != 1 {
-		return fmt.Errorf("set approval status: approval %s changed under the write lock", id)
-	}
-	return nil
+	return fail("set approval status", changedOne(res, err, "approval", id))
+}
+
+// ApprovalIDsDueForUpdate needs no lock of its own: the write lock is held.
+func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
+	return t.ids(ctx, "find due approvals", `
+		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?
+		ORDER BY expires_at, id LIMIT ?`, micros(t.tx.now), limit)
 }
 
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
@@ -161,7 +168,6 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		return nil, fail("find due executions", err)
 	}
 	var claims []*approval.ExecutionClaim
-	var ids []string
 	for rows.Next() {
 		var (
 			id string
@@ -171,76 +177,55 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			rows.Close()
 			return nil, fail("find due executions", err)
 		}
-		claims, ids = append(claims, &c), append(ids, id)
+		c.Record = &approval.ExecutionRecord{ID: id}
+		claims = append(claims, &c)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, fail("find due executions", err)
 	}
-	if len(claims) == 0 {
-		return []*approval.ExecutionClaim{}, nil
-	}
-	for i, c := range claims {
-		if err := t.tx.QueryRowContext(ctx, `
-			UPDATE executions
-			SET status = 'running', attempts = attempts + 1, lease_expires_at = ?,
-				next_attempt_at = NULL, updated_at = ?
-			WHERE id = ?
-			RETURNING attempts`,
-			micros(leaseUntil), micros(t.tx.now), ids[i],
-		).Scan(&c.Attempt); err != nil {
-			return nil, fail("claim execution "+ids[i], err)
+	for _, c := range claims {
+		rec, err := getExecution(ctx, t.tx, `x.id = ?`, c.Record.ID)
+		if err == nil {
+			err = t.claim(ctx, rec, leaseUntil)
 		}
-	}
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return nil, fmt.Errorf("encode execution ids: %w", err)
-	}
-	recs, err := findExecutions(ctx, t.tx, "e.id IN (SELECT value FROM json_each(?))", []any{string(idsJSON)}, "")
-	if err != nil {
-		return nil, fail("read claimed executions", err)
-	}
-	byID := make(map[string]*approval.ExecutionRecord, len(recs))
-	for _, r := range recs {
-		byID[r.ID] = r
-	}
-	for i, c := range claims {
-		c.Record = byID[ids[i]]
+		if err != nil {
+			return nil, fail("claim execution "+c.Record.ID, err)
+		}
+		c.Record, c.Attempt = rec, rec.Attempts
 	}
 	return claims, nil
 }
 
+// claim sets rec running for its next attempt, leased until leaseUntil, and updates rec to
+// match.
+func (t *ruleTx) claim(ctx context.Context, rec *approval.ExecutionRecord, leaseUntil time.Time) error {
+	rec.Status, rec.Attempts, rec.NextAttemptAt, rec.LeaseExpiresAt = approval.ExecutionRunning, rec.Attempts+1, nil, &leaseUntil
+	rec.UpdatedAt = t.tx.now
+	_, err := t.tx.ExecContext(ctx, `
+		UPDATE executions
+		SET status = 'running', attempts = ?, lease_expires_at = ?, next_attempt_at = NULL, updated_at = ?
+		WHERE id = ?`,
+		rec.Attempts, micros(leaseUntil), micros(t.tx.now), rec.ID)
+	return err
+}
+
 // ExecutionGetForUpdate needs no lock of its own: the write lock is held.
 func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
-	rec, err := findExecution(ctx, t.tx, id)
+	rec, err := getExecution(ctx, t.tx, `x.id = ?`, id)
 	return rec, fail("read execution", err)
 }
 
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
-	list, err := findExecutions(ctx, t.tx, "e.approval_id = ?", []any{approvalID}, "")
-	if err != nil {
-		return nil, fail("read execution of approval", err)
-	}
-	if len(list) == 0 {
+	rec, err := getExecution(ctx, t.tx, `x.approval_id = ?`, approvalID)
+	if approval.ErrorCode(err) == approval.ENOTFOUND {
 		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
 	}
-	return list[0], nil
+	return rec, fail("read execution of approval", err)
 }
 
 func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
-	if err != nil {
-		return nil, fail("find executions by operation key", err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fail("find executions by operation key", err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, fail("find executions by operation key", rows.Err())
+	return t.ids(ctx, "find executions by operation key",
+		`SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
 }
 
 func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
@@ -261,20 +246,18 @@ func (t *ruleTx) updateExecution(ctx context.Context, guard string, rec *approva
 		string(rec.Status), rec.Attempts, rec.LastError, nullBytes(rec.Result), nullMicros(rec.NextAttemptAt),
 		nullMicros(rec.LeaseExpiresAt), rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, micros(t.tx.now),
 		rec.ID, guardArg)
-	if err != nil {
-		return fail("update execution", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fail("update execution", err)
-	} else if n != 1 {
-		return fmt.Errorf("update execution: execution %s changed under the write lock", rec.ID)
-	}
-	return nil
+	return fail("update execution", changedOne(res, err, "execution", rec.ID))
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	e, err := findInboxEvent(ctx, t.tx, id)
-	return e, fail("read inbox event", err)
+	rows, err := t.tx.query(ctx, `SELECT `+sqldb.InboxColumns+`, NULL FROM inbox_events i WHERE i.id = ?`, id)
+	list, err := sqldb.Collect(rows, err, sqldb.ScanInbox)
+	if err == nil && len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
+	} else if err != nil {
+		return nil, fail("read inbox event", err)
+	}
+	return list[0], nil
 }
 
 func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
@@ -288,14 +271,47 @@ func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.In
 			lease_token = '', lease_expires_at = NULL
 		WHERE id = ? AND status = 'pending'`,
 		string(status), outcome, ref, micros(t.tx.now), id)
-	if err != nil {
+	if err := changedOne(res, err, "inbox event", id); err != nil {
 		return nil, fail("mark inbox event done", err)
+	}
+	e, err := sqldb.InboxEventByID(ctx, querier{t.tx.Tx}, dialect, id)
+	return e, fail("read inbox event", err)
+}
+
+func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = ?, last_error = ?, next_attempt_at = ?, processed_at = ?,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND status = 'pending'`,
+		string(status), lastError, nullMicros(nextAttemptAt), nullMicros(processedAt), id)
+	return fail("record failed inbox attempt", changedOne(res, err, "inbox event", id))
+}
+
+func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE inbox_events
+		SET status = 'pending', next_attempt_at = ?, processed_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = ? AND status = 'failed'`,
+		micros(t.tx.now), id)
+	if err := changedOne(res, err, "inbox event", id); err != nil {
+		return nil, fail("retry inbox event", err)
+	}
+	e, err := sqldb.InboxEventByID(ctx, querier{t.tx.Tx}, dialect, id)
+	return e, fail("read inbox event", err)
+}
+
+// changedOne checks that a write the caller guarded under the write lock changed its one row:
+// anything else is a broken invariant, which fails the transaction.
+func changedOne(res sql.Result, err error, what, id string) error {
+	if err != nil {
+		return err
 	}
 	if n, err := res.RowsAffected(); err != nil {
-		return nil, fail("mark inbox event done", err)
+		return err
 	} else if n != 1 {
-		return nil, fmt.Errorf("mark inbox event done: inbox event %s changed under the write lock", id)
+		return fmt.Errorf("%s %s changed under the write lock", what, id)
 	}
-	e, err := findInboxEvent(ctx, t.tx, id)
-	return e, fail("read inbox event", err)
+	return nil
 }

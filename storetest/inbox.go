@@ -423,7 +423,7 @@ func exerciseInbox(t *testing.T, s suite) {
 
 		// A retry due before the lease would end: failing gives the lease back.
 		retryAt := f.clock.Now().Add(5 * time.Second)
-		if err := f.store.FailInbox(ctx, first, "database busy", &retryAt); err != nil {
+		if err := f.service().FailInbox(ctx, first, "database busy", &retryAt); err != nil {
 			t.Fatalf("fail inbox with a retry: %v", err)
 		}
 		got := mustInboxEvent(t, f.store, e.ID)
@@ -439,11 +439,11 @@ func exerciseInbox(t *testing.T, s suite) {
 		wantClaimed(t, "claim when the retry is due", second, 2, e)
 
 		// Fenced like ApplyInbox.
-		err := f.store.FailInbox(ctx, first, "late", nil)
+		err := f.service().FailInbox(ctx, first, "late", nil)
 		wantCode(t, err, approval.ECONFLICT)
 
 		// Without a retry it is failed, and stays failed.
-		if err := f.store.FailInbox(ctx, second[0], "bad data", nil); err != nil {
+		if err := f.service().FailInbox(ctx, second[0], "bad data", nil); err != nil {
 			t.Fatalf("fail inbox for good: %v", err)
 		}
 		got = mustInboxEvent(t, f.store, e.ID)
@@ -455,16 +455,16 @@ func exerciseInbox(t *testing.T, s suite) {
 
 		// Only a failed event can be retried.
 		other := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_2", "ping", `{}`))
-		_, err = f.store.RetryInbox(ctx, other.ID)
+		_, err = f.service().RetryInbox(ctx, other.ID)
 		wantCode(t, err, approval.ECONFLICT)
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "evt_2"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "ping"})
-		_, err = f.store.RetryInbox(ctx, other.ID)
+		_, err = f.service().RetryInbox(ctx, other.ID)
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.store.RetryInbox(ctx, approval.NewID("inb"))
+		_, err = f.service().RetryInbox(ctx, approval.NewID("inb"))
 		wantCode(t, err, approval.ENOTFOUND)
 
 		f.clock.Advance(time.Minute)
-		retried, err := f.store.RetryInbox(ctx, e.ID)
+		retried, err := f.service().RetryInbox(ctx, e.ID)
 		if err != nil {
 			t.Fatalf("retry a failed event: %v", err)
 		}
@@ -472,7 +472,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("retried event: got %s, %d attempts, next %v; want pending, 2 kept, due now", retried.Status, retried.Attempts, retried.NextAttemptAt)
 		}
 		wantTime(t, "next_attempt_at of a retried event", *retried.NextAttemptAt, f.clock.Now())
-		_, err = f.store.RetryInbox(ctx, e.ID)
+		_, err = f.service().RetryInbox(ctx, e.ID)
 		wantCode(t, err, approval.ECONFLICT)
 		wantClaimed(t, "claim after the retry", mustClaimInbox(t, f.store, 10), 3, e)
 	})
@@ -551,13 +551,13 @@ func exerciseInbox(t *testing.T, s suite) {
 		wantInboxStatus(t, stale, approval.InboxStale)
 		// Nobody has handled a failed event: it stays, body and all, for an operator.
 		oldFailed := record("old-failed")
-		if err := f.store.FailInbox(ctx, mustClaimOneInbox(t, f.store, "old-failed"), "bad data", nil); err != nil {
+		if err := f.service().FailInbox(ctx, mustClaimOneInbox(t, f.store, "old-failed"), "bad data", nil); err != nil {
 			t.Fatalf("fail inbox: %v", err)
 		}
 		// Still to do, though not due for two months.
 		oldPending := record("old-pending")
 		later := f.clock.Now().Add(60 * day)
-		if err := f.store.FailInbox(ctx, mustClaimOneInbox(t, f.store, "old-pending"), "try later", &later); err != nil {
+		if err := f.service().FailInbox(ctx, mustClaimOneInbox(t, f.store, "old-pending"), "try later", &later); err != nil {
 			t.Fatalf("fail inbox with a retry: %v", err)
 		}
 
@@ -605,7 +605,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("old failed event after purge: got %s with body %q, want failed with %q (an operator has yet to retry it)", got.Status, got.Body, oldFailed.Body)
 		}
 		// Once retried and handled it is purged like any other.
-		if _, err := f.store.RetryInbox(ctx, oldFailed.ID); err != nil {
+		if _, err := f.service().RetryInbox(ctx, oldFailed.ID); err != nil {
 			t.Fatalf("retry the failed event: %v", err)
 		}
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-failed"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
@@ -645,7 +645,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "i1"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
 		f.clock.Advance(time.Second)
 		failed := record("chat", "f1")
-		if err := f.store.FailInbox(ctx, mustClaimOneInbox(t, f.store, "f1"), "bad data", nil); err != nil {
+		if err := f.service().FailInbox(ctx, mustClaimOneInbox(t, f.store, "f1"), "bad data", nil); err != nil {
 			t.Fatalf("fail inbox: %v", err)
 		}
 		f.clock.Advance(time.Second)

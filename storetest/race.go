@@ -146,7 +146,7 @@ func exerciseRace(t *testing.T, s suite) {
 				voted, voteErr = f.service().Decide(ctx, req)
 			}, func() {
 				f.clock.Advance(time.Microsecond)
-				expired, swpErr = f.store.ExpireDue(ctx, 10)
+				expired, swpErr = f.service().ExpireDue(ctx, 10)
 			})
 			if swpErr != nil {
 				t.Fatalf("expire due: %v", swpErr)
@@ -243,7 +243,7 @@ func exerciseRace(t *testing.T, s suite) {
 				// due approval and one more, so that a store expiring an approval twice fails
 				// the count below instead of looping until the test times out.
 				for range perRound + 1 {
-					n, err := f.store.ExpireDue(t.Context(), batch)
+					n, err := f.service().ExpireDue(t.Context(), batch)
 					if err != nil {
 						errs[i] = err
 						return

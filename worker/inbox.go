@@ -51,12 +51,13 @@ type InboxProcessor struct {
 type InboxStore interface {
 	Subscribe(topic string) (<-chan struct{}, func())
 	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error)
-	FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error
 }
 
-// InboxRules applies a claimed event: approval.Service.ApplyInbox.
+// InboxRules applies a claimed event, or records its failed attempt: approval.Service's
+// ApplyInbox and FailInbox.
 type InboxRules interface {
 	ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error)
+	FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error
 }
 
 // Run processes events as they become due until ctx ends, then returns nil. It wakes on the
@@ -142,7 +143,7 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) err
 		retryAt = &at
 	}
 	msg := fmt.Sprintf("attempt %d of %d: apply: %v", e.Attempts, p.maxAttempts(), err)
-	if ferr := p.Store.FailInbox(ctx, e, msg, retryAt); ferr != nil {
+	if ferr := p.rules().FailInbox(ctx, e, msg, retryAt); ferr != nil {
 		if approval.ErrorCode(ferr) == approval.ECONFLICT {
 			log.WarnContext(ctx, "inbox event claim lost before its failure was recorded", "error", err)
 			return nil

@@ -363,17 +363,19 @@ func (s *failingApply) Begin(ctx context.Context) (approval.Tx, error) {
 	return &failingTx{Tx: tx, eventID: s.eventID}, nil
 }
 
-// failingTx fails reading the one event, the first statement of applying it.
+// failingTx fails marking the one event done, the last statement of applying it, so the
+// transaction rolls back with all it applied; recording the failed attempt, which does not
+// mark it done, still works.
 type failingTx struct {
 	approval.Tx
 	eventID string
 }
 
-func (t *failingTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
+func (t *failingTx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
 	if id == t.eventID {
 		return nil, approval.Errorf(approval.EUNAVAILABLE, "database unavailable")
 	}
-	return t.Tx.InboxGetForUpdate(ctx, id)
+	return t.Tx.InboxSetDone(ctx, id, status, outcome, approvalID)
 }
 
 func decisionBody(approvalID, approver string, verdict approval.Verdict) string {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/approvald/approval"
 )
 
 // Defaults used when the corresponding Sweeper field is zero.
@@ -18,7 +20,9 @@ const (
 // lease has ended, and purges finished inbox events past their retention. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
-	Store  SweepStore
+	Store SweepStore
+	// Rules expires due approvals (an *approval.Service); a Service over Store when nil.
+	Rules  SweepRules
 	Logger *slog.Logger // slog.Default() when nil
 
 	// Interval is the time between passes (DefaultSweepInterval when zero).
@@ -39,9 +43,25 @@ type Sweeper struct {
 
 // SweepStore is what a Sweeper needs of the store.
 type SweepStore interface {
-	ExpireDue(ctx context.Context, limit int) (int, error)
 	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
+}
+
+// SweepRules expires due approvals: approval.Service.ExpireDue.
+type SweepRules interface {
+	ExpireDue(ctx context.Context, limit int) (int, error)
+}
+
+// rules is Rules, or else the Service over Store: the rules that expire an approval when a
+// vote finds it due.
+func (s *Sweeper) rules() SweepRules {
+	if s.Rules != nil {
+		return s.Rules
+	}
+	if st, ok := s.Store.(approval.Store); ok {
+		return &approval.Service{Store: st}
+	}
+	return nil
 }
 
 // Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
@@ -50,6 +70,8 @@ type SweepStore interface {
 func (s *Sweeper) Run(ctx context.Context) error {
 	if s.Store == nil {
 		return errors.New("sweeper: no store")
+	} else if s.rules() == nil {
+		return errors.New("sweeper: no rules to expire approvals with")
 	} else if s.Interval < 0 || s.Batch < 0 || s.Grace < 0 || s.InboxIDs < 0 || s.InboxBodies < 0 {
 		return fmt.Errorf("sweeper: negative interval %s, batch %d, grace %s or inbox retention %s/%s",
 			s.Interval, s.Batch, s.Grace, s.InboxIDs, s.InboxBodies)
@@ -81,7 +103,7 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 		batch = DefaultSweepBatch
 	}
 	expired, expireErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
-		return s.Store.ExpireDue(ctx, batch)
+		return s.rules().ExpireDue(ctx, batch)
 	})
 	if expireErr != nil {
 		expireErr = fmt.Errorf("expire due approvals: %w", expireErr)

@@ -1,0 +1,244 @@
+package sqldb
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Reads are the read methods of approval.Store that both drivers run alike: each is one
+// statement, so it sees one snapshot and needs no transaction (one round trip on
+// PostgreSQL). A driver's Store embeds Reads, set up with its read pool and dialect.
+type Reads struct {
+	// DB runs the statements: the driver's read pool.
+	DB Querier
+	// Dialect is the driver's SQL dialect.
+	Dialect Dialect
+	// Clock is the driver's clock, read once per method, at approval.Precision in UTC.
+	Clock func() time.Time
+	// Translate turns a driver error into the application's, naming op.
+	Translate func(op string, err error) error
+}
+
+// Approval returns one approval with its approvers, decisions and execution, or ENOTFOUND.
+func (r Reads) Approval(ctx context.Context, id string) (*approval.Approval, error) {
+	a, err := ApprovalByID(ctx, r.DB, r.Dialect, id)
+	return a, r.Translate("read approval", err)
+}
+
+// ApprovalByID reads one approval with its details through q, or ENOTFOUND.
+func ApprovalByID(ctx context.Context, q Querier, d Dialect, id string) (*approval.Approval, error) {
+	rows, err := q.Query(ctx, d.ApprovalDetail+` WHERE a.id = `+d.Param(1), id)
+	return first(Collect(rows, err, ScanApprovalDetail))("approval %s not found", id)
+}
+
+// Approvals lists approvals newest first; see approval.Store.
+func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
+	limit, err := f.Check()
+	if err != nil {
+		return nil, "", err
+	}
+	q := Query{Dialect: r.Dialect}
+	if f.Status != "" {
+		q.And("a.status = " + q.Arg(string(f.Status)))
+	}
+	if f.Approver != "" {
+		q.And("EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = " + q.Arg(f.Approver) + ")")
+	}
+	if f.VisibleTo != "" {
+		q.And("(a.requester = " + q.Arg(f.VisibleTo) + " OR EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = " + q.Arg(f.VisibleTo) + "))")
+	}
+	if err := q.After(f.Cursor, "a.created_at", "a.id"); err != nil {
+		return nil, "", err
+	}
+	return page(ctx, r, "list approvals", r.Dialect.ApprovalDetail, &q, "a.created_at", "a.id", limit, ScanApprovalDetail,
+		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
+}
+
+// Events returns an approval's audit trail, oldest first, or ENOTFOUND. The approval is
+// joined, so that an unknown one is told apart from an empty trail in the same statement.
+func (r Reads) Events(ctx context.Context, approvalID string) ([]approval.Event, error) {
+	rows, err := r.DB.Query(ctx, `
+		SELECT e.seq, e.type, e.at, e.actor, e.cause, e.detail
+		FROM approvals a LEFT JOIN events e ON e.approval_id = a.id
+		WHERE a.id = `+r.Dialect.Param(1)+` ORDER BY e.seq`, approvalID)
+	list, err := Collect(rows, err, func(row Row) (*approval.Event, error) {
+		var (
+			seq           *int64
+			typ, actor    *string
+			at            *time.Time
+			cause, detail []byte
+		)
+		if err := row.Scan(&seq, &typ, NullTime(&at), &actor, Bytes(&cause), Bytes(&detail)); err != nil {
+			return nil, fmt.Errorf("scan event: %w", err)
+		}
+		if seq == nil {
+			return nil, nil // the approval without events
+		}
+		e := &approval.Event{ApprovalID: approvalID, Seq: *seq, Type: *typ, At: *at, Actor: *actor}
+		if err := json.Unmarshal(cause, &e.Cause); err != nil {
+			return nil, fmt.Errorf("decode cause of event %d: %w", e.Seq, err)
+		}
+		if err := decodeJSON(detail, &e.Detail); err != nil {
+			return nil, fmt.Errorf("decode detail of event %d: %w", e.Seq, err)
+		}
+		return e, nil
+	})
+	if err != nil {
+		return nil, r.Translate("list events", err)
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", approvalID)
+	}
+	events := []approval.Event{}
+	for _, e := range list {
+		if e != nil {
+			events = append(events, *e)
+		}
+	}
+	return events, nil
+}
+
+// Execution returns one execution, or ENOTFOUND.
+func (r Reads) Execution(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	rows, err := r.DB.Query(ctx, `SELECT `+ExecutionColumns+` FROM executions x WHERE x.id = `+r.Dialect.Param(1), id)
+	rec, err := first(Collect(rows, err, func(row Row) (*approval.ExecutionRecord, error) { return ScanExecution(row) }))("execution %s not found", id)
+	return rec, r.Translate("read execution", err)
+}
+
+// Executions lists executions newest first (created_at, then id, descending).
+func (r Reads) Executions(ctx context.Context, f approval.ExecutionFilter) ([]*approval.ExecutionRecord, string, error) {
+	limit, err := f.Check()
+	if err != nil {
+		return nil, "", err
+	}
+	q := Query{Dialect: r.Dialect}
+	if f.Status != "" {
+		q.And("x.status = " + q.Arg(string(f.Status)))
+	}
+	if err := q.After(f.Cursor, "x.created_at", "x.id"); err != nil {
+		return nil, "", err
+	}
+	return page(ctx, r, "list executions", `SELECT `+ExecutionColumns+` FROM executions x`, &q, "x.created_at", "x.id", limit,
+		func(row Row) (*approval.ExecutionRecord, error) { return ScanExecution(row) },
+		func(x *approval.ExecutionRecord) (time.Time, string) { return x.CreatedAt, x.ID })
+}
+
+// InboxEvent returns one event with its body, or ENOTFOUND.
+func (r Reads) InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	e, err := InboxEventByID(ctx, r.DB, r.Dialect, id)
+	return e, r.Translate("read inbox event", err)
+}
+
+// InboxEventByID reads one inbox event with its body through q, or ENOTFOUND.
+func InboxEventByID(ctx context.Context, q Querier, d Dialect, id string) (*approval.InboxEvent, error) {
+	rows, err := q.Query(ctx, `SELECT `+InboxColumns+`, i.body FROM inbox_events i WHERE i.id = `+d.Param(1), id)
+	return first(Collect(rows, err, ScanInbox))("inbox event %s not found", id)
+}
+
+// InboxEvents lists events newest first (received_at, then id, descending), without bodies.
+func (r Reads) InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error) {
+	limit, err := f.Check()
+	if err != nil {
+		return nil, "", err
+	}
+	q := Query{Dialect: r.Dialect}
+	if f.Status != "" {
+		q.And("i.status = " + q.Arg(string(f.Status)))
+	}
+	if f.Source != "" {
+		q.And("i.source = " + q.Arg(f.Source))
+	}
+	if err := q.After(f.Cursor, "i.received_at", "i.id"); err != nil {
+		return nil, "", err
+	}
+	return page(ctx, r, "list inbox events", `SELECT `+InboxColumns+`, NULL FROM inbox_events i`, &q, "i.received_at", "i.id", limit, ScanInbox,
+		func(e *approval.InboxEvent) (time.Time, string) { return e.ReceivedAt, e.ID })
+}
+
+// page runs one page of a newest-first listing: selectSQL with q's conditions, ordered by
+// (atColumn, idColumn) descending, scanned with scan; key gives a row's position for the next
+// page's cursor.
+func page[T any](ctx context.Context, r Reads, op, selectSQL string, q *Query, atColumn, idColumn string, limit int,
+	scan func(Row) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+	rows, err := r.DB.Query(ctx, selectSQL+q.Where()+q.Page(atColumn, idColumn, limit), q.Args...)
+	list, err := Collect(rows, err, scan)
+	if err != nil {
+		return nil, "", r.Translate(op, err)
+	}
+	list, next := Paged(list, limit, key)
+	return list, next, nil
+}
+
+// ApprovalCounts returns how many approvals are in each status, every status present.
+func (r Reads) ApprovalCounts(ctx context.Context) (map[approval.Status]int, error) {
+	counts, _, err := countByStatus(ctx, r, "approvals", approval.Statuses, "0")
+	return counts, err
+}
+
+// InboxCounts returns how many inbox events are in each status, every status present.
+func (r Reads) InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error) {
+	counts, _, err := countByStatus(ctx, r, "inbox_events", approval.InboxStatuses, "0")
+	return counts, err
+}
+
+// ExecutionCounts returns how many executions are in each status, every status present, and
+// how many are running past their lease.
+func (r Reads) ExecutionCounts(ctx context.Context) (map[approval.ExecutionStatus]int, int, error) {
+	counts, expired, err := countByStatus(ctx, r, "executions", approval.ExecutionStatuses,
+		`count(CASE WHEN lease_expires_at <= `+r.Dialect.Param(1)+` THEN 1 END)`, r.Dialect.Time(r.Clock()))
+	return counts, expired[approval.ExecutionRunning], err
+}
+
+// countByStatus counts the rows of table in each status, zero for a status with none, and
+// the value of the expression expired (with args) for each status.
+func countByStatus[S ~string](ctx context.Context, r Reads, table string, statuses []S, expired string, args ...any) (map[S]int, map[S]int, error) {
+	counts, past := make(map[S]int, len(statuses)), make(map[S]int, len(statuses))
+	for _, st := range statuses {
+		counts[st] = 0
+	}
+	rows, err := r.DB.Query(ctx, `SELECT status, count(*), `+expired+` FROM `+table+` GROUP BY status`, args...)
+	_, err = Collect(rows, err, func(row Row) (S, error) {
+		var status string
+		var n, p int
+		if err := row.Scan(&status, &n, &p); err != nil {
+			return "", err
+		}
+		counts[S(status)], past[S(status)] = n, p
+		return S(status), nil
+	})
+	return counts, past, r.Translate("count "+table, err)
+}
+
+// TokenByHash finds the token with the given hash, or ENOTFOUND.
+func (r Reads) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
+	rows, err := r.DB.Query(ctx, `SELECT id, subject, role, hash, created_at FROM tokens WHERE hash = `+r.Dialect.Param(1), hash)
+	t, err := first(Collect(rows, err, func(row Row) (*approval.Token, error) {
+		var t approval.Token
+		var role string
+		if err := row.Scan(&t.ID, &t.Subject, &role, &t.Hash, Time(&t.CreatedAt)); err != nil {
+			return nil, err
+		}
+		t.Role = approval.Role(role)
+		return &t, nil
+	}))("token not found")
+	return t, r.Translate("find token", err)
+}
+
+// first returns the first of the rows a query collected, or, when there is none, ENOTFOUND
+// with the message the returned function is given.
+func first[T any](list []T, err error) func(format string, args ...any) (T, error) {
+	return func(format string, args ...any) (T, error) {
+		var zero T
+		if err != nil {
+			return zero, err
+		}
+		if len(list) == 0 {
+			return zero, approval.Errorf(approval.ENOTFOUND, format, args...)
+		}
+		return list[0], nil
+	}
+}

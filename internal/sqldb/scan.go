@@ -1,0 +1,195 @@
+package sqldb
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// The columns each scanner reads, in order, from the alias every statement gives the table
+// (a for approvals, x for executions, i for inbox_events).
+const (
+	ApprovalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.requester,
+	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
+	a.fingerprint`
+	ExecutionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.targeted, x.status,
+	x.attempts, x.last_error, x.result, x.next_attempt_at, x.lease_expires_at,
+	x.applied_version, x.uncertain, x.attempt_base, x.created_at, x.updated_at`
+	// InboxColumns are followed in every statement by the body, or NULL for listings.
+	InboxColumns = `i.id, i.source, i.event_id, i.type, i.headers, i.received_at, i.status,
+	i.attempts, i.last_error, i.next_attempt_at, i.processed_at, i.outcome, i.approval_id,
+	i.conflicts, i.last_conflict_at, i.lease_token`
+	// ApprovalDetailColumns follow ApprovalColumns in a Dialect's ApprovalDetail: the
+	// approvers in listed order as a JSON array of strings, the decisions oldest first as a
+	// JSON array of approval.Decision, and the public fields of the execution (all NULL when
+	// there is none) from executions x.
+	ApprovalDetailColumns = `x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at`
+)
+
+// ScanApproval reads ApprovalColumns, then any extra destinations the query selects after them.
+func ScanApproval(row Row, extra ...any) (*approval.Approval, error) {
+	var a approval.Approval
+	var status string
+	dest := append([]any{&a.ID, &a.OperationKey, &a.Action, &a.Title, Bytes((*[]byte)(&a.Context)), &a.Requester,
+		&a.RequiredApprovals, &status, NullTime(&a.DecidedAt), Time(&a.ExpiresAt), Time(&a.CreatedAt),
+		&a.Version, &a.Fingerprint}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, fmt.Errorf("scan approval: %w", err)
+	}
+	a.Status = approval.Status(status)
+	return &a, nil
+}
+
+// ScanApprovalDetail reads a row of a Dialect's ApprovalDetail.
+func ScanApprovalDetail(row Row) (*approval.Approval, error) {
+	var (
+		approvers, decisions []byte
+		x                    approval.Execution
+		xID, xStatus         *string
+		xAttempts            *int
+		xError               *string
+	)
+	a, err := ScanApproval(row, Bytes(&approvers), Bytes(&decisions),
+		&xID, &xStatus, &xAttempts, &xError, Bytes((*[]byte)(&x.Result)), NullTime(&x.UpdatedAt))
+	if err != nil {
+		return nil, err
+	}
+	a.Approvers, a.Decisions = []string{}, []approval.Decision{}
+	if err := decodeJSON(approvers, &a.Approvers); err != nil {
+		return nil, fmt.Errorf("decode approvers of %s: %w", a.ID, err)
+	}
+	if err := decodeJSON(decisions, &a.Decisions); err != nil {
+		return nil, fmt.Errorf("decode decisions of %s: %w", a.ID, err)
+	}
+	for i := range a.Decisions {
+		a.Decisions[i].At = a.Decisions[i].At.UTC()
+	}
+	if xID != nil {
+		x.ID, x.Status, x.Attempts, x.LastError = *xID, approval.ExecutionStatus(*xStatus), *xAttempts, *xError
+		if len(x.Result) == 0 {
+			x.Result = nil
+		}
+		a.Execution = &x
+	}
+	return a, nil
+}
+
+// ScanExecution reads ExecutionColumns, then any extra destinations the query selects after
+// them.
+func ScanExecution(row Row, extra ...any) (*approval.ExecutionRecord, error) {
+	var r approval.ExecutionRecord
+	var status string
+	dest := append([]any{&r.ID, &r.ApprovalID, &r.OperationKey, &r.Action, &r.Targeted, &status,
+		&r.Attempts, &r.LastError, Bytes((*[]byte)(&r.Result)), NullTime(&r.NextAttemptAt),
+		NullTime(&r.LeaseExpiresAt), &r.AppliedVersion, &r.Uncertain, &r.AttemptBase,
+		Time(&r.CreatedAt), Time(&r.UpdatedAt)}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, fmt.Errorf("scan execution: %w", err)
+	}
+	r.Status = approval.ExecutionStatus(status)
+	if len(r.Result) == 0 {
+		r.Result = nil
+	}
+	return &r, nil
+}
+
+// ScanInbox reads InboxColumns and the body (nil when NULL: purged, or not selected).
+func ScanInbox(row Row) (*approval.InboxEvent, error) {
+	var e approval.InboxEvent
+	var headers []byte
+	var status string
+	var approvalID *string
+	if err := row.Scan(&e.ID, &e.Source, &e.EventID, &e.Type, Bytes(&headers), Time(&e.ReceivedAt),
+		&status, &e.Attempts, &e.LastError, NullTime(&e.NextAttemptAt), NullTime(&e.ProcessedAt),
+		&e.Outcome, &approvalID, &e.Conflicts, NullTime(&e.LastConflictAt), &e.LeaseToken,
+		Bytes(&e.Body)); err != nil {
+		return nil, fmt.Errorf("scan inbox event: %w", err)
+	}
+	if err := json.Unmarshal(headers, &e.Headers); err != nil {
+		return nil, fmt.Errorf("decode headers of inbox event %s: %w", e.ID, err)
+	}
+	e.Status = approval.InboxStatus(status)
+	if approvalID != nil {
+		e.ApprovalID = *approvalID
+	}
+	return &e, nil
+}
+
+// EventJSON encodes an event's cause and detail (nil when there is none) as both dialects
+// store them.
+func EventJSON(cause approval.Cause, detail map[string]any) (causeJSON, detailJSON []byte, err error) {
+	if causeJSON, err = json.Marshal(cause); err != nil {
+		return nil, nil, fmt.Errorf("encode event cause: %w", err)
+	}
+	if detail != nil {
+		if detailJSON, err = json.Marshal(detail); err != nil {
+			return nil, nil, fmt.Errorf("encode event detail: %w", err)
+		}
+	}
+	return causeJSON, detailJSON, nil
+}
+
+// decodeJSON decodes doc into v, leaving v as it is when doc is NULL.
+func decodeJSON(doc []byte, v any) error {
+	if doc == nil {
+		return nil
+	}
+	return json.Unmarshal(doc, v)
+}
+
+// Time scans a non-NULL time: Unix microseconds (SQLite) or a timestamp (PostgreSQL), in UTC.
+func Time(t *time.Time) any { return timeDest{t} }
+
+// NullTime scans a time that may be NULL into a pointer, nil for NULL.
+func NullTime(t **time.Time) any { return nullTimeDest{t} }
+
+// Bytes scans bytes, text or JSON that may be NULL: nil for NULL, a non-nil slice (empty
+// included) otherwise, so that an empty stored body stays told apart from a purged one.
+func Bytes(b *[]byte) any { return bytesDest{b} }
+
+type timeDest struct{ t *time.Time }
+
+func (d timeDest) Scan(src any) error {
+	switch v := src.(type) {
+	case int64:
+		*d.t = time.UnixMicro(v).UTC()
+	case time.Time:
+		*d.t = v.UTC()
+	default:
+		return fmt.Errorf("cannot scan %T into a time", src)
+	}
+	return nil
+}
+
+type nullTimeDest struct{ t **time.Time }
+
+func (d nullTimeDest) Scan(src any) error {
+	if src == nil {
+		*d.t = nil
+		return nil
+	}
+	var t time.Time
+	if err := (timeDest{&t}).Scan(src); err != nil {
+		return err
+	}
+	*d.t = &t
+	return nil
+}
+
+type bytesDest struct{ b *[]byte }
+
+func (d bytesDest) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*d.b = nil
+	case []byte:
+		*d.b = append([]byte{}, v...)
+	case string:
+		*d.b = []byte(v)
+	default:
+		return fmt.Errorf("cannot scan %T into bytes", src)
+	}
+	return nil
+}

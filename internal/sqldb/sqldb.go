@@ -1,0 +1,124 @@
+// Package sqldb is what the two SQL drivers, sqlite and postgres, share: the read methods of
+// approval.Store that are one statement alike in both dialects but for the placeholders and
+// the stored form of a time, the scanning of approval, execution, inbox event and event rows,
+// and the building of paged listings with keyset cursors. It decides nothing: the rules are
+// the root package's, and each driver keeps its own statements (writes, locking, RETURNING,
+// NOTIFY) and its own translation of errors. See docs/architecture.md, "The drivers".
+package sqldb
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Dialect is what a driver tells the shared code about its SQL.
+type Dialect struct {
+	// Param returns the placeholder of the nth argument (from 1): "?" or "$n".
+	Param func(n int) string
+	// Time returns a time as the dialect stores it: Unix microseconds on SQLite, the
+	// time itself on PostgreSQL.
+	Time func(time.Time) any
+	// ApprovalDetail is the dialect's SELECT of an approval with everything its answer shows,
+	// from approvals a, read by ScanApprovalDetail; callers add WHERE, ORDER BY and LIMIT.
+	ApprovalDetail string
+}
+
+// Rows are a query's rows: *sql.Rows (adapted, its Close returns nothing) or pgx.Rows.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Row is one row to scan.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Querier runs one query: a driver's pool, connection or transaction, adapted.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+}
+
+// Query builds a statement's WHERE clause from fixed SQL fragments; only values travel, as
+// parameters.
+type Query struct {
+	Dialect Dialect
+	Args    []any
+	conds   []string
+}
+
+// Arg adds v as the next parameter and returns its placeholder.
+func (q *Query) Arg(v any) string {
+	q.Args = append(q.Args, v)
+	return q.Dialect.Param(len(q.Args))
+}
+
+// And adds a condition.
+func (q *Query) And(cond string) { q.conds = append(q.conds, cond) }
+
+// After continues a newest-first listing after the row a cursor names; atColumn and idColumn
+// are what the listing is ordered by. A cursor no page made is approval.InvalidCursor.
+func (q *Query) After(cursor, atColumn, idColumn string) error {
+	if cursor == "" {
+		return nil
+	}
+	at, id, err := approval.DecodeCursor(cursor)
+	if err != nil {
+		return err
+	}
+	q.And("(" + atColumn + ", " + idColumn + ") < (" + q.Arg(q.Dialect.Time(at)) + ", " + q.Arg(id) + ")")
+	return nil
+}
+
+// Where returns " WHERE ..." for the conditions, or "" when there are none.
+func (q *Query) Where() string {
+	if len(q.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(q.conds, " AND ")
+}
+
+// Page ends a listing: " ORDER BY <at> DESC, <id> DESC LIMIT <limit+1>". The one row more
+// than the page tells whether another page follows (see Paged).
+func (q *Query) Page(atColumn, idColumn string, limit int) string {
+	return " ORDER BY " + atColumn + " DESC, " + idColumn + " DESC LIMIT " + q.Arg(limit+1)
+}
+
+// Paged trims the limit+1 rows of a Page query to the page, and returns the cursor of the next
+// page, made from the last row's position (key), or "" on the last page.
+func Paged[T any](list []T, limit int, key func(T) (time.Time, string)) ([]T, string) {
+	if len(list) <= limit {
+		return list, ""
+	}
+	list = list[:limit]
+	return list, approval.EncodeCursor(key(list[limit-1]))
+}
+
+// Collect scans every row of a query with scan, and closes the rows.
+func Collect[T any](rows Rows, err error, scan func(Row) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	list := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, v)
+	}
+	return list, rows.Err()
+}
+
+// Positional is Dialect.Param of PostgreSQL: $1, $2, ...
+func Positional(n int) string { return "$" + strconv.Itoa(n) }
+
+// Question is Dialect.Param of SQLite: ?.
+func Question(int) string { return "?" }

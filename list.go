@@ -1,0 +1,56 @@
+package approval
+
+// Page sizes of the listings (Approvals, Executions, InboxEvents).
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 200
+)
+
+// PageLimit checks a listing's requested page size: 0 means DefaultPageSize, and anything
+// outside 1..MaxPageSize is EINVALID. Both stores call it, so a listing answers alike on each.
+func PageLimit(limit int) (int, error) {
+	if limit == 0 {
+		return DefaultPageSize, nil
+	}
+	if limit < 1 || limit > MaxPageSize {
+		return 0, Errorf(EINVALID, "limit must be between 1 and %d", MaxPageSize)
+	}
+	return limit, nil
+}
+
+// The statuses of each kind, in lifecycle order: what a listing's status filter accepts and
+// what the counts for /metrics report, zero included.
+var (
+	Statuses = []Status{StatusPending, StatusApproved, StatusRejected, StatusExpired, StatusCancelled}
+
+	InboxStatuses = []InboxStatus{InboxPending, InboxProcessed, InboxIgnored, InboxStale, InboxFailed}
+
+	ExecutionStatuses = []ExecutionStatus{
+		ExecutionQueued, ExecutionRunning, ExecutionSucceeded, ExecutionFailed,
+		ExecutionNeedsReview, ExecutionCancelled, ExecutionNotConfigured,
+	}
+)
+
+// Check validates the filter of Approvals and returns its page size.
+func (f ApprovalFilter) Check() (int, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return 0, Errorf(EINVALID, "unknown status %q", f.Status)
+	}
+	return PageLimit(f.Limit)
+}
+
+// Check validates the filter of InboxEvents and returns its page size.
+func (f InboxFilter) Check() (int, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return 0, Errorf(EINVALID, "unknown inbox status %q", f.Status)
+	}
+	return PageLimit(f.Limit)
+}
+
+// Check validates the filter of Executions and returns its page size.
+func (f ExecutionFilter) Check() (int, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return 0, Errorf(EINVALID, "unknown execution status %q", f.Status)
+	}
+	return PageLimit(f.Limit)
+}
