@@ -152,7 +152,7 @@ func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request, 
 func (s *Server) handleRetryInbox(w http.ResponseWriter, r *http.Request, sess *session) {
 	p, _, err := s.operatorForm(w, r, sess)
 	if err == nil {
-		_, err = s.store.RetryInbox(r.Context(), r.PathValue("id"))
+		_, err = s.svc.RetryInbox(r.Context(), r.PathValue("id"))
 	}
 	if err != nil {
 		s.fail(w, r, err)
