@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/approvald/approval"
@@ -17,12 +16,13 @@ const insertApprovalAttempts = 3
 
 // insertApprovalSQL writes a create in ONE statement, so a create costs one round trip and is
 // atomic without an explicit transaction: the idempotency record with its stored response,
-// the approval, its approvers, its approval.created event and the signal to long-polls,
-// unless the key is held. "held" finds a completed record or (record purged) an approval
-// under the key; a concurrent insert of the same key makes the record's INSERT wait on the
-// primary key for the other transaction and then do nothing, and the caller reads again. An
-// in-flight record left by the two-transaction create of earlier versions is taken over once
-// its lease has ended; while it runs, the create is told to come back (409), as then.
+// the approval, its approvers and its approval.created event, unless the key is held. It
+// signals no one: nothing waits on an approval that did not exist yet. "held" finds a
+// completed record or (record purged) an approval under the key; a concurrent insert of the
+// same key makes the record's INSERT wait on the primary key for the other transaction and
+// then do nothing, and the caller reads again. An in-flight record left by the
+// two-transaction create of earlier versions is taken over once its lease has ended; while it
+// runs, the create is told to come back (409), as then.
 var insertApprovalSQL = `
 WITH held AS (
 	SELECT r.fingerprint, r.response_status, r.response_location, r.response_body,
@@ -61,10 +61,8 @@ WITH held AS (
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 	SELECT app.id, 1, '` + approval.EventCreated + `', $4::timestamptz, $1::text, $17::jsonb, NULL
 	FROM app
-), signal AS (
-	SELECT pg_notify(` + strings.ReplaceAll(channelExpr, "$1", "$18") + `, '') FROM app
 )
-SELECT (SELECT count(*) FROM app), (SELECT count(*) FROM signal),
+SELECT (SELECT count(*) FROM app),
 	h.fingerprint, h.response_status, h.response_location, h.response_body, h.approval_id
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (SELECT * FROM held ORDER BY rank LIMIT 1) AS h ON true`
@@ -83,7 +81,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 	defer conn.Release()
 
 	for range insertApprovalAttempts {
-		var inserted, signalled int
+		var inserted int
 		var fingerprint, location, approvalID *string
 		var status *int
 		var body []byte
@@ -91,8 +89,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 			a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
 			resp.Body, now.Add(retain), a.ID, a.Action, a.Title, []byte(a.Context),
 			a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
-			approval.TopicApprovals,
-		).Scan(&inserted, &signalled, &fingerprint, &status, &location, &body, &approvalID)
+		).Scan(&inserted, &fingerprint, &status, &location, &body, &approvalID)
 		if err != nil {
 			return nil, translate("insert approval", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/sqldb"
@@ -37,22 +38,50 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	}
 	defer conn.Release()
 
-	// One statement, so one round trip and atomic without an explicit transaction. A
+	// One statement in one round trip, its signal behind the COMMIT (see signalSQL). A
 	// concurrent delivery of the same event makes this insert wait for that transaction and
 	// then do nothing: exactly one of them stores the event.
-	var inserted, signalled int
-	if err := conn.QueryRow(ctx, `
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`
 		WITH stored AS (
 			INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status, next_attempt_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
 			ON CONFLICT (source, event_id) DO NOTHING
 			RETURNING 1
-		), signal AS (
-			SELECT pg_notify(`+strings.ReplaceAll(channelExpr, "$1", "$9")+`, '') FROM stored
 		)
-		SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM signal)`,
-		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, e.ReceivedAt, now, approval.TopicInbox,
-	).Scan(&inserted, &signalled); err != nil {
+		SELECT count(*) FROM stored`,
+		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, e.ReceivedAt, now)
+	b.Queue("COMMIT")
+	b.Queue(signalStoredInboxSQL, []string{approval.TopicInbox}, e.ID)
+	var inserted int
+	var commit pgconn.CommandTag
+	err = func() error {
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&inserted); err != nil {
+			return err
+		}
+		if commit, err = br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			// Stored: the signal is only a hint, and the inbox processors also poll.
+			s.logger().Warn("postgres: inbox signal failed", "event", e.ID, "err", err)
+		}
+		return nil
+	}()
+	if err == nil && commit.String() != "COMMIT" {
+		err = fmt.Errorf("the transaction was rolled back (%s)", commit)
+	}
+	if err != nil {
+		// Leave no aborted transaction on the connection (the pool would close it anyway).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		conn.Exec(rctx, "ROLLBACK")
+		cancel()
 		return false, translate("insert inbox event", err)
 	}
 	if inserted == 1 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &ruleTx{conn: conn}
+	t := &ruleTx{conn: conn, log: s.logger}
 	t.tx = &tx{dbtx: t, now: now}
 	return t, nil
 }
@@ -46,6 +47,9 @@ type ruleTx struct {
 	begun bool
 	done  bool
 	queue []queued
+	// signals are the topics Notify was asked for, sent after COMMIT (see signalSQL).
+	signals []string
+	log     func() *slog.Logger
 }
 
 // queued is a write waiting for the next batch.
@@ -64,7 +68,7 @@ func (t *ruleTx) enqueue(op, sql string, args ...any) {
 
 // send sends BEGIN (the first time), the queued writes and then the statement sql, if any,
 // as one batch, and returns the results positioned at sql's. The caller closes them.
-func (t *ruleTx) send(ctx context.Context, sql string, args ...any) (pgx.BatchResults, error) {
+func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queued) (pgx.BatchResults, error) {
 	if t.done {
 		return nil, errors.New("postgres: statement after the transaction ended")
 	}
@@ -77,6 +81,9 @@ func (t *ruleTx) send(ctx context.Context, sql string, args ...any) (pgx.BatchRe
 	}
 	if sql != "" {
 		b.Queue(sql, args...)
+	}
+	for _, q := range after {
+		b.Queue(q.sql, q.args...)
 	}
 	br := t.conn.SendBatch(ctx, b)
 	if !t.begun {
@@ -99,7 +106,7 @@ func (t *ruleTx) send(ctx context.Context, sql string, args ...any) (pgx.BatchRe
 
 // QueryRow runs one statement, after BEGIN and the queued writes, in one round trip.
 func (t *ruleTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	br, err := t.send(ctx, sql, args...)
+	br, err := t.send(ctx, sql, args)
 	if err != nil {
 		return errRow{err}
 	}
@@ -108,7 +115,7 @@ func (t *ruleTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 
 // Query runs one statement, after BEGIN and the queued writes, in one round trip.
 func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	br, err := t.send(ctx, sql, args...)
+	br, err := t.send(ctx, sql, args)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +129,7 @@ func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 
 // Exec runs one statement now, after BEGIN and the queued writes, in one round trip.
 func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	br, err := t.send(ctx, sql, args...)
+	br, err := t.send(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -133,7 +140,8 @@ func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return tag, err
 }
 
-// Commit sends the queued writes and COMMIT in one round trip.
+// Commit sends the queued writes, COMMIT and the signals Notify asked for (in a transaction
+// of their own, see signalSQL) in one round trip.
 func (t *ruleTx) Commit(ctx context.Context) error {
 	if t.done {
 		return errors.New("postgres: commit of a transaction that has ended")
@@ -142,12 +150,24 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 		t.end()
 		return nil
 	}
-	br, err := t.send(ctx, "COMMIT")
+	var br pgx.BatchResults
+	var err error
+	if len(t.signals) == 0 {
+		br, err = t.send(ctx, "COMMIT", nil)
+	} else {
+		br, err = t.send(ctx, "COMMIT", nil, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
+	}
 	if err != nil {
 		t.Rollback(ctx)
 		return err
 	}
 	tag, err := br.Exec()
+	if err == nil && len(t.signals) > 0 {
+		if _, serr := br.Exec(); serr != nil {
+			// Committed: the signal is only a hint, and every waiter also polls.
+			t.log().Warn("postgres: signal after commit failed", "topics", t.signals, "err", serr)
+		}
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -270,7 +290,9 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
-	t.enqueue("notify "+topic, `SELECT pg_notify(`+channelExpr+`, '')`, topic)
+	if !slices.Contains(t.signals, topic) {
+		t.signals = append(t.signals, topic)
+	}
 	return nil
 }
 

@@ -139,7 +139,6 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp appr
 			return fmt.Errorf("insert approver: %w", err)
 		}
 	}
-	tx.signal(approval.TopicApprovals)
 	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
 }
 
