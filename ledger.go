@@ -204,6 +204,9 @@ func (s *Service) ResolveExecution(ctx context.Context, id string, status Execut
 	if status != ExecutionSucceeded && status != ExecutionFailed {
 		return nil, Errorf(EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
 	}
+	if err := CheckNote(note); err != nil {
+		return nil, err
+	}
 	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
 		if rec.Status != ExecutionNeedsReview && rec.Status != ExecutionFailed && !rec.AwaitingReport() {
 			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a needs_review or failed execution, or an accepted one awaiting its report, can be resolved", id, rec.Status)
