@@ -256,6 +256,7 @@ func TestNetHTTPOwnAnswers(t *testing.T) {
 		{"a malformed request line", "GET\r\n\r\n", "400 Bad Request"},
 		{"an unknown HTTP version", "GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", "505 HTTP Version Not Supported: unsupported protocol version"},
 		{"an unknown transfer coding", "POST /v1/approvals HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: zip\r\n\r\n", "501 Not Implemented"},
+		{"an unknown expectation", "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: coffee\r\n\r\n", "417 Expectation Failed"},
 		{"headers over the limit", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", "431 Request Header Fields Too Large"},
 	} {
 		conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())

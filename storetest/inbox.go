@@ -295,6 +295,10 @@ func exerciseInbox(t *testing.T, s suite) {
 			{"the other verdict after voting", decideAction(rejected.ID, "bob", approval.VerdictApprove)},
 			// 404 too: no retry can make a missing approval appear.
 			{"no such approval", decideAction(approval.NewID("apr"), "alice", approval.VerdictApprove)},
+			// What the input policy refuses cannot be fixed by a retry either (400).
+			{"an escape in the comment", withComment(decideAction(a.ID, "alice", approval.VerdictApprove), "red \x1b[31m")},
+			{"a comment over the limit", withComment(decideAction(a.ID, "alice", approval.VerdictApprove), strings.Repeat("c", approval.MaxCommentLength+1))},
+			{"a newline in the approver", decideAction(a.ID, "alice\n", approval.VerdictApprove)},
 		} {
 			eventID := fmt.Sprintf("evt_%d", i)
 			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", eventID, approval.TypeApprovalDecision, `{}`))
@@ -880,4 +884,12 @@ func eventIDs(evs []*approval.InboxEvent) []string {
 		out[i] = e.Source + "/" + e.EventID
 	}
 	return out
+}
+
+// withComment returns the decide action a with the comment.
+func withComment(a approval.InboxAction, comment string) approval.InboxAction {
+	d := *a.Decide
+	d.Comment = comment
+	a.Decide = &d
+	return a
 }
