@@ -431,3 +431,23 @@ func TestConfigDatabasePath(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestValidateSubject: a token's subject is held to the input policy's rules for names, so a
+// token cannot be made for a name the API would refuse as a requester or an approver.
+func TestValidateSubject(t *testing.T) {
+	for _, c := range []struct{ subject, want string }{
+		{"ci-bot", ""},
+		{"Zoë Martín", ""},
+		{strings.Repeat("a", 100), ""},
+		{strings.Repeat("a", 101), "--subject has 101 characters; at most 100 are allowed"},
+		{"bad\xffutf8", "--subject is not valid UTF-8"},
+		{"tab\there", "control characters"},
+		{"next\u0085line", "control characters"},
+		{" padded", "leading or trailing white space"},
+	} {
+		err := validateSubject(c.subject)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("subject %q: got %v, want %q", c.subject, err, c.want)
+		}
+	}
+}
