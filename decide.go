@@ -54,6 +54,9 @@ type VoteResult struct {
 // A refusal is committed before it is returned, because finding the approval past its expiry
 // expires it, and that truth is kept.
 func (s *Service) Vote(ctx context.Context, d DecideRequest) (VoteResult, error) {
+	if err := d.Validate(); err != nil {
+		return VoteResult{}, err // before any store work; decide checks again for the inbox
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return VoteResult{}, err
