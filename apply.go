@@ -98,10 +98,11 @@ func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) 
 }
 
 // refusedByRules reports whether a refusal is the rules' answer to an event's content (it is
-// recorded as the event's outcome) rather than a request the handler got wrong.
+// recorded as the event's outcome) rather than a failure: content the input policy refuses
+// (EINVALID) can no more be fixed by retrying than a vote the rules refuse.
 func refusedByRules(e *Error) bool {
 	switch e.Code {
-	case EFORBIDDEN, ECONFLICT, ENOTFOUND:
+	case EINVALID, EFORBIDDEN, ECONFLICT, ENOTFOUND:
 		return true
 	}
 	return false

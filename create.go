@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // CreateRequest is the body of a create (POST /v1/approvals). Optional fields are pointers or
@@ -36,10 +35,16 @@ const (
 // EINVALID error whose message names the field and the rule. A JSON null in an optional field
 // counts as absent.
 func NewApproval(req CreateRequest, requester, key, fingerprint string, now time.Time) (*Approval, error) {
-	if err := validateText("action", req.Action, MaxActionLength); err != nil {
+	if err := CheckName("action", req.Action, MaxActionLength); err != nil {
 		return nil, err
 	}
-	if err := validateText("title", req.Title, MaxTitleLength); err != nil {
+	if err := CheckName("title", req.Title, MaxTitleLength); err != nil {
+		return nil, err
+	}
+	if err := CheckName("requester (the token's subject)", requester, MaxNameLength); err != nil {
+		return nil, err
+	}
+	if err := CheckName("operation key", key, MaxOperationKeyLength); err != nil {
 		return nil, err
 	}
 
@@ -52,7 +57,7 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 	for i, name := range req.Approvers {
 		if strings.TrimSpace(name) == "" {
 			return nil, Errorf(EINVALID, "approvers[%d] is empty; each approver must be a name", i)
-		} else if err := CheckText(fmt.Sprintf("approvers[%d]", i), name); err != nil {
+		} else if err := CheckName(fmt.Sprintf("approvers[%d]", i), name, MaxNameLength); err != nil {
 			return nil, err
 		} else if seen[name] {
 			return nil, Errorf(EINVALID, "approvers[%d] %q is listed twice; approvers must be distinct", i, name)
@@ -66,6 +71,18 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 	}
 	if required < 1 || required > len(req.Approvers) {
 		return nil, Errorf(EINVALID, "required_approvals is %d; it must be between 1 and the number of approvers (%d)", required, len(req.Approvers))
+	}
+	// The requester may not approve their own request (Decide), so a request that needs more
+	// approvals than the other approvers can give would wait for ever: refuse it now.
+	eligible := len(req.Approvers)
+	if seen[requester] {
+		eligible--
+	}
+	switch {
+	case eligible == 0:
+		return nil, Errorf(EINVALID, "approvers lists only the requester %q, who may not approve their own request; name someone else", requester)
+	case required > eligible:
+		return nil, Errorf(EINVALID, "required_approvals is %d but only %d approvers may approve: the requester %q may not approve their own request", required, eligible, requester)
 	}
 
 	expiresIn := DefaultExpiresIn
@@ -104,33 +121,6 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 	}, nil
 }
 
-// validateText checks a required single-line string field, counting characters (runes), not
-// bytes, so that titles in any script get the same allowance.
-func validateText(field, s string, max int) error {
-	if s == "" {
-		return Errorf(EINVALID, "%s is required", field)
-	} else if !utf8.ValidString(s) {
-		return Errorf(EINVALID, "%s is not valid UTF-8", field)
-	} else if err := CheckText(field, s); err != nil {
-		return err
-	} else if strings.TrimSpace(s) == "" {
-		return Errorf(EINVALID, "%s is blank", field)
-	} else if n := utf8.RuneCountInString(s); n > max {
-		return Errorf(EINVALID, "%s has %d characters; at most %d are allowed", field, n, max)
-	}
-	return nil
-}
-
-// CheckText refuses text that not every store can keep: PostgreSQL's text and jsonb hold no
-// NUL character, while SQLite would store it. So a NUL is refused before any work, whatever
-// the store, as an EINVALID error naming field.
-func CheckText(field, s string) error {
-	if strings.IndexByte(s, 0) >= 0 {
-		return Errorf(EINVALID, "%s contains a NUL character", field)
-	}
-	return nil
-}
-
 // normalizeContext returns the context as compact JSON: {} when absent or null, otherwise it
 // must be a JSON object nested at most MaxContextDepth levels deep. The depth limit keeps
 // hostile documents from costing stack and time in every later reader (stores, clients).
@@ -145,12 +135,18 @@ func normalizeContext(raw json.RawMessage) (json.RawMessage, error) {
 	if !json.Valid(raw) {
 		return nil, Errorf(EINVALID, "context is not valid JSON")
 	}
+	if err := CheckJSON("context", raw); err != nil {
+		return nil, err
+	}
 	if depth := jsonDepth(raw); depth > MaxContextDepth {
 		return nil, Errorf(EINVALID, "context is nested %d levels deep; at most %d are allowed", depth, MaxContextDepth)
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
 		return nil, Errorf(EINVALID, "context is not valid JSON: %v", err)
+	}
+	if buf.Len() > MaxContextBytes {
+		return nil, Errorf(EINVALID, "context is %d bytes compacted; at most %d (64 KiB) are allowed", buf.Len(), MaxContextBytes)
 	}
 	return buf.Bytes(), nil
 }

@@ -10,12 +10,39 @@ import (
 const ActorSystem = "system"
 
 // Decide records one approver's vote (docs/invariants.md, invariant 1), in one store
+// transaction, and returns the approval as it then is. It is Vote without the word on a
+// repeat.
+func (s *Service) Decide(ctx context.Context, d DecideRequest) (*Approval, error) {
+	v, err := s.Vote(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return v.Approval, nil
+}
+
+// VoteResult is the answer to a vote.
+type VoteResult struct {
+	// Approval is the approval after the vote. With a refusal it is the approval as found
+	// (nil when none was), so that the caller can tell a refusal it may explain from one
+	// that must look like a missing approval.
+	Approval *Approval
+	// AlreadyVoted reports that the approver had already cast this same verdict: nothing
+	// changed, and Approval shows the first vote.
+	AlreadyVoted bool
+	// CommentIgnored reports that such a repeat carried another comment than the first
+	// vote's; the first vote's comment stands.
+	CommentIgnored bool
+}
+
+// Vote records one approver's vote (docs/invariants.md, invariant 1), in one store
 // transaction. In order:
+//   - EINVALID if the request breaks the input policy (DecideRequest.Validate);
 //   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
 //     ApprovalID is empty; an operation key used by several requesters is ECONFLICT);
 //   - EFORBIDDEN if d.Approver is not an approver, or is the requester voting approve;
 //   - if d.Approver already voted: the same verdict returns the current approval with no
-//     change (a repeat); the other verdict is ECONFLICT carrying the current approval;
+//     change, AlreadyVoted (a repeat); the other verdict is ECONFLICT carrying the current
+//     approval;
 //   - ECONFLICT carrying the current approval if it is no longer pending;
 //   - if expires_at <= now: the approval is moved to expired (with its event) in this
 //     transaction, and ECONFLICT carrying it is returned;
@@ -26,24 +53,28 @@ const ActorSystem = "system"
 //
 // A refusal is committed before it is returned, because finding the approval past its expiry
 // expires it, and that truth is kept.
-func (s *Service) Decide(ctx context.Context, d DecideRequest) (*Approval, error) {
+func (s *Service) Vote(ctx context.Context, d DecideRequest) (VoteResult, error) {
+	if err := d.Validate(); err != nil {
+		return VoteResult{}, err // before any store work; decide checks again for the inbox
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return VoteResult{}, err
 	}
 	defer tx.Rollback(ctx)
 
 	res, err := s.decide(ctx, tx, d)
 	if err != nil {
-		return nil, err
+		return VoteResult{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, err
+		return VoteResult{}, err
 	}
+	v := VoteResult{Approval: res.approval, AlreadyVoted: res.repeat, CommentIgnored: res.commentIgnored}
 	if res.refusal != nil {
-		return nil, res.refusal
+		return v, res.refusal
 	}
-	return res.approval, nil
+	return v, nil
 }
 
 // Cancel moves a pending approval to cancelled (version+1, decided_at = now, EventCancelled
@@ -92,7 +123,9 @@ func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*A
 type decided struct {
 	approval *Approval // the approval as it now is; nil if it was not found
 	repeat   bool      // the approver's earlier identical vote; nothing changed
-	refusal  *Error
+	// commentIgnored: a repeat whose comment differs from the first vote's, which stands.
+	commentIgnored bool
+	refusal        *Error
 }
 
 // decide applies one vote inside tx: the one code path of a vote, whether it comes from the
@@ -105,6 +138,9 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	}
 	if !d.Verdict.Valid() {
 		return refuse(nil, Errorf(EINVALID, "unknown verdict %q; use approve or reject", d.Verdict))
+	}
+	if err := d.Validate(); err != nil {
+		return refuse(nil, AsError(err))
 	}
 	id := d.ApprovalID
 	if id == "" {
@@ -138,7 +174,7 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	}
 	if prev, ok := a.DecisionBy(d.Approver); ok {
 		if prev.Verdict == d.Verdict {
-			return decided{approval: a, repeat: true}, nil
+			return decided{approval: a, repeat: true, commentIgnored: prev.Comment != d.Comment}, nil
 		}
 		return refuse(a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict))
 	}

@@ -41,12 +41,15 @@ const (
 // worker attempt. Fields that do not apply are empty.
 type Cause struct {
 	Kind      CauseKind `json:"kind"`
-	RequestID string    `json:"request_id,omitempty"`
-	Source    string    `json:"source,omitempty"`   // inbox source name
-	EventID   string    `json:"event_id,omitempty"` // provider's event id
-	Operator  string    `json:"operator,omitempty"`
-	Attempt   int       `json:"attempt,omitempty"`
-	Note      string    `json:"note,omitempty"`
+	RequestID string    `json:"request_id,omitempty"` // the server's own id of the request
+	// ClientRequestID is the X-Request-Id the client sent, kept beside the server's id: the
+	// client chose it, so it names the request for the client and proves nothing.
+	ClientRequestID string `json:"client_request_id,omitempty"`
+	Source          string `json:"source,omitempty"`   // inbox source name
+	EventID         string `json:"event_id,omitempty"` // provider's event id
+	Operator        string `json:"operator,omitempty"`
+	Attempt         int    `json:"attempt,omitempty"`
+	Note            string `json:"note,omitempty"`
 }
 
 // HTTPCause is the cause of a change made by an API request.

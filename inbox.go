@@ -76,6 +76,9 @@ type InboxAction struct {
 func DecisionOutcome(a *Approval, d DecideRequest, repeat bool) string {
 	switch {
 	case repeat:
+		if prev, _ := a.DecisionBy(d.Approver); prev.Comment != d.Comment {
+			return fmt.Sprintf("approval %s: %s already voted %s; no change, the first vote's comment stands", a.ID, d.Approver, d.Verdict)
+		}
 		return fmt.Sprintf("approval %s: %s already voted %s; no change", a.ID, d.Approver, d.Verdict)
 	case a.Status.Terminal():
 		return fmt.Sprintf("approval %s %s; %s voted %s", a.ID, a.Status, d.Approver, d.Verdict)

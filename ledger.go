@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -204,6 +205,9 @@ func (s *Service) ResolveExecution(ctx context.Context, id string, status Execut
 	if status != ExecutionSucceeded && status != ExecutionFailed {
 		return nil, Errorf(EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
 	}
+	if err := CheckNote(note); err != nil {
+		return nil, err
+	}
 	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
 		if rec.Status != ExecutionNeedsReview && rec.Status != ExecutionFailed && !rec.AwaitingReport() {
 			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a needs_review or failed execution, or an accepted one awaiting its report, can be resolved", id, rec.Status)
@@ -326,6 +330,19 @@ func (s *Service) report(ctx context.Context, tx Tx, r ExecutionReport) (reporte
 	}
 	if r.Version <= 0 {
 		return refuse(Errorf(EINVALID, "a report's version must be positive"))
+	}
+	// The input policy, before the store: a result PostgreSQL's jsonb could not hold (a NUL,
+	// an unpaired surrogate) would fail there and be kept by SQLite.
+	if err := CheckText("operation_key", r.OperationKey); err != nil {
+		return refuse(AsError(err))
+	}
+	if len(r.Result) > 0 {
+		if !json.Valid(r.Result) {
+			return refuse(Errorf(EINVALID, "a report's result is not valid JSON"))
+		}
+		if err := CheckJSON("result", r.Result); err != nil {
+			return refuse(AsError(err))
+		}
 	}
 
 	var cur *ExecutionRecord

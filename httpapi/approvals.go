@@ -56,7 +56,7 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		Key:       key,
 		Body:      body,
 		Request:   req,
-		Cause:     approval.HTTPCause(s.info(r).id),
+		Cause:     s.cause(r),
 		Respond:   created,
 	})
 	if err != nil {
@@ -318,19 +318,20 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 				return
 			}
 		}
-		if err := approval.CheckText("comment", req.Comment); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
 
 		id := r.PathValue("id")
-		a, err := s.svc.Decide(r.Context(), approval.DecideRequest{
+		v, err := s.svc.Vote(r.Context(), approval.DecideRequest{
 			ApprovalID: id,
 			Approver:   p.Subject,
 			Verdict:    verdict,
 			Comment:    req.Comment,
-			Cause:      approval.HTTPCause(s.info(r).id),
+			Cause:      s.cause(r),
 		})
+		if approval.ErrorCode(err) == approval.EFORBIDDEN && v.Approval != nil && !p.MayRead(v.Approval) {
+			// An approver not listed may not see the approval: answer as GET does, so that
+			// a vote cannot reveal that it exists.
+			err = approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -341,8 +342,25 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 			s.writeError(w, r, fmt.Errorf("decide approval %s: %w", id, err))
 			return
 		}
-		s.writeJSON(w, r, http.StatusOK, present(a))
+		if !v.AlreadyVoted {
+			s.writeJSON(w, r, http.StatusOK, present(v.Approval))
+			return
+		}
+		answer := repeatedVote{Approval: present(v.Approval), AlreadyVoted: true,
+			Notice: fmt.Sprintf("%s already voted %s; nothing changed", p.Subject, verdict)}
+		if v.CommentIgnored {
+			answer.Notice += "; the first vote's comment stands and this comment was not recorded"
+		}
+		s.writeJSON(w, r, http.StatusOK, answer)
 	}
+}
+
+// repeatedVote is the answer to a vote the approver had already cast: the approval, in the
+// contract's shape, with the fields that say so beside its own.
+type repeatedVote struct {
+	*approval.Approval
+	AlreadyVoted bool   `json:"already_voted"`
+	Notice       string `json:"notice"`
 }
 
 // handleCancelApproval is POST /v1/approvals/{id}/cancel, by the requester or an admin.
@@ -362,7 +380,7 @@ func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "only the requester (%s) or an admin may cancel approval %s", a.Requester, id))
 		return
 	}
-	a, err = s.svc.Cancel(r.Context(), id, p.Subject, approval.HTTPCause(s.info(r).id))
+	a, err = s.svc.Cancel(r.Context(), id, p.Subject, s.cause(r))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -386,7 +386,7 @@ func (c *conversation) script() {
 	post("alice now rejects B", conflict, "/v1/approvals/"+b+"/reject", "alice", "")
 	post("a requester may not vote", forbidden, "/v1/approvals/"+b+"/approve", "ci-bot", "")
 	post("an operator may not vote", forbidden, "/v1/approvals/"+b+"/approve", "olga", "")
-	post("carol is not an approver of A", forbidden, "/v1/approvals/"+a+"/approve", "carol", "")
+	post("carol is not an approver of A, so A is not found for her", notFound, "/v1/approvals/"+a+"/approve", "carol", "")
 	post("the requester may not approve their own", forbidden, "/v1/approvals/"+s+"/approve", "root", "")
 	post("vote with an unknown field", bad, "/v1/approvals/"+b+"/approve", "bob", `{"comment": "x", "verdict": "approve"}`)
 	post("vote with a NUL in the comment", bad, "/v1/approvals/"+b+"/approve", "bob", `{"comment": "x\u0000y"}`)

@@ -99,7 +99,12 @@ func TestDecideRules(t *testing.T) {
 		if p.Approval == nil || p.Approval.ID != a.ID {
 			t.Fatalf("contrary vote: 409 without the approval: %+v", p)
 		}
-		f.do("POST", path+"/approve", carol, "").problem(t, http.StatusForbidden)
+		// carol is not listed, so she may not see the approval: 404, as GET answers her.
+		if p := f.do("POST", path+"/approve", carol, "").problem(t, http.StatusNotFound); p.Detail != "approval "+a.ID+" not found" {
+			t.Fatalf("stranger's vote: got %q, want the not-found of a missing approval", p.Detail)
+		}
+		f.do("POST", path+"/reject", carol, "").problem(t, http.StatusNotFound)
+		f.do("GET", path, carol, "").problem(t, http.StatusNotFound)
 		f.do("POST", path+"/approve", ci, "").problem(t, http.StatusForbidden)
 		f.do("POST", path+"/approve", root, "").problem(t, http.StatusForbidden) // admin, but not listed
 		f.do("POST", path+"/approve", "", "").problem(t, http.StatusUnauthorized)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/approvald/approval"
 )
@@ -84,9 +83,6 @@ type resolveRequest struct {
 	Note    string                   `json:"note"`
 }
 
-// maxNoteLength bounds an operator's note, which goes into the audit trail.
-const maxNoteLength = 4096
-
 // handleResolveExecution is POST /v1/executions/{id}/resolve with {"outcome":
 // "succeeded|failed", "note": "..."}: the operator records what really happened to an
 // execution in needs_review or failed, or to an accepted async call whose report has not
@@ -105,13 +101,7 @@ func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request) 
 		if req.Outcome != approval.ExecutionSucceeded && req.Outcome != approval.ExecutionFailed {
 			return nil, approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", req.Outcome)
 		}
-		if strings.TrimSpace(req.Note) == "" {
-			return nil, approval.Errorf(approval.EINVALID, "note is required: say how you know what happened")
-		}
-		if len(req.Note) > maxNoteLength {
-			return nil, approval.Errorf(approval.EINVALID, "note is longer than %d bytes", maxNoteLength)
-		}
-		if err := approval.CheckText("note", req.Note); err != nil {
+		if err := approval.CheckNote(req.Note); err != nil {
 			return nil, err
 		}
 		return s.svc.ResolveExecution(ctx, id, req.Outcome, req.Note, actor, cause)
@@ -130,7 +120,8 @@ func (s *Server) operatorChange(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	id := r.PathValue("id")
-	cause := approval.Cause{Kind: approval.CauseOperator, Operator: p.Subject, RequestID: s.info(r).id}
+	cause := s.cause(r)
+	cause.Kind, cause.Operator = approval.CauseOperator, p.Subject
 	rec, err := change(r.Context(), id, p.Subject, cause)
 	if approval.ErrorCode(err) == approval.ECONFLICT {
 		if cur, rerr := s.store.Execution(r.Context(), id); rerr == nil {
@@ -229,7 +220,7 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 		Version:    *req.Version,
 		Result:     req.Result,
 		Actor:      p.Subject,
-		Cause:      approval.HTTPCause(s.info(r).id),
+		Cause:      s.cause(r),
 	})
 	if code := approval.ErrorCode(err); code == approval.ENOTFOUND || code == approval.ECONFLICT {
 		// The approval exists (it was read above), so a refusal means it has no execution

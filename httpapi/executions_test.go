@@ -161,9 +161,10 @@ func TestExecutionOperatorActions(t *testing.T) {
 		for _, e := range trail.Events {
 			switch e.Type {
 			case approval.EventExecutionCancelled:
-				cancelled = e.Cause == approval.Cause{Kind: approval.CauseOperator, Operator: "olga", RequestID: "req-cancel-1"} && e.Actor == "olga"
+				cancelled = e.Cause.Kind == approval.CauseOperator && e.Cause.Operator == "olga" && strings.HasPrefix(e.Cause.RequestID, "req_") &&
+					e.Cause.ClientRequestID == "req-cancel-1" && e.Actor == "olga"
 			case approval.EventExecutionResolved:
-				resolved = e.Cause.Kind == approval.CauseOperator && e.Cause.Operator == "olga" && e.Cause.RequestID == "req-resolve-1"
+				resolved = e.Cause.Kind == approval.CauseOperator && e.Cause.Operator == "olga" && e.Cause.ClientRequestID == "req-resolve-1"
 			}
 		}
 		if !cancelled || !resolved {
@@ -285,7 +286,7 @@ func TestReportExecution(t *testing.T) {
 				applied++
 			case approval.EventExecutionReportStale:
 				stale++
-				if e.Cause.Kind != approval.CauseHTTP || e.Cause.RequestID != "req-report" {
+				if e.Cause.Kind != approval.CauseHTTP || e.Cause.ClientRequestID != "req-report" || !strings.HasPrefix(e.Cause.RequestID, "req_") {
 					t.Errorf("stale report's cause: got %+v", e.Cause)
 				}
 			}

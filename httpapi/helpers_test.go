@@ -124,6 +124,9 @@ func (f *fixture) send(method, path, token, body string, headers ...string) (*re
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Add(headers[i], headers[i+1])
 	}
+	if _, set := req.Header["Content-Type"]; body != "" && !set {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"reflect"
 	"strings"
@@ -20,7 +21,7 @@ import (
 const maxBodyBytes = 64 << 10
 
 // readBody reads the whole request body: at most maxBodyBytes (ETOOLARGE beyond, without
-// reading the rest) and valid UTF-8.
+// reading the rest), valid UTF-8, and, unless it is empty, sent as JSON (checkMediaType).
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	var tooLarge *http.MaxBytesError
@@ -29,10 +30,43 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	} else if err != nil {
 		return nil, approval.Errorf(approval.EINVALID, "body could not be read: %v", err)
 	}
+	if len(body) > 0 {
+		if err := checkMediaType(r.Header.Values("Content-Type")); err != nil {
+			return nil, err
+		}
+	}
 	if !utf8.Valid(body) {
 		return nil, approval.Errorf(approval.EINVALID, "body is not valid UTF-8")
 	}
 	return body, nil
+}
+
+// errMediaType is the code of a 415: a body that is not sent as JSON. Like errMethod, it is
+// an HTTP matter.
+const errMediaType = "unsupported_media_type"
+
+// checkMediaType refuses a body whose Content-Type is not JSON: application/json or
+// application/*+json, with no parameter but charset=utf-8. A form or text body that happens
+// to parse as JSON is refused, so that what a client meant is never guessed.
+func checkMediaType(values []string) error {
+	const want = "send the body as Content-Type: application/json"
+	if len(values) != 1 {
+		return approval.Errorf(errMediaType, "the request has %d Content-Type headers; %s", len(values), want)
+	}
+	mt, params, err := mime.ParseMediaType(values[0])
+	if err != nil {
+		return approval.Errorf(errMediaType, "Content-Type %q cannot be parsed; %s", values[0], want)
+	}
+	sub, ok := strings.CutPrefix(mt, "application/")
+	if !ok || (sub != "json" && !strings.HasSuffix(sub, "+json")) {
+		return approval.Errorf(errMediaType, "Content-Type %s is not JSON; %s", mt, want)
+	}
+	for name, value := range params {
+		if name != "charset" || !strings.EqualFold(value, "utf-8") {
+			return approval.Errorf(errMediaType, "Content-Type parameter %s=%s is not accepted; JSON is UTF-8 (charset=utf-8 may be given)", name, value)
+		}
+	}
+	return nil
 }
 
 // decodeObject decodes body, which must be exactly one JSON object, into the struct v. Unknown
@@ -43,6 +77,13 @@ func decodeObject(body []byte, v any) error {
 		return approval.Errorf(approval.EINVALID, "body is empty; send a JSON object")
 	} else if trimmed[0] != '{' {
 		return approval.Errorf(approval.EINVALID, "body must be a JSON object")
+	}
+	if json.Valid(body) {
+		// Duplicate keys, unpaired surrogates, NULs and out-of-range numbers, at every depth;
+		// a body that is not valid JSON is explained by the decoder below.
+		if err := approval.CheckJSON("body", body); err != nil {
+			return err
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

@@ -25,7 +25,7 @@ import (
 // real HTTP against a few operation keys: creates of one key with an identical body from
 // several clients, approvals and rejections by different approvers of an approval that
 // needs 2 of its 3 approvers (so the quorum matters, and any rejection is final), the
-// requester's own approval (403), a stranger's vote (403), cancels and reads. Every request
+// requester's own approval (403), a stranger's vote (404), cancels and reads. Every request
 // is recorded with the times it was sent and answered, and porcupine checks that the answers
 // could all have come from one approval per key changing one request at a time, at some
 // instant between each request's call and its return (lin model below).
@@ -277,7 +277,7 @@ func linStep(s linState, in linInput, out linOutput) (int, linState) {
 	votes := parseVotes(s.Votes)
 	switch prev, voted := votes[in.Who]; {
 	case !slices.Contains(linApprovers, in.Who):
-		return http.StatusForbidden, s
+		return http.StatusNotFound, s // a stranger may not see the approval
 	case in.Who == linRequester && verdict == approval.VerdictApprove:
 		return http.StatusForbidden, s
 	case voted && prev == verdict:
@@ -429,7 +429,7 @@ func linSend(f *fixture, tokens map[string]string, id string, in linInput) (out 
 			return linOutput{}, false, fmt.Errorf("decode %d %s: %v", resp.status, resp.body, err)
 		}
 		a = p.Approval // nil for a 409 without the approval, which the model refuses
-	case http.StatusForbidden:
+	case http.StatusForbidden, http.StatusNotFound:
 	default:
 		return linOutput{}, false, fmt.Errorf("got %d %s", resp.status, resp.body)
 	}

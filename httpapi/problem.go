@@ -28,6 +28,7 @@ var errorStatus = map[string]struct {
 	approval.EFORBIDDEN:    {http.StatusForbidden, "Forbidden"},
 	approval.ENOTFOUND:     {http.StatusNotFound, "Not found"},
 	errMethod:              {http.StatusMethodNotAllowed, "Method not allowed"},
+	errMediaType:           {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	approval.ECONFLICT:     {http.StatusConflict, "Conflict"},
 	approval.ETOOLARGE:     {http.StatusRequestEntityTooLarge, "Request too large"},
 	approval.EMISMATCH:     {http.StatusUnprocessableEntity, "Idempotency key reused"},

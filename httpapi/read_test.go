@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -313,7 +314,9 @@ func TestList(t *testing.T) {
 }
 
 // TestEvents: the audit trail lists every change oldest first, each naming the request that
-// caused it by the client's X-Request-Id.
+// caused it by the server's request id (the one answered in X-Request-Id), with the client's
+// X-Request-Id beside it as client_request_id: a client cannot pass its change off as
+// another request's.
 func TestEvents(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
@@ -321,30 +324,36 @@ func TestEvents(t *testing.T) {
 		ci := f.token("ci-bot", approval.RoleRequester)
 		alice := f.token("alice", approval.RoleApprover)
 		resp := f.do("POST", "/v1/approvals", ci, createBody("Audited", "alice"), "Idempotency-Key", "audit-1", "X-Request-Id", "req-create-1")
-		if resp.status != http.StatusCreated || resp.header.Get("X-Request-Id") != "req-create-1" {
-			t.Fatalf("create: got %d, X-Request-Id %q", resp.status, resp.header.Get("X-Request-Id"))
+		createID := resp.header.Get("X-Request-Id")
+		if resp.status != http.StatusCreated || !strings.HasPrefix(createID, "req_") {
+			t.Fatalf("create: got %d, X-Request-Id %q", resp.status, createID)
 		}
 		a := resp.approval(t)
-		f.do("POST", "/v1/approvals/"+a.ID+"/approve", alice, `{"comment":"ship it"}`, "X-Request-Id", "req-approve-1")
+		// A client naming another request's id gets its own id in the trail all the same.
+		approveID := f.do("POST", "/v1/approvals/"+a.ID+"/approve", alice, `{"comment":"ship it"}`, "X-Request-Id", createID).header.Get("X-Request-Id")
+		if approveID == createID {
+			t.Fatalf("the approve took the create's request id %s", createID)
+		}
 
 		var got struct {
 			Events []approval.Event `json:"events"`
 		}
 		f.do("GET", "/v1/approvals/"+a.ID+"/events", ci, "").decode(t, &got)
 		want := []struct {
-			typ, actor, requestID string
+			typ, actor, requestID, clientID string
 		}{
-			{approval.EventCreated, "ci-bot", "req-create-1"},
-			{approval.EventVoted, "alice", "req-approve-1"},
-			{approval.EventApproved, "alice", "req-approve-1"},
+			{approval.EventCreated, "ci-bot", createID, "req-create-1"},
+			{approval.EventVoted, "alice", approveID, createID},
+			{approval.EventApproved, "alice", approveID, createID},
 		}
 		if len(got.Events) != len(want) {
 			t.Fatalf("got %d events %+v, want %d", len(got.Events), got.Events, len(want))
 		}
 		for i, w := range want {
 			e := got.Events[i]
-			if e.Seq != int64(i+1) || e.Type != w.typ || e.Actor != w.actor || e.Cause.Kind != approval.CauseHTTP || e.Cause.RequestID != w.requestID {
-				t.Fatalf("event %d: got %+v, want seq %d %s by %s caused by %s", i, e, i+1, w.typ, w.actor, w.requestID)
+			if e.Seq != int64(i+1) || e.Type != w.typ || e.Actor != w.actor || e.Cause.Kind != approval.CauseHTTP ||
+				e.Cause.RequestID != w.requestID || e.Cause.ClientRequestID != w.clientID {
+				t.Fatalf("event %d: got %+v, want seq %d %s by %s caused by %s (client's %s)", i, e, i+1, w.typ, w.actor, w.requestID, w.clientID)
 			}
 		}
 	})

@@ -210,11 +210,16 @@ func (s *Server) register(routes []route) {
 var wildcard = regexp.MustCompile(`\{[^}]*\}`)
 
 // ServeHTTP gives the request an id, runs the matching route and records the access log line
-// and the metrics.
+// and the metrics. The id is always the server's own, so that the audit trail's causes cannot
+// be chosen by a client; the client's X-Request-Id, when it is sane, is kept beside it
+// (clientRequestID) in the log and in the causes. The X-Request-Id answered is the server's.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now() // the wall clock, not s.now: durations are real even when tests move time
-	info := &requestInfo{id: requestID(r.Header.Get("X-Request-Id"))}
+	info := &requestInfo{id: approval.NewID("req"), clientID: clientRequestID(r.Header.Values("X-Request-Id"))}
 	info.log = s.log.With(slog.String("request_id", info.id))
+	if info.clientID != "" {
+		info.log = info.log.With(slog.String("client_request_id", info.clientID))
+	}
 	w.Header().Set("X-Request-Id", info.id)
 	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 	sw := &statusWriter{ResponseWriter: w}
@@ -261,13 +266,13 @@ func checkURL(u *url.URL) error {
 	return nil
 }
 
-// observe writes the access log line and the request metrics. The route is the mux pattern
-// that matched (set on r by ServeMux), never the raw path, so label values stay bounded.
+// observe writes the access log line and the request metrics. The route is the path of the
+// mux pattern that matched (set on r by ServeMux), never the raw path, so label values stay
+// bounded; the method is a label of its own, so a route's 405s count under the same route as
+// its answers. A request no route matches counts as "unmatched".
 func (s *Server) observe(r *http.Request, info *requestInfo, status int, d time.Duration) {
-	route := r.Pattern
-	if route == "" {
-		route = "unmatched"
-	}
+	route := routeLabel(r.Pattern)
+
 	method := metricMethod(r.Method)
 	s.metrics.observeRequest(route, method, status, d)
 	info.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
@@ -278,6 +283,17 @@ func (s *Server) observe(r *http.Request, info *requestInfo, status int, d time.
 		slog.Duration("duration", d),
 		slog.String("subject", info.subject),
 	)
+}
+
+// routeLabel is the route label of a mux pattern: its path, without the method.
+func routeLabel(pattern string) string {
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		pattern = path
+	}
+	if pattern == "" || pattern == "/" {
+		return "unmatched"
+	}
+	return pattern
 }
 
 // knownMethods are the methods counted under their own name; others count as "other" so that
@@ -298,9 +314,10 @@ func metricMethod(m string) string {
 // request's context so that handlers log with the request id and the access line can name the
 // authenticated subject.
 type requestInfo struct {
-	id      string
-	subject string
-	log     *slog.Logger
+	id       string // the server's
+	clientID string // the client's X-Request-Id, if it sent a sane one
+	subject  string
+	log      *slog.Logger
 }
 
 type requestInfoKey struct{}
@@ -314,18 +331,32 @@ func (s *Server) info(r *http.Request) *requestInfo {
 	return &requestInfo{id: approval.NewID("req"), log: s.log}
 }
 
-// maxRequestIDLength bounds a client-supplied X-Request-Id.
+// cause is the audit cause of a change made by the request r: the server's request id, with
+// the client's X-Request-Id beside it.
+func (s *Server) cause(r *http.Request) approval.Cause {
+	info := s.info(r)
+	c := approval.HTTPCause(info.id)
+	c.ClientRequestID = info.clientID
+	return c
+}
+
+// maxRequestIDLength bounds a client's X-Request-Id.
 const maxRequestIDLength = 128
 
-// requestID returns the client's X-Request-Id when it is sane (1-128 visible ASCII characters,
-// so it is safe in logs and headers), or a new one.
-func requestID(h string) string {
+// clientRequestID returns the client's X-Request-Id when it is one header of 1 to 128
+// visible ASCII characters (so it is safe in logs and in the audit trail), or "". A client
+// id is never refused: it is the client's label and the request does not depend on it.
+func clientRequestID(values []string) string {
+	if len(values) != 1 {
+		return ""
+	}
+	h := values[0]
 	if h == "" || len(h) > maxRequestIDLength {
-		return approval.NewID("req")
+		return ""
 	}
 	for i := 0; i < len(h); i++ {
 		if h[i] < 0x21 || h[i] > 0x7e {
-			return approval.NewID("req")
+			return ""
 		}
 	}
 	return h

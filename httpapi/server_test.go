@@ -43,6 +43,8 @@ func TestMetrics(t *testing.T) {
 		f.create(ci, "metrics-1", createBody("Other", "alice"))
 		f.do("GET", "/v1/approvals/"+a.ID, ci, "")
 		f.do("GET", "/no/such/path", ci, "")
+		f.do("DELETE", "/v1/approvals", ci, "")
+		f.do("GET", "/healthz", "", "")
 
 		resp := f.do("GET", "/metrics", "", "")
 		if resp.status != http.StatusOK {
@@ -50,11 +52,15 @@ func TestMetrics(t *testing.T) {
 		}
 		text := string(resp.body)
 		for _, want := range []string{
-			`approvald_http_requests_total{method="POST",route="POST /v1/approvals",status="201"} 2`,
-			`approvald_http_requests_total{method="POST",route="POST /v1/approvals",status="422"} 1`,
-			`approvald_http_requests_total{method="GET",route="GET /v1/approvals/{id}",status="200"} 1`,
-			`approvald_http_requests_total{method="GET",route="/",status="404"} 1`,
-			`approvald_http_request_duration_seconds_count{method="POST",route="POST /v1/approvals"} 3`,
+			// Every route is labelled by its path pattern, whatever answered it (the route or
+			// its 405), the method by a label of its own.
+			`approvald_http_requests_total{method="POST",route="/v1/approvals",status="201"} 2`,
+			`approvald_http_requests_total{method="POST",route="/v1/approvals",status="422"} 1`,
+			`approvald_http_requests_total{method="DELETE",route="/v1/approvals",status="405"} 1`,
+			`approvald_http_requests_total{method="GET",route="/v1/approvals/{id}",status="200"} 1`,
+			`approvald_http_requests_total{method="GET",route="/healthz",status="200"} 1`,
+			`approvald_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+			`approvald_http_request_duration_seconds_count{method="POST",route="/v1/approvals"} 3`,
 			`approvald_idempotent_replays_total 1`,
 			`approvald_idempotency_conflicts_total{kind="mismatch"} 1`,
 			`approvald_idempotency_conflicts_total{kind="in_flight"} 0`,
@@ -71,40 +77,51 @@ func TestMetrics(t *testing.T) {
 	})
 }
 
-// TestRequestIDAndLogs: the client's sane X-Request-Id is echoed on every answer, others are
-// replaced, and each request writes one JSON access line naming it.
+// TestRequestIDAndLogs: every answer carries the server's own request id, whatever the
+// client sent; the client's sane X-Request-Id is logged beside it, others are dropped; and
+// each request writes one JSON access line naming both.
 func TestRequestIDAndLogs(t *testing.T) {
 	t.Parallel()
 	f := setup(t, testdb.SQLite)
 	ci := f.token("ci-bot", approval.RoleRequester)
 
 	resp := f.do("GET", "/v1/approvals", ci, "", "X-Request-Id", "trace-42")
-	if got := resp.header.Get("X-Request-Id"); got != "trace-42" {
-		t.Fatalf("echoed X-Request-Id: got %q, want trace-42", got)
+	server := resp.header.Get("X-Request-Id")
+	if !strings.HasPrefix(server, "req_") {
+		t.Fatalf("answered X-Request-Id: got %q, want the server's req_ id", server)
 	}
-	for _, bad := range []string{"", "has space", strings.Repeat("x", 129)} {
+	for _, bad := range []string{"", "has space", "tab\there", strings.Repeat("x", 129)} {
 		resp := f.do("GET", "/healthz", "", "", "X-Request-Id", bad)
-		if got := resp.header.Get("X-Request-Id"); got == "" || got == bad {
+		if got := resp.header.Get("X-Request-Id"); !strings.HasPrefix(got, "req_") {
 			t.Fatalf("X-Request-Id %q: got %q, want a generated id", bad, got)
 		}
 	}
 	p := f.do("GET", "/v1/approvals/x", "", "", "X-Request-Id", "trace-43").problem(t, http.StatusUnauthorized)
-	if p.RequestID != "trace-43" {
-		t.Fatalf("problem request_id: got %q", p.RequestID)
+	if !strings.HasPrefix(p.RequestID, "req_") || p.RequestID == "trace-43" {
+		t.Fatalf("problem request_id: got %q, want the server's", p.RequestID)
 	}
 
-	var found bool
+	var found, dropped bool
 	for _, line := range f.logs.lines(t) {
-		if line["msg"] == "request" && line["request_id"] == "trace-42" {
+		if line["msg"] != "request" {
+			continue
+		}
+		if line["request_id"] == server {
 			found = true
-			if line["route"] != "GET /v1/approvals" || line["method"] != "GET" || line["status"] != float64(200) ||
-				line["subject"] != "ci-bot" || line["duration"] == nil {
+			if line["client_request_id"] != "trace-42" || line["route"] != "/v1/approvals" || line["method"] != "GET" ||
+				line["status"] != float64(200) || line["subject"] != "ci-bot" || line["duration"] == nil {
 				t.Fatalf("access line: %v", line)
 			}
 		}
+		if id, ok := line["client_request_id"].(string); ok && (strings.Contains(id, " ") || len(id) > 128) {
+			t.Fatalf("an insane client id was logged: %v", line)
+		}
+		if line["route"] == "/healthz" {
+			dropped = true
+		}
 	}
-	if !found {
-		t.Fatal("no access line for request trace-42")
+	if !found || !dropped {
+		t.Fatalf("access lines missing: request %s %v, healthz %v", server, found, dropped)
 	}
 }
 

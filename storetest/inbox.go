@@ -295,6 +295,10 @@ func exerciseInbox(t *testing.T, s suite) {
 			{"the other verdict after voting", decideAction(rejected.ID, "bob", approval.VerdictApprove)},
 			// 404 too: no retry can make a missing approval appear.
 			{"no such approval", decideAction(approval.NewID("apr"), "alice", approval.VerdictApprove)},
+			// What the input policy refuses cannot be fixed by a retry either (400).
+			{"an escape in the comment", withComment(decideAction(a.ID, "alice", approval.VerdictApprove), "red \x1b[31m")},
+			{"a comment over the limit", withComment(decideAction(a.ID, "alice", approval.VerdictApprove), strings.Repeat("c", approval.MaxCommentLength+1))},
+			{"a newline in the approver", decideAction(a.ID, "alice\n", approval.VerdictApprove)},
 		} {
 			eventID := fmt.Sprintf("evt_%d", i)
 			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", eventID, approval.TypeApprovalDecision, `{}`))
@@ -358,6 +362,35 @@ func exerciseInbox(t *testing.T, s suite) {
 	// An execution.result event is applied only when it is newer (invariant 4); an older one
 	// is the inbox status stale; one for an execution whose outcome approvald records from its
 	// own call is refused.
+	// A result PostgreSQL's jsonb cannot hold (a NUL) is refused by the input policy before
+	// the store, on both stores alike: the event is processed as refused, not retried into
+	// failed, and the execution is untouched.
+	s.run(t, "ApplyResultRefusedByPolicy", func(t *testing.T, f *fixture) {
+		a, rec := mustApprovedExecution(t, f)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
+		if _, err := f.service().FinishAttempt(t.Context(), rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionRunning, Reason: "accepted"}); err != nil {
+			t.Fatalf("finish attempt as accepted: %v", err)
+		}
+		for i, result := range []string{`{"note": "a\u0000b"}`, `{"s": "\udc00"}`, `{"a": 1, "a": 2}`} {
+			eventID := fmt.Sprintf("res_%d", i)
+			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "payments", eventID, approval.TypeExecutionResult, `{}`))
+			got := mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, eventID), approval.InboxAction{
+				Kind: approval.ActionExecutionResult,
+				Report: &approval.ExecutionReport{
+					OperationKey: a.OperationKey, Status: approval.ExecutionSucceeded, Version: 1,
+					Result: []byte(result), Actor: "payments",
+				},
+			})
+			wantInboxStatus(t, got, approval.InboxProcessed)
+			if !strings.HasPrefix(got.Outcome, "refused: ") {
+				t.Fatalf("result %s: got outcome %q, want it refused", result, got.Outcome)
+			}
+		}
+		if got := mustExecution(t, f.store, rec.ID); got.Status != approval.ExecutionRunning || got.AppliedVersion != 0 {
+			t.Fatalf("execution after refused results: got %s, applied version %d; want running, 0", got.Status, got.AppliedVersion)
+		}
+	})
+
 	s.run(t, "ApplyExecutionResult", func(t *testing.T, f *fixture) {
 		// Two executions of one async target: a accepted, sync a synchronous success.
 		a, rec := mustApprovedExecution(t, f)
@@ -880,4 +913,12 @@ func eventIDs(evs []*approval.InboxEvent) []string {
 		out[i] = e.Source + "/" + e.EventID
 	}
 	return out
+}
+
+// withComment returns the decide action a with the comment.
+func withComment(a approval.InboxAction, comment string) approval.InboxAction {
+	d := *a.Decide
+	d.Comment = comment
+	a.Decide = &d
+	return a
 }

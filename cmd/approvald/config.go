@@ -211,6 +211,9 @@ func ParseConfig(r io.Reader) (Config, error) {
 
 // decodeConfig decodes one YAML document over the defaults, refusing unknown fields.
 func decodeConfig(text string) (Config, error) {
+	if err := checkConfigText(text); err != nil {
+		return Config{}, err
+	}
 	c := DefaultConfig()
 	dec := yaml.NewDecoder(strings.NewReader(text))
 	dec.KnownFields(true)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -152,14 +153,21 @@ func TestParseConfig_Errors(t *testing.T) {
 	for _, tt := range []struct {
 		name, text, want string
 	}{
-		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", "field listne not found"},
-		{"unknown nested field", "retention: {response: 1h}\n", "field response not found"},
-		{"duration without unit", "workers: {poll: 5}\n", "cannot unmarshal"},
-		{"bad duration", "workers: {poll: soon}\n", "cannot unmarshal"},
+		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, database_url, idempotency, listen, retention, sources, workers`},
+		{"unknown nested field", "retention: {response: 1h}\n", `line 1: unknown setting "response" in retention (did you mean "responses"?)`},
+		{"unknown field in a list item", "actions:\n  - name: a\n    url: http://x\n    timout: 5s\n", `line 4: unknown setting "timout" in actions[0] (did you mean "timeout"?)`},
+		{"duration without unit", "workers:\n  lease: 30\n", `line 2: workers.lease: "30" is not a duration; write 30s or 1m`},
+		{"bad duration", "workers: {poll: soon}\n", `line 1: workers.poll: "soon" is not a duration; write 30s or 1m`},
+		{"nested bad duration", "actions:\n  - name: a\n    url: http://x\n    backoff: {initial: 1}\n", `line 4: actions[0].backoff.initial: "1" is not a duration`},
+		{"not a whole number", "workers: {concurrency: four}\n", `line 1: workers.concurrency: "four" is not a whole number`},
+		{"not a switch", "actions: [{name: a, url: 'http://x', idempotent: maybe}]\n", `line 1: actions[0].idempotent: "maybe" is not true or false`},
+		{"a map where a value belongs", "listen: {host: x}\n", "line 1: listen is a map of settings; write a single value"},
+		{"a value where a list belongs", "sources: chat\n", "line 1: sources is a single value; write a list"},
 		{"unset variable", "actions: [{name: a, url: 'http://x', secret: '${NO_SUCH_SECRET}'}]\n", "NO_SUCH_SECRET"},
 		{"all unset variables named", "listen: ${NO_SUCH_B}\ndatabase_url: $NO_SUCH_A\n", "NO_SUCH_A, NO_SUCH_B"},
 		{"two documents", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", "more than one YAML document"},
-		{"not a mapping", "- a\n- b\n", "cannot unmarshal"},
+		{"not a mapping", "- a\n- b\n", `line 1: the configuration is a list; write settings as "name: value" lines`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseConfig(strings.NewReader(tt.text))
@@ -432,5 +440,60 @@ web:
 	}
 	if err := got.Validate(); err != nil {
 		t.Errorf("validate: %v", err)
+	}
+}
+
+// TestConfigDatabasePath: a SQLite database that cannot be opened is explained by its
+// directory and the reason, not by SQLite's "unable to open database file (14)".
+func TestConfigDatabasePath(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	locked := filepath.Join(dir, "locked")
+	if err := os.Mkdir(locked, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ name, url, want string }{
+		{"a missing directory", "file:" + filepath.Join(dir, "missing", "approvald.db"), "the directory " + filepath.Join(dir, "missing") + " does not exist"},
+		{"a bare path in a missing directory", filepath.Join(dir, "nope", "approvald.db"), "the directory " + filepath.Join(dir, "nope") + " does not exist"},
+		{"a file where the directory belongs", "file:" + filepath.Join(file, "approvald.db"), file + " is not a directory"},
+	}
+	if os.Geteuid() != 0 { // root may create files anywhere: no permission to be denied
+		cases = append(cases, struct{ name, url, want string }{"a directory this user may not write", "file:" + filepath.Join(locked, "approvald.db"),
+			"may not create files in the directory " + locked + " (permission denied)"})
+	}
+	for _, c := range cases {
+		_, err := openStore(t.Context(), c.url, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	// A directory that exists opens.
+	s, err := openStore(t.Context(), "file:"+filepath.Join(dir, "approvald.db"), nil)
+	if err != nil {
+		t.Fatalf("open in an existing directory: %v", err)
+	}
+	s.Close()
+}
+
+// TestValidateSubject: a token's subject is held to the input policy's rules for names, so a
+// token cannot be made for a name the API would refuse as a requester or an approver.
+func TestValidateSubject(t *testing.T) {
+	for _, c := range []struct{ subject, want string }{
+		{"ci-bot", ""},
+		{"Zoë Martín", ""},
+		{strings.Repeat("a", 100), ""},
+		{strings.Repeat("a", 101), "--subject has 101 characters; at most 100 are allowed"},
+		{"bad\xffutf8", "--subject is not valid UTF-8"},
+		{"tab\there", "control characters"},
+		{"next\u0085line", "control characters"},
+		{" padded", "leading or trailing white space"},
+	} {
+		err := validateSubject(c.subject)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("subject %q: got %v, want %q", c.subject, err, c.want)
+		}
 	}
 }

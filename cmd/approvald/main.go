@@ -253,6 +253,9 @@ func openStore(ctx context.Context, databaseURL string, targeted func(action str
 	default:
 		lite, err := sqlite.Open(ctx, databaseURL)
 		if err != nil {
+			if plain := checkSQLitePath(databaseURL); plain != nil {
+				return nil, plain // the directory or a permission, said plainly
+			}
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
 		lite.Targeted = targeted
@@ -260,6 +263,11 @@ func openStore(ctx context.Context, databaseURL string, targeted func(action str
 	}
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()
+		if kind == databaseSQLite {
+			if plain := checkSQLitePath(databaseURL); plain != nil {
+				return nil, plain
+			}
+		}
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	return s, nil

@@ -98,6 +98,11 @@ func validateSubject(s string) error {
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
 		return fmt.Errorf("--subject %q: control characters", s)
 	}
+	// The rest of the input policy for names (docs/http-api.md), so that a token's subject is
+	// always a name the API accepts as a requester or an approver.
+	if err := approval.CheckName("--subject", s, approval.MaxNameLength); err != nil {
+		return errors.New(approval.ErrorMessage(err))
+	}
 	return nil
 }
 
