@@ -25,8 +25,9 @@ func TestSubscribe_SignalsAfterCommit(t *testing.T) {
 	executions := MustSubscribe(t, s, approval.TopicExecutions)
 	inbox := MustSubscribe(t, s, approval.TopicInbox)
 
+	// A create wakes nobody: nothing waits on an approval that did not exist.
 	a := MustCreateApproval(t, s, "ci-bot", "deploy-1")
-	assertSignalled(t, "create", approvals, true)
+	assertSignalled(t, "create", approvals, false)
 	assertSignalled(t, "create", executions, false)
 
 	// A refused vote changes nothing and wakes nobody.
@@ -95,16 +96,21 @@ func TestSubscribe_NoSignalAfterRollback(t *testing.T) {
 func TestSubscribe_CoalescesAndUnsubscribes(t *testing.T) {
 	t.Parallel()
 	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
+	ctx := context.Background()
 	kept := MustSubscribe(t, s, approval.TopicApprovals)
 	gone, unsubscribe := s.Subscribe(approval.TopicApprovals)
 	unsubscribe()
 	unsubscribe() // ending a subscription twice is harmless
 
-	MustCreateApproval(t, s, "ci-bot", "deploy-1")
-	MustCreateApproval(t, s, "ci-bot", "deploy-2")
+	for _, key := range []string{"deploy-1", "deploy-2"} {
+		a := MustCreateApproval(t, s, "ci-bot", key)
+		if _, err := (&approval.Service{Store: s}).Cancel(ctx, a.ID, "ci-bot", approval.Cause{Kind: "request"}); err != nil {
+			t.Fatalf("cancel %s: %v", key, err)
+		}
+	}
 	// Two commits the subscriber did not take yet leave one value: a signal says "look again".
-	assertSignalled(t, "two creates", kept, true)
-	assertSignalled(t, "two creates, second receive", kept, false)
+	assertSignalled(t, "two cancels", kept, true)
+	assertSignalled(t, "two cancels, second receive", kept, false)
 	assertSignalled(t, "after unsubscribe", gone, false)
 }
 
