@@ -43,7 +43,7 @@ func exampleServer() (string, map[string]string, func()) {
 		}
 		tokens[subject] = secret
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Store: store}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Store: store, Service: &approval.Service{Store: store}}))
 	return srv.URL, tokens, func() {
 		srv.Close()
 		store.Close()

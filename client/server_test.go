@@ -36,6 +36,7 @@ func setup(t *testing.T, kind string) *fixture {
 	f := &fixture{t: t, store: testdb.Open(t, kind, nil), tokens: map[string]string{}}
 	api := httpapi.New(httpapi.Config{
 		Store:            f.store,
+		Service:          &approval.Service{Store: f.store},
 		LongPollInterval: 50 * time.Millisecond,
 		Sources: []httpapi.Source{{
 			Name:     "chat",

@@ -72,6 +72,9 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.Service == nil {
+		cfg.Service = &approval.Service{Store: f.store, Now: f.clock.Now}
+	}
 	f.api = httpapi.New(cfg)
 	f.srv = httptest.NewServer(f.api)
 	tb.Cleanup(f.srv.Close)

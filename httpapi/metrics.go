@@ -36,7 +36,7 @@ const (
 
 // newMetrics registers the server's metrics on reg. sources are the configured webhook
 // sources, whose series start at zero; longPolls reads how many long-polls are waiting.
-func newMetrics(reg prometheus.Registerer, store approval.Store, log *slog.Logger, sources []Source, longPolls func() int64) *metrics {
+func newMetrics(reg prometheus.Registerer, store counter, log *slog.Logger, sources []Source, longPolls func() int64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "approvald_http_requests_total",
@@ -89,7 +89,7 @@ func (m *metrics) observeRequest(route, method string, status int, d time.Durati
 // all replicas rather than this process's view. Each family is read separately: a failing
 // query marks its own family invalid and the others are still reported.
 type storeCollector struct {
-	store      approval.Store
+	store      counter
 	log        *slog.Logger
 	approvals  *prometheus.Desc
 	inbox      *prometheus.Desc
@@ -97,7 +97,7 @@ type storeCollector struct {
 	stuck      *prometheus.Desc
 }
 
-func newStoreCollector(store approval.Store, log *slog.Logger) *storeCollector {
+func newStoreCollector(store counter, log *slog.Logger) *storeCollector {
 	return &storeCollector{
 		store: store,
 		log:   log,

@@ -31,18 +31,45 @@ import (
 	"github.com/approvald/approval/webhook"
 )
 
+// Store is what the server reads and records without a rule: the reads behind the GET
+// routes, the intake's record of a verified delivery, the counts behind /metrics, readiness,
+// and the wake-ups of long-polls. Every change that a rule decides (create, vote, cancel,
+// executions, inbox retry, token checks) goes through Config.Service. Both drivers'
+// stores satisfy it.
+type Store interface {
+	Approval(ctx context.Context, id string) (*approval.Approval, error)
+	Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error)
+	Events(ctx context.Context, approvalID string) ([]approval.Event, error)
+	Execution(ctx context.Context, id string) (*approval.ExecutionRecord, error)
+	Executions(ctx context.Context, f approval.ExecutionFilter) ([]*approval.ExecutionRecord, string, error)
+	InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error)
+	InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error)
+	RecordInbox(ctx context.Context, e *approval.InboxEvent) (duplicate bool, err error)
+	counter
+	Ping(ctx context.Context) error
+	approval.Notifier
+}
+
+// counter is what /metrics reads from the store.
+type counter interface {
+	ApprovalCounts(ctx context.Context) (map[approval.Status]int, error)
+	InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error)
+	ExecutionCounts(ctx context.Context) (counts map[approval.ExecutionStatus]int, stuck int, err error)
+}
+
 // Config configures a Server. Zero values pick the documented defaults.
 type Config struct {
-	Store             approval.Store
-	Logger            *slog.Logger         // JSON handler in production; nil = discard
-	Registry          *prometheus.Registry // nil = a new one; served at /metrics
-	Now               func() time.Time     // nil = approval.Now
-	IdempotencyLease  time.Duration        // deadline of a create's work; 0 = 30s
-	ResponseRetention time.Duration        // how long stored responses replay; 0 = 24h
-	TokenCacheTTL     time.Duration        // how long a token lookup is reused; 0 = 5s, <0 = never
-	LongPollInterval  time.Duration        // how often ?wait= re-reads the store; 0 = 200ms
-	Sources           []Source             // webhook sources, served at POST /v1/inbox/{name}
-	Failpoints        *failpoint.Set       // nil = none
+	Store Store
+	// Service applies the rules; required. Its own settings (the clock, how long a create's
+	// response replays, the token cache) are the server's.
+	Service          *approval.Service
+	Logger           *slog.Logger         // JSON handler in production; nil = discard
+	Registry         *prometheus.Registry // nil = a new one; served at /metrics
+	Now              func() time.Time     // nil = approval.Now; the Service has its own
+	IdempotencyLease time.Duration        // deadline of a create's work; 0 = 30s
+	LongPollInterval time.Duration        // how often ?wait= re-reads the store; 0 = 200ms
+	Sources          []Source             // webhook sources, served at POST /v1/inbox/{name}
+	Failpoints       *failpoint.Set       // nil = none
 }
 
 // Source is one configured webhook sender (docs/http-api.md, "Webhook intake"). cmd/approvald
@@ -61,21 +88,19 @@ type Source struct {
 
 // Defaults of Config.
 const (
-	DefaultIdempotencyLease  = 30 * time.Second
-	DefaultResponseRetention = 24 * time.Hour
-	DefaultLongPollInterval  = 200 * time.Millisecond
-	DefaultMaxWebhookBody    = 1 << 20
+	DefaultIdempotencyLease = 30 * time.Second
+	DefaultLongPollInterval = 200 * time.Millisecond
+	DefaultMaxWebhookBody   = 1 << 20
 )
 
 // Server is the HTTP API. It keeps no state that correctness depends on: any number of
 // Servers may share one store.
 type Server struct {
-	store        approval.Store
+	store        Store
 	svc          *approval.Service
 	log          *slog.Logger
 	now          func() time.Time
 	lease        time.Duration
-	retention    time.Duration
 	pollInterval time.Duration
 	sources      map[string]*Source // by name
 	sourceOrder  []*Source          // as configured, for GET /v1/sources
@@ -88,15 +113,19 @@ type Server struct {
 }
 
 // New returns a Server for cfg. Its metrics are registered on cfg.Registry, so a registry
-// serves one Server. Two sources with one name are a wiring bug (the configuration's Validate
-// refuses them), and New panics on them as ServeMux does on conflicting patterns.
+// serves one Server. A missing Store or Service, or two sources with one name, are wiring bugs
+// (the configuration's Validate refuses duplicate names), and New panics on them as ServeMux
+// does on conflicting patterns.
 func New(cfg Config) *Server {
+	if cfg.Store == nil || cfg.Service == nil {
+		panic("httpapi: Config needs a Store and a Service")
+	}
 	s := &Server{
 		store:        cfg.Store,
+		svc:          cfg.Service,
 		log:          cfg.Logger,
 		now:          cfg.Now,
 		lease:        cmp.Or(cfg.IdempotencyLease, DefaultIdempotencyLease),
-		retention:    cmp.Or(cfg.ResponseRetention, DefaultResponseRetention),
 		pollInterval: cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
 		sources:      make(map[string]*Source, len(cfg.Sources)),
 		failpoints:   cfg.Failpoints,
@@ -121,7 +150,6 @@ func New(cfg Config) *Server {
 	if s.now == nil {
 		s.now = approval.Now
 	}
-	s.svc = &approval.Service{Store: s.store, Now: s.now, Retention: s.retention, TokenCacheTTL: cfg.TokenCacheTTL}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()

@@ -40,7 +40,7 @@ func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string
 	})}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
-	api := httpapi.New(httpapi.Config{Store: f.store})
+	api := httpapi.New(httpapi.Config{Store: f.store, Service: &approval.Service{Store: f.store}})
 	cfg := web.Config{Store: f.store, SessionKey: testKey, Logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg, base)

@@ -61,6 +61,9 @@ type Config struct {
 	// PublicURL is the address users reach the service at. When it is https, cookies are
 	// Secure even if TLS ends in front of approvald.
 	PublicURL string
+	// Service applies the rules; nil makes one over Store with the Now above. A process that
+	// also serves the API passes the API's, so both share its token cache.
+	Service *approval.Service
 	// OIDC enables sign-in with an OpenID Connect provider; nil leaves only the token form.
 	OIDC *OIDCConfig
 
@@ -114,7 +117,10 @@ func New(cfg Config) (*Server, error) {
 	if s.now == nil {
 		s.now = approval.Now
 	}
-	s.svc = &approval.Service{Store: s.store, Now: s.now}
+	s.svc = cfg.Service
+	if s.svc == nil {
+		s.svc = &approval.Service{Store: s.store, Now: s.now}
+	}
 	switch {
 	case cfg.SessionKey == nil:
 		s.key = make([]byte, MinSessionKeyLength)

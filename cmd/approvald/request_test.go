@@ -30,7 +30,7 @@ type gate struct {
 func newGate(t *testing.T, kind string) *gate {
 	t.Helper()
 	g := &gate{t: t, store: testdb.Open(t, kind, nil), tokens: map[string]string{}}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Store: g.store, LongPollInterval: 50 * time.Millisecond}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Store: g.store, Service: &approval.Service{Store: g.store}, LongPollInterval: 50 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	g.url = srv.URL
 	for subject, role := range map[string]approval.Role{"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover, "bob": approval.RoleApprover} {

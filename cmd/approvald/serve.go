@@ -191,17 +191,20 @@ func (svc *service) targeted(action string) bool {
 func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// One Service holds the rules for every consumer in this process: the API, the pages and
+	// the workers decide alike, and share its token cache.
+	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses}
 	api := httpapi.New(httpapi.Config{
-		Store:             st,
-		Logger:            svc.logger,
-		Registry:          registry,
-		IdempotencyLease:  svc.config.Idempotency.Lease,
-		ResponseRetention: svc.config.Retention.Responses,
-		Sources:           svc.sources(),
-		Failpoints:        svc.failpoints,
+		Store:            st,
+		Service:          rules,
+		Logger:           svc.logger,
+		Registry:         registry,
+		IdempotencyLease: svc.config.Idempotency.Lease,
+		Sources:          svc.sources(),
+		Failpoints:       svc.failpoints,
 	})
 
-	ui, err := web.New(svc.webConfig(st))
+	ui, err := web.New(svc.webConfig(st, rules))
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
@@ -238,6 +241,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	}
 	startWorker("sweeper", (&worker.Sweeper{
 		Store:       st,
+		Rules:       rules,
 		Logger:      svc.logger.With("worker", "sweeper"),
 		Interval:    svc.config.Workers.Poll,
 		Batch:       sweepBatch,
@@ -247,6 +251,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	}).Run)
 	startWorker("inbox processor", (&worker.InboxProcessor{
 		Store:   st,
+		Rules:   rules,
 		Logger:  svc.logger.With("worker", "inbox"),
 		Sources: svc.sourceHandlers(),
 		Lease:   svc.config.Workers.Lease,
@@ -256,7 +261,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	}).Run)
 	startWorker("execution runner", (&worker.Runner{
 		Store:       st,
-		Ledger:      &approval.Service{Store: st},
+		Ledger:      rules,
 		Logger:      svc.logger.With("worker", "runner"),
 		Targets:     svc.targets,
 		Lease:       svc.config.Workers.Lease,
@@ -301,11 +306,12 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	return serveErr
 }
 
-// webConfig returns the pages' configuration on st.
-func (svc *service) webConfig(st store) web.Config {
+// webConfig returns the pages' configuration on st, deciding through rules.
+func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 	w := svc.config.Web
 	cfg := web.Config{
 		Store:      st,
+		Service:    rules,
 		Logger:     svc.logger.With("component", "web"),
 		SessionTTL: w.SessionTTL,
 		PublicURL:  w.PublicURL,
