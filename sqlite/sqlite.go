@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -87,6 +88,9 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := restrictFiles(dbPath(dsn)); err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", dsn, err)
+	}
 
 	write, err = sql.Open("sqlite", writeDSN)
 	if err != nil {
@@ -115,6 +119,54 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 	return write, read, nil
+}
+
+// dbPath returns the file a DSN names, as SQLite will open it (a file: URI's path is
+// percent-decoded).
+func dbPath(dsn string) string {
+	file, _, _ := strings.Cut(dsn, "?")
+	p, ok := strings.CutPrefix(file, "file:")
+	if !ok {
+		return file
+	}
+	if rest, ok := strings.CutPrefix(p, "//"); ok { // file://localhost/path, file:///path
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			p = rest[i:]
+		}
+	}
+	if unescaped, err := url.PathUnescape(p); err == nil {
+		return unescaped
+	}
+	return p
+}
+
+// restrictFiles makes the database readable by its owner only, whatever the umask: it creates
+// the file 0600 when it does not exist yet, and takes group and other permissions off an
+// existing database, WAL and shared-memory file. SQLite creates the WAL and shared-memory
+// files with the database file's permissions, so they follow. The files hold approvals,
+// their context and raw webhook bodies.
+func restrictFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		return f.Close()
+	case !errors.Is(err, fs.ErrExist):
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		info, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if info.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, info.Mode().Perm()&0o700); err != nil {
+				return fmt.Errorf("restrict the permissions of %s: %w", p, err)
+			}
+		}
+	}
+	return nil
 }
 
 // poolDSNs returns the driver DSNs of the write and the read pool for a user's DSN. The
