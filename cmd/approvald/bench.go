@@ -767,6 +767,9 @@ a baseline on the same database in the same run, at the same concurrency:
 	execute  approve a pending approval whose action has a target,
 	         and wait until the target is called (in process only) (baseline insert)
 	get      GET /v1/approvals/{id}                                 (baseline select)
+	list     GET /v1/approvals?limit=50: in turn unfiltered, by status
+	         and by approver (as an admin), and as the requester    (baseline select)
+	list-deep the same pages from a cursor far down the listing     (baseline select)
 	insert   one row the size of an approval, in its own transaction
 	select   that row by primary key
 
@@ -776,6 +779,13 @@ tokens through the store, starts the server in this process on 127.0.0.1 with se
 (and --config's settings; its database_url is never used) and removes the database at the end
 unless --keep. With --server URL it loads a server already running on this machine; the
 baselines then run only when --database-url names that server's database.
+
+--seed N first fills the fresh database with N approvals in bulk (COPY on PostgreSQL,
+multi-row INSERTs on SQLite), spread over 90 days and over the statuses, with their approvers,
+decisions, events, executions, the idempotency records still within retention and inbox
+events, so that the scenarios meet a database that has served for months. --long-polls N holds
+N long-polls open on the server through every step. --server-process runs the server as a
+child process, approvald serve, and reports its own peak RSS after each step.
 
 Progress goes to stderr, the results to stdout: a table, or JSON with --json. Each figure
 comes with its ratio to its baseline, which moves much less than the figures themselves
