@@ -582,24 +582,31 @@ func (r *runner) prepareDeepCursor(ctx context.Context) (string, error) {
 	if lister == "" {
 		lister = r.cfg.Requester
 	}
+	// Pages of 200; a listing shorter than that (a small run) in pages of 10.
 	cursor, depth := "", 0
-	for range deepWalkPages {
-		q := "limit=200"
+	for _, size := range []int{200, 10} {
+		depth = 0
+		for range deepWalkPages {
+			q := "limit=" + strconv.Itoa(size)
+			if cursor != "" {
+				q += "&cursor=" + url.QueryEscape(cursor)
+			}
+			next, n, err := r.cfg.API.List(ctx, lister, q)
+			if err != nil {
+				return "", fmt.Errorf("walk to a deep cursor: %w", err)
+			}
+			depth += n
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
 		if cursor != "" {
-			q += "&cursor=" + url.QueryEscape(cursor)
-		}
-		next, n, err := r.cfg.API.List(ctx, lister, q)
-		if err != nil {
-			return "", fmt.Errorf("walk to a deep cursor: %w", err)
-		}
-		depth += n
-		if next == "" {
 			break
 		}
-		cursor = next
 	}
 	if cursor == "" {
-		return "", errors.New("walk to a deep cursor: the listing has a single page")
+		return "", errors.New("walk to a deep cursor: the listing has a single page of 10")
 	}
 	fmt.Fprintf(r.progress, "bench: %s list-deep starts %d approvals down\n", r.cfg.Store, depth)
 	r.deepCursor = cursor
