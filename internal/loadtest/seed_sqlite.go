@@ -29,7 +29,7 @@ func SeedSQLite(ctx context.Context, dsn string, s Seed, progress io.Writer) (Se
 	}
 	defer write.Close()
 	read.Close()
-	return seedBatches(ctx, s, progress, "sqlite", func(ctx context.Context, r *seedRows) error {
+	counts, err := seedBatches(ctx, s, progress, "sqlite", func(ctx context.Context, r *seedRows) error {
 		tx, err := write.BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("seed: begin: %w", err)
@@ -43,6 +43,14 @@ func SeedSQLite(ctx context.Context, dsn string, s Seed, progress io.Writer) (Se
 		}
 		return nil
 	})
+	if err != nil {
+		return counts, err
+	}
+	// Move the log into the database now rather than during the first scenarios.
+	if _, err := write.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		return counts, fmt.Errorf("seed: checkpoint: %w", err)
+	}
+	return counts, nil
 }
 
 func insertRows(ctx context.Context, tx *sql.Tx, r *seedRows) error {
