@@ -12,9 +12,13 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadd
 
 // NewID returns a new opaque id with the given prefix ("apr", "exe", ...): 48 bits of
 // millisecond time, so ids sort roughly by creation, then 80 random bits.
-func NewID(prefix string) string {
+func NewID(prefix string) string { return NewIDAt(prefix, time.Now()) }
+
+// NewIDAt returns a new id as NewID does, with t as its time: for rows made in bulk with
+// the times they would have had (approvald bench --seed), whose ids must sort as theirs would.
+func NewIDAt(prefix string, t time.Time) string {
 	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	binary.BigEndian.PutUint64(b[:8], uint64(t.UnixMilli())<<16)
 	if _, err := rand.Read(b[6:]); err != nil {
 		panic(err)
 	}

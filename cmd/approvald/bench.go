@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -20,9 +22,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/loadtest"
@@ -35,6 +39,10 @@ const (
 	defaultBenchWarmup   = time.Second
 	// maxBenchClients bounds --clients: every client is a goroutine and a connection.
 	maxBenchClients = 1024
+	// maxBenchLongPolls bounds --long-polls, each a goroutine and a connection.
+	maxBenchLongPolls = 10000
+	// maxBenchSeed bounds --seed.
+	maxBenchSeed = 100_000_000
 )
 
 // Subjects of the tokens bench makes on its fresh database.
@@ -79,6 +87,10 @@ type BenchCommand struct {
 	cpuProfile    string
 	blockProfile  string
 	mutexProfile  string
+	seed          int    // --seed: approvals written in bulk before the scenarios
+	longPolls     int    // --long-polls
+	serverProcess bool   // --server-process
+	serverBinary  string // --server-binary
 
 	// closers release what Run made, in reverse order, in Close.
 	closers []func() error
@@ -112,8 +124,21 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load) to `FILE`")
 	fs.StringVar(&c.blockProfile, "blockprofile", "", "write a blocking profile of the whole run to `FILE`")
 	fs.StringVar(&c.mutexProfile, "mutexprofile", "", "write a mutex contention profile of the whole run to `FILE`")
+	fs.IntVar(&c.seed, "seed", 0, "fill the fresh database with `N` approvals (and their approvers, decisions, events, records, executions and inbox events) in bulk before the scenarios")
+	fs.IntVar(&c.longPolls, "long-polls", 0, "hold `N` long-polls open on the server through every step")
+	fs.BoolVar(&c.serverProcess, "server-process", false, "run the server as a child process (approvald serve) rather than in this one, and report its own peak RSS after each step")
+	fs.StringVar(&c.serverBinary, "server-binary", "", "with --server-process: the approvald `PATH` to run (default: this binary)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if c.seed < 0 || c.seed > maxBenchSeed {
+		return fmt.Errorf("--seed: must be from 0 to %d", maxBenchSeed)
+	}
+	if c.longPolls < 0 || c.longPolls > maxBenchLongPolls {
+		return fmt.Errorf("--long-polls: must be from 0 to %d", maxBenchLongPolls)
+	}
+	if c.serverBinary != "" && !c.serverProcess {
+		return errors.New("--server-binary goes with --server-process")
 	}
 	cfg, err := cf.load()
 	if err != nil {
@@ -164,6 +189,9 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 		})
 	}
 
+	if c.serverURL != "" && (c.seed > 0 || c.serverProcess) {
+		return errors.New("--seed and --server-process make their own database and server; they do not go with --server")
+	}
 	if c.serverURL == "" {
 		if c.token != "" || c.approver != "" || c.approverToken != "" || c.source != (loadtest.Source{}) {
 			return errors.New("--token, --approver, --approver-token, --source and --source-secret go with --server; in process bench makes its own tokens and source")
@@ -196,6 +224,7 @@ func (c *BenchCommand) Run(ctx context.Context) error {
 		Warmup:    c.warmup,
 		Duration:  c.duration,
 		Pool:      c.pool,
+		LongPolls: c.longPolls,
 		Progress:  c.stderr,
 	}
 	var notes []string
@@ -285,6 +314,43 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	if run.Rows, err = c.openRows(ctx, kind, dsn); err != nil {
 		return nil, err
 	}
+	if c.seed > 0 {
+		seed := loadtest.Seed{
+			N: c.seed, Now: approval.Now(), Retain: cfg.Retention.Responses, InboxRetain: cfg.Retention.InboxIDs,
+			Requesters: []string{benchRequester}, Approvers: []string{benchApprover, benchOther},
+		}
+		// The bench's users are among many: a requester's own listing, or an approver's, is
+		// a tenth of the approvals.
+		for i := 1; i < 10; i++ {
+			seed.Requesters = append(seed.Requesters, fmt.Sprintf("seed-requester-%d", i))
+		}
+		for i := 2; i < 20; i++ {
+			seed.Approvers = append(seed.Approvers, fmt.Sprintf("seed-approver-%d", i))
+		}
+		if err := c.seedDatabase(ctx, kind, dsn, seed); err != nil {
+			return nil, err
+		}
+		// Halfway down the seeded approvals, whatever else the run adds on top.
+		run.DeepCursorAt = seed.Now.Add(-seedSpan / 2)
+	}
+
+	run.Requester = tokens[benchRequester]
+	run.Lister = tokens[benchAdmin]
+	run.Approver = loadtest.Approver{Name: benchApprover, Token: tokens[benchApprover]}
+	run.OtherApprover = benchOther
+	run.Store = kind
+	if c.serverProcess {
+		base, pid, stop, err := c.startServerProcess(ctx, cfg, dsn)
+		if err != nil {
+			return nil, err
+		}
+		run.Server, run.ServerPID = fmt.Sprintf("approvald serve (pid %d) at %s", pid, base), pid
+		report, runErr := c.load(ctx, base, run)
+		if err := stop(); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("server: %w", err))
+		}
+		return report, runErr
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -295,16 +361,139 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	go func() { served <- svc.serve(serveCtx, st, ln) }()
 	base := "http://" + ln.Addr().String()
 
-	run.Store, run.Server, run.InProcess = kind, "in process at "+base, true
-	run.Requester = tokens[benchRequester]
-	run.Approver = loadtest.Approver{Name: benchApprover, Token: tokens[benchApprover]}
-	run.OtherApprover = benchOther
+	run.Server, run.InProcess = "in process at "+base, true
 	report, runErr := c.load(ctx, base, run)
 	stopServing()
 	if err := <-served; err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("server: %w", err))
 	}
 	return report, runErr
+}
+
+// seedSpan is how far back the seeded approvals go (loadtest.Seed's default).
+const seedSpan = 90 * 24 * time.Hour
+
+// seedDatabase writes the seed in bulk into the fresh, migrated database.
+func (c *BenchCommand) seedDatabase(ctx context.Context, kind, dsn string, seed loadtest.Seed) error {
+	seed.Span = seedSpan
+	var err error
+	if kind == databasePostgres {
+		_, err = loadtest.SeedPostgres(ctx, dsn, seed, c.stderr)
+	} else {
+		_, err = loadtest.SeedSQLite(ctx, dsn, seed, c.stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("--seed: %w", err)
+	}
+	return nil
+}
+
+// startServerProcess starts approvald serve as a child process on the fresh database, with
+// the bench's configuration (its source and action) in a file of its own, and returns its
+// URL once it answers /readyz, and the function that stops it (SIGTERM, then SIGKILL after
+// serverStopTimeout). The child's warnings and errors are copied to stderr; its access log is
+// dropped.
+func (c *BenchCommand) startServerProcess(ctx context.Context, cfg Config, dsn string) (base string, pid int, stop func() error, err error) {
+	bin := c.serverBinary
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return "", 0, nil, fmt.Errorf("--server-process: find this binary: %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "approvald-bench-server-")
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("--server-process: %w", err)
+	}
+	c.closers = append(c.closers, func() error { return os.RemoveAll(dir) })
+	// A free port: taken, then given back for the child. Another process could take it in
+	// between; the child would then fail to listen, and bench says so.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("--server-process: find a port: %w", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg.DatabaseURL, cfg.Listen = dsn, addr
+	file := filepath.Join(dir, "approvald.yaml")
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("--server-process: write the configuration: %w", err)
+	}
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		return "", 0, nil, fmt.Errorf("--server-process: %w", err)
+	}
+	cmd := exec.Command(bin, "serve", "--config", file, "--database-url", dsn, "--listen", addr)
+	cmd.Stdout = io.Discard // the bootstrap admin token: bench has its own
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("--server-process: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, fmt.Errorf("--server-process: start %s: %w", bin, err)
+	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			if line := sc.Text(); !strings.Contains(line, `"level":"INFO"`) {
+				fmt.Fprintln(c.stderr, "server:", line)
+			}
+		}
+	}()
+	exited := make(chan error, 1)
+	go func() {
+		<-logged // Wait must not run before the pipe is read to its end
+		exited <- cmd.Wait()
+	}()
+	stop = func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			return err
+		case <-time.After(serverStopTimeout):
+			cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("approvald serve did not stop within %s of SIGTERM; killed", serverStopTimeout)
+		}
+	}
+	base = "http://" + addr
+	if err := waitReady(ctx, base, exited); err != nil {
+		stop()
+		return "", 0, nil, fmt.Errorf("--server-process: %w", err)
+	}
+	fmt.Fprintf(c.stderr, "bench: server process %d (%s) ready at %s\n", cmd.Process.Pid, bin, base)
+	return base, cmd.Process.Pid, stop, nil
+}
+
+// serverStopTimeout bounds the child server's graceful stop.
+const serverStopTimeout = 30 * time.Second
+
+// waitReady polls base/readyz until it answers 200, the process exits, or a minute passes.
+func waitReady(ctx context.Context, base string, exited <-chan error) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(time.Minute)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("approvald serve exited before it was ready: %v", err)
+		case <-deadline:
+			return errors.New("approvald serve not ready after a minute")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // runAgainstServer runs the load against --server, with the baselines on --database-url when
@@ -578,6 +767,9 @@ a baseline on the same database in the same run, at the same concurrency:
 	execute  approve a pending approval whose action has a target,
 	         and wait until the target is called (in process only) (baseline insert)
 	get      GET /v1/approvals/{id}                                 (baseline select)
+	list     GET /v1/approvals?limit=50: in turn unfiltered, by status
+	         and by approver (as an admin), and as the requester    (baseline select)
+	list-deep the same pages from a cursor far down the listing     (baseline select)
 	insert   one row the size of an approval, in its own transaction
 	select   that row by primary key
 
@@ -587,6 +779,13 @@ tokens through the store, starts the server in this process on 127.0.0.1 with se
 (and --config's settings; its database_url is never used) and removes the database at the end
 unless --keep. With --server URL it loads a server already running on this machine; the
 baselines then run only when --database-url names that server's database.
+
+--seed N first fills the fresh database with N approvals in bulk (COPY on PostgreSQL,
+multi-row INSERTs on SQLite), spread over 90 days and over the statuses, with their approvers,
+decisions, events, executions, the idempotency records still within retention and inbox
+events, so that the scenarios meet a database that has served for months. --long-polls N holds
+N long-polls open on the server through every step. --server-process runs the server as a
+child process, approvald serve, and reports its own peak RSS after each step.
 
 Progress goes to stderr, the results to stdout: a table, or JSON with --json. Each figure
 comes with its ratio to its baseline, which moves much less than the figures themselves

@@ -232,3 +232,42 @@ func tableRows(t *testing.T, table string) map[string]benchRow {
 	}
 	return rows
 }
+
+// TestBench_ServerProcess runs bench with the server as a child process (the binary built
+// for the end-to-end tests) on a seeded database, with long-polls held open: each step
+// reports the server's own peak RSS, the long-polls are counted on the server before the
+// first step, and the child is gone at the end.
+func TestBench_ServerProcess(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		args, removed := benchDatabase(t, kind)
+		stdout, stderr := runBench(t, append(args, "--json", "--server-process", "--server-binary", binary,
+			"--seed", "300", "--long-polls", "20", "--scenarios", "get,list,list-deep")...)
+		var report loadtest.Report
+		if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+			t.Fatalf("decode the JSON: %v\n%s", err, stdout)
+		}
+		if report.ServerPID <= 0 || report.InProcess || report.LongPolls != 20 {
+			t.Errorf("got server pid %d, in process %v, long-polls %d; want a pid, false, 20", report.ServerPID, report.InProcess, report.LongPolls)
+		}
+		if !strings.Contains(stderr, "20 long-polls waiting on the server") || !strings.Contains(stderr, "seed: 300 approvals") {
+			t.Errorf("stderr does not tell of the seed and the long-polls:\n%s", stderr)
+		}
+		if len(report.Results) != 8 {
+			t.Errorf("got %d results, want 8 (select, get, list, list-deep at 1 and 2 clients)", len(report.Results))
+		}
+		for _, res := range report.Results {
+			if res.Requests <= 0 || res.Errors != 0 || res.ServerPeakRSSBytes <= 0 {
+				t.Errorf("%s at %d clients: got %d requests, %d errors, server RSS %d; want some, none, > 0; stderr:\n%s",
+					res.Scenario, res.Clients, res.Requests, res.Errors, res.ServerPeakRSSBytes, stderr)
+			}
+		}
+		// The child was stopped: its pid is gone (or reused by an unrelated process).
+		if _, err := loadtest.ProcessPeakRSS(report.ServerPID); err == nil {
+			if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(report.ServerPID) + "/cmdline"); bytes.Contains(cmdline, []byte(binary)) {
+				t.Errorf("server process %d still runs after bench", report.ServerPID)
+			}
+		}
+		removed(stderr)
+	})
+}

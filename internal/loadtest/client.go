@@ -3,12 +3,14 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -170,7 +172,9 @@ func (c *Client) do(ctx context.Context, method, path, token, key string, body [
 	if err != nil {
 		return nil, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -196,4 +200,54 @@ func statusError(what string, resp *http.Response, body []byte) error {
 		body = append(body[:max:max], "..."...)
 	}
 	return fmt.Errorf("%s: got %d %s", what, resp.StatusCode, bytes.TrimSpace(body))
+}
+
+// List reads a page of GET /v1/approvals?query, which must answer 200, and returns its
+// next_cursor and how many approvals it held.
+func (c *Client) List(ctx context.Context, token, query string) (next string, n int, err error) {
+	resp, body, err := c.do(ctx, http.MethodGet, "/v1/approvals?"+query, token, "", nil)
+	if err != nil {
+		return "", 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, statusError("list", resp, body)
+	}
+	var page struct {
+		Approvals  []json.RawMessage `json:"approvals"`
+		NextCursor string            `json:"next_cursor"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		return "", 0, fmt.Errorf("list: decode the page: %w", err)
+	}
+	return page.NextCursor, len(page.Approvals), nil
+}
+
+// LongPoll waits up to wait for approval id to pass version, which must answer 200.
+func (c *Client) LongPoll(ctx context.Context, token, id string, version int64, wait time.Duration) error {
+	q := "?wait=" + url.QueryEscape(wait.String()) + "&version=" + strconv.FormatInt(version, 10)
+	resp, body, err := c.do(ctx, http.MethodGet, "/v1/approvals/"+url.PathEscape(id)+q, token, "", nil)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return statusError("long-poll", resp, body)
+	}
+	return nil
+}
+
+// Gauge reads the value of an unlabelled metric from the server's /metrics.
+func (c *Client) Gauge(ctx context.Context, name string) (float64, error) {
+	resp, body, err := c.do(ctx, http.MethodGet, "/metrics", "", "", nil)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, statusError("metrics", resp, body)
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metrics: no %s", name)
 }

@@ -27,9 +27,14 @@ type Report struct {
 	Duration  string    `json:"duration"` // of each step's timed phase
 	Started   time.Time `json:"started"`
 	// PeakRSSBytes is the peak resident set size of this process at the end of the run.
-	PeakRSSBytes int64    `json:"peak_rss_bytes"`
-	Notes        []string `json:"notes"`
-	Results      []Result `json:"results"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// ServerPID is the server's process when it ran apart from the load (--server-process);
+	// each result then has the server's own peak RSS.
+	ServerPID int `json:"server_pid,omitempty"`
+	// LongPolls is how many long-polls were held open on the server through the run.
+	LongPolls int      `json:"long_polls,omitempty"`
+	Notes     []string `json:"notes"`
+	Results   []Result `json:"results"`
 }
 
 // Result is one step: a scenario at a number of clients.
@@ -51,6 +56,9 @@ type Result struct {
 	Ratio *float64 `json:"ratio,omitempty"`
 	// PeakRSSBytes is the process's peak resident set size so far, read after the step.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// ServerPeakRSSBytes is the server process's peak resident set size so far, read after
+	// the step, when it runs as a process of its own.
+	ServerPeakRSSBytes int64 `json:"server_peak_rss_bytes,omitempty"`
 	// Exhausted: the step ran out of prepared approvals before its duration was up.
 	Exhausted bool `json:"exhausted,omitempty"`
 }
@@ -99,10 +107,16 @@ func (r *Report) finish() {
 	r.GoVersion = runtime.Version()
 	r.CPUs = runtime.NumCPU()
 	r.PeakRSSBytes = PeakRSS()
-	r.Notes = append(r.Notes, "ratio: the scenario's requests/s over its baseline's (insert for the writes: create, replay, storm, decide, intake, execute; select for get) at the same clients, on the same database, in the same run")
-	if r.InProcess {
+	if r.LongPolls > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d long-polls were held open on the server through every step", r.LongPolls))
+	}
+	r.Notes = append(r.Notes, "ratio: the scenario's requests/s over its baseline's (insert for the writes: create, replay, storm, decide, intake, execute; select for get, list, list-deep) at the same clients, on the same database, in the same run")
+	switch {
+	case r.ServerPID != 0:
+		r.Notes = append(r.Notes, fmt.Sprintf("server RSS: VmHWM of the server process (pid %d) alone, read after each step; peak RSS: the load generator's", r.ServerPID))
+	case r.InProcess:
 		r.Notes = append(r.Notes, "peak RSS: VmHWM of this process, which holds both the server and the load generator")
-	} else {
+	default:
 		r.Notes = append(r.Notes, "peak RSS: VmHWM of the load generator only; the server runs in another process")
 	}
 	for _, res := range r.Results {
@@ -129,6 +143,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "approvald bench: %s, server %s, %s warm-up then %s per step, %s, %d CPUs, %s, started %s\n\n",
 		r.Store, r.Server, r.Warmup, r.Duration, r.Version, r.CPUs, r.GoVersion, r.Started.Format(time.RFC3339))
 	rows := [][]string{{"store", "scenario", "clients", "requests", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "vs baseline", "peak RSS MiB"}}
+	if r.ServerPID != 0 {
+		rows[0] = append(rows[0], "server RSS MiB")
+	}
 	for _, res := range r.Results {
 		ratio := ""
 		if res.Ratio != nil {
@@ -142,6 +159,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Sprintf("%.2f", res.P50Ms), fmt.Sprintf("%.2f", res.P99Ms), fmt.Sprintf("%.2f", res.P999Ms),
 			strconv.Itoa(res.Errors), ratio, fmt.Sprintf("%.1f", float64(res.PeakRSSBytes)/(1<<20)),
 		})
+		if r.ServerPID != 0 {
+			rows[len(rows)-1] = append(rows[len(rows)-1], fmt.Sprintf("%.1f", float64(res.ServerPeakRSSBytes)/(1<<20)))
+		}
 	}
 	writeMarkdown(&b, rows, 2)
 	b.WriteString("\n")
@@ -191,9 +211,20 @@ func writeMarkdown(w io.Writer, rows [][]string, firstRight int) {
 // PeakRSS returns the peak resident set size of this process in bytes (VmHWM in
 // /proc/self/status), or 0 where the kernel does not report it.
 func PeakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
+	n, _ := vmHWM("/proc/self/status")
+	return n
+}
+
+// ProcessPeakRSS returns the peak resident set size of process pid in bytes (VmHWM in
+// /proc/PID/status).
+func ProcessPeakRSS(pid int) (int64, error) {
+	return vmHWM("/proc/" + strconv.Itoa(pid) + "/status")
+}
+
+func vmHWM(path string) (int64, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -204,13 +235,13 @@ func PeakRSS() int64 {
 		}
 		fields := strings.Fields(rest) // "12345 kB"
 		if len(fields) != 2 || fields[1] != "kB" {
-			return 0
+			return 0, fmt.Errorf("%s: VmHWM:%s", path, rest)
 		}
 		kb, err := strconv.ParseInt(fields[0], 10, 64)
 		if err != nil {
-			return 0
+			return 0, fmt.Errorf("%s: VmHWM:%s", path, rest)
 		}
-		return kb * 1024
+		return kb * 1024, nil
 	}
-	return 0
+	return 0, fmt.Errorf("%s: no VmHWM", path)
 }

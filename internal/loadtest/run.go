@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/approvald/approval"
 )
 
 // Scenarios and baselines, by name.
@@ -41,19 +44,26 @@ const (
 	Insert = "insert"
 	// Select is the baseline of the reads: one such row read by primary key.
 	Select = "select"
+	// List reads the first page of GET /v1/approvals (limit 50), in turn unfiltered, by
+	// status, by approver, and as the requester (whose listing is limited to what it sees).
+	List = "list"
+	// ListDeep reads the same pages from a cursor far down the listing: at DeepCursorAt when
+	// the run sets it (a seeded database), otherwise where walking deepWalkPages pages of 200
+	// ends.
+	ListDeep = "list-deep"
 )
 
 // Scenarios lists every scenario and baseline in the order a sweep step runs them: each
 // baseline just before the scenarios compared with it, so that they run under the same load
 // from the rest of the machine.
-var Scenarios = []string{Insert, Create, Replay, Storm, Decide, Intake, Execute, Select, Get}
+var Scenarios = []string{Insert, Create, Replay, Storm, Decide, Intake, Execute, Select, Get, List, ListDeep}
 
 // BaselineOf returns the baseline a scenario is compared with, or "" for a baseline.
 func BaselineOf(scenario string) string {
 	switch scenario {
 	case Create, Replay, Storm, Decide, Intake, Execute:
 		return Insert
-	case Get:
+	case Get, List, ListDeep:
 		return Select
 	}
 	return ""
@@ -83,7 +93,10 @@ type Config struct {
 	InProcess bool    // the server runs in this process (its memory is in the peak RSS)
 	API       *Client // the server under load
 
-	Requester     string   // a requester's token: creates every approval
+	Requester string // a requester's token: creates every approval
+	// Lister is a token that lists every approval (an admin's or an operator's), for the
+	// unfiltered and filtered pages of list and list-deep; "" lists as the requester only.
+	Lister        string
 	Approver      Approver // listed first in every approval; decides in the decide scenario
 	OtherApprover string   // listed second
 
@@ -101,6 +114,14 @@ type Config struct {
 	Warmup    time.Duration
 	Duration  time.Duration
 	Pool      int // approvals replay and get cycle over; 0 means DefaultPool
+
+	// DeepCursorAt, when set, is the creation time list-deep's cursor points at.
+	DeepCursorAt time.Time
+	// LongPolls is how many long-polls (GET /v1/approvals/{id}?wait=) are held open on the
+	// server from before the first step to the end of the run.
+	LongPolls int
+	// ServerPID, when set, is the server's process: its peak RSS is read after each step.
+	ServerPID int
 
 	Progress io.Writer // one line per step and per preparation; nil discards them
 }
@@ -131,6 +152,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := r.probe(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.LongPolls > 0 {
+		stop, err := r.parkLongPolls(ctx, cfg.LongPolls)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		report.LongPolls = cfg.LongPolls
+	}
+	report.ServerPID = cfg.ServerPID
 	for _, clients := range cfg.Clients {
 		for _, name := range Scenarios {
 			if !slices.Contains(cfg.Scenarios, name) {
@@ -153,11 +183,13 @@ type runner struct {
 	progress io.Writer
 	prefix   string // of every key and row id of the run, so that runs never collide
 
-	rowBody []byte             // a baseline row's body: as long as an approval
-	pool    []pooled           // approvals for replay and get
-	rows    []string           // row ids for select
-	rates   map[string]float64 // requests/s measured so far, by "scenario/clients"
-	batches int                // of pending approvals prepared so far
+	rowBody    []byte             // a baseline row's body: as long as an approval
+	deepCursor string             // list-deep's, once prepared
+	watched    string             // the approval the long-polls wait on
+	pool       []pooled           // approvals for replay and get
+	rows       []string           // row ids for select
+	rates      map[string]float64 // requests/s measured so far, by "scenario/clients"
+	batches    int                // of pending approvals prepared so far
 }
 
 // pooled is an approval of the pool, with the key and body that created it.
@@ -261,6 +293,20 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 			id := prefix + strconv.Itoa(n)
 			return api.Deliver(ctx, src, id, eventBody(id, n))
 		}
+	case List, ListDeep:
+		cursor := ""
+		if name == ListDeep {
+			var err error
+			if cursor, err = r.prepareDeepCursor(ctx); err != nil {
+				return Result{}, err
+			}
+		}
+		pages := r.listPages(cursor)
+		op = func(ctx context.Context, i int) error {
+			p := pages[i%len(pages)]
+			_, _, err := api.List(ctx, p.token, p.query)
+			return err
+		}
 	case Insert:
 		prefix := r.prefix + "insert-c" + strconv.Itoa(clients) + "-"
 		op = func(ctx context.Context, i int) error {
@@ -278,11 +324,11 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 	}
 
 	m := Measure(ctx, s, op)
+	var err error
 	if m.Exhausted && (name == Decide || name == Execute) && ctx.Err() == nil {
 		// Decides outran the estimate: measure again, once, with enough for the rate seen.
 		fmt.Fprintf(r.progress, "bench: %s %s clients=%d ran out of its %d pending approvals after %.2fs; preparing more to measure again\n",
 			r.cfg.Store, name, clients, s.Limit, m.Elapsed.Seconds())
-		var err error
 		if pending, err = r.preparePending(ctx, clients, max(r.pendingFor(m.Rate()), 4*s.Limit), name, action); err != nil {
 			return Result{}, err
 		}
@@ -299,6 +345,11 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 	}
 	r.rates[name+"/"+strconv.Itoa(clients)] = m.Rate()
 	res := newResult(r.cfg.Store, name, clients, m)
+	if r.cfg.ServerPID != 0 {
+		if res.ServerPeakRSSBytes, err = ProcessPeakRSS(r.cfg.ServerPID); err != nil {
+			return Result{}, fmt.Errorf("the server's peak RSS: %w", err)
+		}
+	}
 	line := fmt.Sprintf("bench: %s %-6s clients=%-3d %7d requests in %5.2fs, %9.1f/s, p50 %7.2f ms, p99 %7.2f ms, %d errors",
 		r.cfg.Store, name, clients, res.Requests, res.Seconds, res.RequestsPerSecond, res.P50Ms, res.P99Ms, res.Errors)
 	if m.Exhausted {
@@ -486,4 +537,148 @@ func approvalID(body []byte) (string, error) {
 		return "", fmt.Errorf("no approval id in %.200s", body)
 	}
 	return a.ID, nil
+}
+
+// listPage is one of the pages list and list-deep read in turn.
+type listPage struct{ token, query string }
+
+// deepWalkPages is how many pages of 200 list-deep walks for its cursor on a database that
+// was not seeded.
+const deepWalkPages = 25
+
+// listPages returns the pages list (cursor "") and list-deep read: unfiltered, by status and
+// by approver with the lister's token, and the requester's own view.
+func (r *runner) listPages(cursor string) []listPage {
+	lister := r.cfg.Lister
+	if lister == "" {
+		lister = r.cfg.Requester
+	}
+	tail := ""
+	if cursor != "" {
+		tail = "&cursor=" + url.QueryEscape(cursor)
+	}
+	return []listPage{
+		{lister, "limit=50" + tail},
+		{lister, "limit=50&status=approved" + tail},
+		{lister, "limit=50&approver=" + url.QueryEscape(r.cfg.Approver.Name) + tail},
+		{r.cfg.Requester, "limit=50" + tail},
+	}
+}
+
+// prepareDeepCursor returns a cursor far down the listing, once per run: at DeepCursorAt, or
+// where walking deepWalkPages pages of 200 newest first ends (the last page's own position
+// when the listing is shorter).
+func (r *runner) prepareDeepCursor(ctx context.Context) (string, error) {
+	if r.deepCursor != "" {
+		return r.deepCursor, nil
+	}
+	if !r.cfg.DeepCursorAt.IsZero() {
+		// Any id sorts below "~": the page starts with the newest approval created before
+		// DeepCursorAt.
+		r.deepCursor = approval.EncodeCursor(r.cfg.DeepCursorAt, "apr_~")
+		return r.deepCursor, nil
+	}
+	lister := r.cfg.Lister
+	if lister == "" {
+		lister = r.cfg.Requester
+	}
+	// Pages of 200; a listing shorter than that (a small run) in pages of 10.
+	cursor, depth := "", 0
+	for _, size := range []int{200, 10} {
+		depth = 0
+		for range deepWalkPages {
+			q := "limit=" + strconv.Itoa(size)
+			if cursor != "" {
+				q += "&cursor=" + url.QueryEscape(cursor)
+			}
+			next, n, err := r.cfg.API.List(ctx, lister, q)
+			if err != nil {
+				return "", fmt.Errorf("walk to a deep cursor: %w", err)
+			}
+			depth += n
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		if cursor != "" {
+			break
+		}
+	}
+	if cursor == "" {
+		return "", errors.New("walk to a deep cursor: the listing has a single page of 10")
+	}
+	fmt.Fprintf(r.progress, "bench: %s list-deep starts %d approvals down\n", r.cfg.Store, depth)
+	r.deepCursor = cursor
+	return cursor, nil
+}
+
+// longPollWait is how long each parked long-poll asks the server to wait: under the load
+// client's request timeout, and renewed as soon as it ends.
+const longPollWait = 20 * time.Second
+
+// parkLongPolls creates an approval nobody decides and holds n long-polls open on it until
+// the returned function is called. It returns once the server counts all n as waiting
+// (approvald_http_long_polls on /metrics).
+func (r *runner) parkLongPolls(ctx context.Context, n int) (stop func(), err error) {
+	c, err := r.cfg.API.Create(ctx, r.cfg.Requester, r.prefix+"watched", r.body(-1, defaultAction))
+	if err != nil {
+		return nil, fmt.Errorf("long-polls: create the watched approval: %w", err)
+	}
+	if r.watched, err = approvalID(c.body); err != nil {
+		return nil, err
+	}
+	polls, err := NewClient(r.cfg.API.base, n)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	failures := make(chan error, 1)
+	for range n {
+		wg.Go(func() {
+			for pctx.Err() == nil {
+				if err := polls.LongPoll(pctx, r.cfg.Requester, r.watched, 1, longPollWait); err != nil && pctx.Err() == nil {
+					select {
+					case failures <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	stop = func() {
+		cancel()
+		wg.Wait()
+		polls.Close()
+	}
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		waiting, err := r.cfg.API.Gauge(ctx, "approvald_http_long_polls")
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("long-polls: %w", err)
+		}
+		if int(waiting) >= n {
+			break
+		}
+		select {
+		case err := <-failures:
+			stop()
+			return nil, fmt.Errorf("long-polls: %w", err)
+		case <-tick.C:
+		case <-ctx.Done():
+			stop()
+			return nil, ctx.Err()
+		}
+		if time.Since(start) > time.Minute {
+			stop()
+			return nil, fmt.Errorf("long-polls: the server counts %d of %d waiting after a minute", int(waiting), n)
+		}
+	}
+	fmt.Fprintf(r.progress, "bench: %s %d long-polls waiting on the server (in %.1fs)\n", r.cfg.Store, n, time.Since(start).Seconds())
+	return stop, nil
 }
