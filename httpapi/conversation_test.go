@@ -51,6 +51,10 @@ func TestConversation(t *testing.T) {
 					transcripts[kind] = c.log
 				}()
 				c.script()
+				// Every exchange went through the OpenAPI check of the fixture's client.
+				if checked := c.f.openapi.checked.Load(); checked < int64(len(c.log)) {
+					t.Errorf("%d exchanges checked against the OpenAPI document, want at least the %d recorded", checked, len(c.log))
+				}
 			})
 		}
 	})

@@ -3,3 +3,13 @@ package httpapi
 // LongPolls returns how many long-polls are waiting, so that tests can change an approval once
 // a long-poll is parked and so prove the wake-up.
 func (s *Server) LongPolls() int { return int(s.longPolls.Load()) }
+
+// RouteTable lists the route table as "METHOD /path" patterns, so that tests can hold the
+// OpenAPI document to it.
+func (s *Server) RouteTable() []string {
+	var out []string
+	for _, rt := range s.routes(nil) {
+		out = append(out, rt.method+" "+rt.path)
+	}
+	return out
+}

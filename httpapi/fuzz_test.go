@@ -59,6 +59,9 @@ func FuzzHTTPInput(f *testing.F) {
 	n := 0
 	f.Fuzz(func(t *testing.T, route uint8, body, text string) {
 		n++
+		for _, s := range stores {
+			s.f.openapi.report.Store(t)
+		}
 		reqs := fuzzRequests(route, body, text, n)
 		for _, rq := range reqs {
 			statuses := make([]int, len(stores))

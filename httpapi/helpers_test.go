@@ -50,6 +50,8 @@ type fixture struct {
 	client   *http.Client
 	registry *prometheus.Registry
 	logs     *lockedBuffer
+	// openapi checks every exchange of client against the OpenAPI document.
+	openapi *validatingTransport
 }
 
 // service returns the rules over the fixture's store, for a change made behind the API's back.
@@ -80,7 +82,8 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	tb.Cleanup(f.srv.Close)
 	transport := &http.Transport{MaxIdleConnsPerHost: 128}
 	tb.Cleanup(transport.CloseIdleConnections)
-	f.client = &http.Client{Transport: transport}
+	f.openapi = &validatingTransport{tb: tb, spec: loadSpec(tb), next: transport}
+	f.client = &http.Client{Transport: f.openapi}
 	return f
 }
 

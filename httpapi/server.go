@@ -195,6 +195,7 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodPost, "/v1/executions/{id}/resolve", http.HandlerFunc(s.handleResolveExecution)},
 		{http.MethodPost, "/v1/executions/{id}/cancel", http.HandlerFunc(s.handleCancelExecution)},
 
+		{http.MethodGet, "/v1/openapi.json", http.HandlerFunc(s.handleOpenAPI)},
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},
 		{http.MethodGet, "/readyz", http.HandlerFunc(s.handleReadyz)},
 		{http.MethodGet, "/metrics", metricsHandler},
