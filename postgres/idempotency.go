@@ -63,18 +63,40 @@ WITH held AS (
 	FROM app
 ), signal AS (
 	SELECT pg_notify(` + strings.ReplaceAll(channelExpr, "$1", "$18") + `, '') FROM app
+), outbox AS (
+	INSERT INTO outbox (id, natural_key, kind, approval_id, recipient, channel, event, payload,
+		status, next_attempt_at, created_at, updated_at)
+	SELECT m.id, m.natural_key, 'notification', app.id, m.recipient, m.channel, m.event, m.payload,
+		'pending', $15::timestamptz, $15::timestamptz, $15::timestamptz
+	FROM app, unnest($19::text[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[])
+		AS m(id, natural_key, recipient, channel, event, payload)
+	ON CONFLICT (natural_key) DO NOTHING
+	RETURNING 1
+), outbox_signal AS (
+	SELECT pg_notify(` + strings.ReplaceAll(channelExpr, "$1", "$25") + `, '')
+	WHERE EXISTS (SELECT 1 FROM outbox)
 )
-SELECT (SELECT count(*) FROM app), (SELECT count(*) FROM signal),
+SELECT (SELECT count(*) FROM app), (SELECT count(*) FROM signal) + (SELECT count(*) FROM outbox_signal),
 	h.fingerprint, h.response_status, h.response_location, h.response_body, h.approval_id
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (SELECT * FROM held ORDER BY rank LIMIT 1) AS h ON true`
 
 // InsertApproval writes a new approval with its idempotency record in one statement, or
 // returns what holds its key (see approval.Store).
-func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) (*approval.KeyHolder, error) {
+func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	causeJSON, err := json.Marshal(cause)
 	if err != nil {
 		return nil, fmt.Errorf("encode event cause: %w", err)
+	}
+	// The approvers' notifications travel as parallel arrays, empty when nobody is notified,
+	// so that the create stays one statement.
+	var ids, keys, recipients, channels, events, payloads []string
+	for _, m := range outbox {
+		if m.Kind != approval.OutboxNotification {
+			return nil, approval.Errorf(approval.EINTERNAL, "a create queues notifications only, not %s", m.Kind)
+		}
+		ids, keys, recipients = append(ids, m.ID), append(keys, m.NaturalKey), append(recipients, m.Recipient)
+		channels, events, payloads = append(channels, m.Channel), append(events, m.Event), append(payloads, string(m.Payload))
 	}
 	conn, now, err := s.acquire(ctx)
 	if err != nil {
@@ -91,7 +113,8 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 			a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
 			resp.Body, now.Add(retain), a.ID, a.Action, a.Title, []byte(a.Context),
 			a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
-			approval.TopicApprovals,
+			approval.TopicApprovals, ids, keys, recipients, channels, events, payloads,
+			approval.TopicOutbox,
 		).Scan(&inserted, &signalled, &fingerprint, &status, &location, &body, &approvalID)
 		if err != nil {
 			return nil, translate("insert approval", err)

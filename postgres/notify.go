@@ -19,8 +19,9 @@ import (
 // schema is called. Both sides compute the name with this one expression ($1 is the topic).
 const channelExpr = `'approvald_' || $1::text || '_' || left(md5(current_schema()), 16)`
 
-// topics are the topics a Store signals and listens for.
-var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.TopicExecutions}
+// topics are the topics a Store signals and listens for. The listener's tests find it by its
+// last statement, a LISTEN on executions' channel: that topic stays last.
+var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.TopicOutbox, approval.TopicExecutions}
 
 // notify signals topic to every replica's subscribers. NOTIFY is transactional: it is
 // delivered when tx commits and dropped if it rolls back, and PostgreSQL folds repeats of the

@@ -55,6 +55,11 @@ type Store struct {
 	// action has a target. Set it before the store is used.
 	Targeted func(action string) bool
 
+	// Routing says who is told of what, and how (approval.Routing): the transactions that
+	// cause notifications and callbacks queue them by it. Zero: nobody is told. Set it
+	// before the store is used.
+	Routing approval.Routing
+
 	// Reads are the read methods both drivers run alike (internal/sqldb), on the read pool:
 	// each is one statement, one snapshot.
 	sqldb.Reads
