@@ -359,9 +359,9 @@ type smtpSession struct {
 	to  []string
 }
 
-func (s *smtpSession) Reset()                                 { s.to = nil }
-func (s *smtpSession) Logout() error                          { return nil }
-func (s *smtpSession) Mail(string, *smtp.MailOptions) error   { return nil }
+func (s *smtpSession) Reset()                               { s.to = nil }
+func (s *smtpSession) Logout() error                        { return nil }
+func (s *smtpSession) Mail(string, *smtp.MailOptions) error { return nil }
 func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	s.srv.mu.Lock()
 	defer s.srv.mu.Unlock()
