@@ -166,6 +166,9 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodPost, "/v1/executions/{id}/retry", http.HandlerFunc(s.handleRetryExecution)},
 		{http.MethodPost, "/v1/executions/{id}/resolve", http.HandlerFunc(s.handleResolveExecution)},
 		{http.MethodPost, "/v1/executions/{id}/cancel", http.HandlerFunc(s.handleCancelExecution)},
+		{http.MethodGet, "/v1/outbox", http.HandlerFunc(s.handleListOutbox)},
+		{http.MethodGet, "/v1/outbox/{id}", http.HandlerFunc(s.handleGetOutbox)},
+		{http.MethodPost, "/v1/outbox/{id}/retry", http.HandlerFunc(s.handleRetryOutbox)},
 
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},
 		{http.MethodGet, "/readyz", http.HandlerFunc(s.handleReadyz)},
