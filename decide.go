@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -92,7 +93,7 @@ func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*A
 	if err != nil {
 		return nil, err
 	}
-	refusal, err := refuseUnlessPending(ctx, tx, a, cause)
+	refusal, err := s.refuseUnlessPending(ctx, tx, a, cause)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +109,9 @@ func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*A
 			return nil, err
 		}
 		a.Status, a.DecidedAt, a.Version = StatusCancelled, &now, a.Version+1
+		if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, EventCancelled, actor, now), decisionRecipients(a)); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
@@ -178,7 +182,7 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 		}
 		return refuse(a, conflict(a, "%s already voted %s", d.Approver, prev.Verdict))
 	}
-	if refusal, err := refuseUnlessPending(ctx, tx, a, d.Cause); err != nil {
+	if refusal, err := s.refuseUnlessPending(ctx, tx, a, d.Cause); err != nil {
 		return decided{}, err
 	} else if refusal != nil {
 		return refuse(a, refusal)
@@ -222,6 +226,13 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 			return decided{}, err
 		}
 		a.Execution = rec.Public()
+	}
+	if event != "" {
+		// The final outcome is told in the deciding transaction: to the requester and the
+		// approvers who did not vote, and to the requester's callback.
+		if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, event, d.Approver, now), decisionRecipients(a)); err != nil {
+			return decided{}, err
+		}
 	}
 	if err := tx.Notify(ctx, TopicApprovals); err != nil {
 		return decided{}, err
@@ -268,6 +279,9 @@ func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor 
 		if err := tx.EventInsert(ctx, a.ID, EventExecutionNeedsReview, actor, cause, detail); err != nil {
 			return nil, err
 		}
+		if err := s.queueReview(ctx, tx, rec); err != nil {
+			return nil, err
+		}
 	}
 	return rec, nil
 }
@@ -275,7 +289,7 @@ func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor 
 // refuseUnlessPending returns the conflict to answer with when a can no longer change: it is
 // terminal, or its expiry has passed, in which case it is expired here first (with cause) and
 // a is updated to say so.
-func refuseUnlessPending(ctx context.Context, tx Tx, a *Approval, cause Cause) (*Error, error) {
+func (s *Service) refuseUnlessPending(ctx context.Context, tx Tx, a *Approval, cause Cause) (*Error, error) {
 	if a.Status.Terminal() {
 		return conflict(a, "the approval is already %s", a.Status), nil
 	}
@@ -283,10 +297,9 @@ func refuseUnlessPending(ctx context.Context, tx Tx, a *Approval, cause Cause) (
 	if a.ExpiresAt.After(now) {
 		return nil, nil
 	}
-	if err := expire(ctx, tx, a.ID, cause); err != nil {
+	if err := s.expire(ctx, tx, a, cause); err != nil {
 		return nil, err
 	}
-	a.Status, a.DecidedAt, a.Version = StatusExpired, &now, a.Version+1
 	return conflict(a, "the approval has expired"), nil
 }
 
@@ -311,8 +324,18 @@ func (s *Service) ExpireDue(ctx context.Context, limit int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, id := range ids {
-		if err := expire(ctx, tx, id, SweeperCause()); err != nil {
+	approvals := make([]*Approval, len(ids))
+	for i, id := range ids {
+		approvals[i] = &Approval{ID: id, Status: StatusPending}
+	}
+	if r := s.Store.Routes(); len(ids) > 0 && (len(r.Channels) > 0 || len(r.Callbacks) > 0) {
+		// The notices name the approval: read them, locked already, only when anyone is told.
+		if approvals, err = tx.ApprovalGetByIDMany(ctx, ids); err != nil {
+			return 0, err
+		}
+	}
+	for _, a := range approvals {
+		if err := s.expire(ctx, tx, a, SweeperCause()); err != nil {
 			return 0, err
 		}
 	}
@@ -322,17 +345,35 @@ func (s *Service) ExpireDue(ctx context.Context, limit int) (int, error) {
 	return len(ids), nil
 }
 
-// expire moves the pending, due approval id, which tx holds locked, to expired, with its
-// event naming cause and the signal to long-polls.
-func expire(ctx context.Context, tx Tx, id string, cause Cause) error {
+// expire moves the pending, due approval a, which tx holds locked, to expired, with its
+// event naming cause, the signal to long-polls and its notices, and updates a to say so.
+func (s *Service) expire(ctx context.Context, tx Tx, a *Approval, cause Cause) error {
 	now := tx.Now()
-	if err := tx.ApprovalSetStatusIfPending(ctx, id, StatusExpired, &now); err != nil {
+	if err := tx.ApprovalSetStatusIfPending(ctx, a.ID, StatusExpired, &now); err != nil {
 		return err
 	}
-	if err := tx.EventInsert(ctx, id, EventExpired, ActorSystem, cause, nil); err != nil {
+	if err := tx.EventInsert(ctx, a.ID, EventExpired, ActorSystem, cause, nil); err != nil {
+		return err
+	}
+	a.Status, a.DecidedAt, a.Version = StatusExpired, &now, a.Version+1
+	if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, EventExpired, ActorSystem, now), decisionRecipients(a)); err != nil {
 		return err
 	}
 	return tx.Notify(ctx, TopicApprovals)
+}
+
+// queueReview tells the operators, in tx, that the execution rec needs review.
+func (s *Service) queueReview(ctx context.Context, tx Tx, rec *ExecutionRecord) error {
+	r := s.Store.Routes()
+	if len(r.Operators) == 0 {
+		return nil
+	}
+	n := Notice{
+		EventID: "evt_" + strings.TrimPrefix(rec.ID, "exe_") + "_needs_review", Event: EventNeedsReview,
+		ApprovalID: rec.ApprovalID, OperationKey: rec.OperationKey, Action: rec.Action,
+		Reason: rec.LastError, At: tx.Now(),
+	}
+	return queueNotices(ctx, tx, r, n, r.Operators)
 }
 
 // conflict is an ECONFLICT error carrying the approval the caller lost against.

@@ -133,6 +133,11 @@ func (s *Service) FinishAttempt(ctx context.Context, id string, attempt int, o A
 	if err := tx.ExecutionUpdateIfAttempt(ctx, rec, attempt); err != nil {
 		return nil, err
 	}
+	if o.Status == ExecutionNeedsReview {
+		if err := s.queueReview(ctx, tx, rec); err != nil {
+			return nil, err
+		}
+	}
 	return commitExecution(ctx, tx, rec, event, ActorSystem, Cause{Kind: CauseWorker, Attempt: attempt}, detail)
 }
 

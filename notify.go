@@ -5,6 +5,7 @@ const (
 	TopicApprovals  = "approvals"  // an approval changed (wakes ?wait= long-polls)
 	TopicInbox      = "inbox"      // an inbox event became due (stored or re-queued)
 	TopicExecutions = "executions" // an execution became due (queued, retried, released)
+	// TopicOutbox ("outbox", outbox.go): an outbox message became due.
 )
 
 // Notifier wakes workers and long-polls promptly when work appears. A signal is only a hint

@@ -97,7 +97,11 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	if err != nil {
 		return CreateResult{}, err
 	}
-	holder, err := s.Store.InsertApproval(ctx, a, resp, s.retention(), c.Cause)
+	outbox, err := createNotices(s.Store.Routes(), a)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	holder, err := s.Store.InsertApproval(ctx, a, resp, s.retention(), c.Cause, outbox)
 	if err != nil {
 		return CreateResult{}, err
 	}

@@ -18,13 +18,15 @@ import (
 type Store interface {
 	InboxStore
 	ExecutionStore
+	OutboxStore
 	Notifier
 
 	// InsertApproval writes a new approval under its operation key, all in one transaction:
 	// a (ID, Version 1, Status pending, CreatedAt, ExpiresAt, OperationKey and Fingerprint
 	// filled in by the caller), its approvers, an EventCreated event (seq 1, actor =
 	// requester, cause) and the idempotency record of (a.Requester, a.OperationKey) holding
-	// a.Fingerprint and resp, kept until now+retain. A crash leaves all of it or none.
+	// a.Fingerprint and resp, kept until now+retain, and the outbox messages (the approvers'
+	// notifications; see Tx.OutboxInsert). A crash leaves all of it or none.
 	//
 	// It writes nothing when the key is already held, and returns the holder instead: the
 	// idempotency record (its fingerprint and stored response), or, once that record has been
@@ -32,7 +34,7 @@ type Store interface {
 	// concurrent inserts under one key exactly one writes; the others wait for its commit and
 	// return it as the holder. The store makes no decision about the holder: comparing
 	// fingerprints is the Service's rule (see Service.Create).
-	InsertApproval(ctx context.Context, a *Approval, resp StoredResponse, retain time.Duration, cause Cause) (*KeyHolder, error)
+	InsertApproval(ctx context.Context, a *Approval, resp StoredResponse, retain time.Duration, cause Cause, outbox []*OutboxMessage) (*KeyHolder, error)
 
 	// Approval returns one approval with its decisions (oldest first) and execution, or
 	// ENOTFOUND.

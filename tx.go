@@ -112,4 +112,29 @@ type Tx interface {
 	// processed_at and lease cleared, attempts and last error kept. It returns the event with
 	// its body; the caller holds its lock and has checked that it is failed.
 	InboxSetPendingIfFailed(ctx context.Context, id string) (*InboxEvent, error)
+
+	// OutboxInsert inserts a message (every field but attempts, lease, error and sent_at as
+	// given), unless one with its NaturalKey exists: then it inserts nothing, and is no error.
+	// Of racing inserts under one key exactly one inserts.
+	OutboxInsert(ctx context.Context, m *OutboxMessage) error
+	// OutboxClaimDue claims up to limit due messages, oldest due first: pending ones whose
+	// next_attempt_at <= Now, and sending ones whose lease has expired. Each is set sending,
+	// attempts+1, next_attempt_at cleared, lease until leaseUntil, updated at Now, gets an
+	// attempt row (started at Now), and is returned as it now is. Claims racing in several
+	// transactions take disjoint rows without waiting (PostgreSQL skips locked rows; SQLite's
+	// single writer orders them).
+	OutboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*OutboxMessage, error)
+	// OutboxGetForUpdate returns one message, locked until the transaction ends, or
+	// ENOTFOUND.
+	OutboxGetForUpdate(ctx context.Context, id string) (*OutboxMessage, error)
+	// OutboxUpdateIfAttempt writes m's state (status, payload, last_error, next_attempt_at,
+	// lease_expires_at, sent_at; updated at Now) only while attempt is its current attempt and
+	// it is sending. The caller holds its lock and checked the fence: a failed guard fails
+	// the transaction.
+	OutboxUpdateIfAttempt(ctx context.Context, m *OutboxMessage, attempt int) error
+	// OutboxUpdateIfStatus writes m's state as OutboxUpdateIfAttempt does, only while the
+	// message is in status; the transaction fails otherwise.
+	OutboxUpdateIfStatus(ctx context.Context, m *OutboxMessage, status OutboxStatus) error
+	// OutboxAttemptFinish records the outcome and error of one attempt of a message.
+	OutboxAttemptFinish(ctx context.Context, id string, attempt int, outcome, errText string) error
 }

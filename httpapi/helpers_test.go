@@ -64,6 +64,8 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	f.store = testdb.OpenWith(tb, kind, testdb.Options{
 		Now:      f.clock.Now,
 		Targeted: func(action string) bool { return action == targetedAction },
+		// alice is notified by e-mail, so that approvals fill the outbox operators read.
+		Routing: approval.Routing{Channels: map[string][]string{"alice": {approval.ChannelEmail}}},
 	})
 	cfg := httpapi.Config{
 		Store:    f.store,

@@ -85,7 +85,7 @@ func newAPISpec(raw []byte) (*apiSpec, error) {
 // document itself, which TestOpenAPIDocument checks and TestOpenAPIServed compares byte for
 // byte.
 var freeForm = []string{
-	"$.body**.context.*", "$.body**.result.*", "$.body**.detail.*", "$.body**.headers.*",
+	"$.body**.context.*", "$.body**.result.*", "$.body**.detail.*", "$.body**.headers.*", "$.body**.payload.*",
 	"$.body.info**", "$.body.servers**", "$.body.security**", "$.body.tags**",
 	"$.body.paths**", "$.body.webhooks**", "$.body.components**",
 }
@@ -93,7 +93,7 @@ var freeForm = []string{
 // freeFormBracket finds a strict-mode finding inside a free-form object whose member name the
 // validator spells in brackets ($.body.context['\x1b[31mred']): its ignore paths match only
 // the dotted spelling, so such names are let through here, as freeForm lets the others.
-var freeFormBracket = regexp.MustCompile(`\$\.body(\.[a-z_]+|\[\d+\])*\.(context|result|detail|headers)\[`)
+var freeFormBracket = regexp.MustCompile(`\$\.body(\.[a-z_]+|\[\d+\])*\.(context|result|detail|headers|payload)\[`)
 
 // inFreeForm reports whether a finding is strict mode's about a member of a free-form object.
 func inFreeForm(e *liberrors.ValidationError) bool {

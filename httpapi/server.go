@@ -44,6 +44,8 @@ type Store interface {
 	Executions(ctx context.Context, f approval.ExecutionFilter) ([]*approval.ExecutionRecord, string, error)
 	InboxEvent(ctx context.Context, id string) (*approval.InboxEvent, error)
 	InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error)
+	OutboxMessage(ctx context.Context, id string) (*approval.OutboxMessage, []approval.OutboxAttempt, error)
+	OutboxMessages(ctx context.Context, f approval.OutboxFilter) ([]*approval.OutboxMessage, string, error)
 	RecordInbox(ctx context.Context, e *approval.InboxEvent) (duplicate bool, err error)
 	counter
 	Ping(ctx context.Context) error
@@ -194,6 +196,9 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodPost, "/v1/executions/{id}/retry", http.HandlerFunc(s.handleRetryExecution)},
 		{http.MethodPost, "/v1/executions/{id}/resolve", http.HandlerFunc(s.handleResolveExecution)},
 		{http.MethodPost, "/v1/executions/{id}/cancel", http.HandlerFunc(s.handleCancelExecution)},
+		{http.MethodGet, "/v1/outbox", http.HandlerFunc(s.handleListOutbox)},
+		{http.MethodGet, "/v1/outbox/{id}", http.HandlerFunc(s.handleGetOutbox)},
+		{http.MethodPost, "/v1/outbox/{id}/retry", http.HandlerFunc(s.handleRetryOutbox)},
 
 		{http.MethodGet, "/v1/openapi.json", http.HandlerFunc(s.handleOpenAPI)},
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},

@@ -16,8 +16,9 @@ const insertApprovalAttempts = 3
 
 // insertApprovalSQL writes a create in ONE statement, so a create costs one round trip and is
 // atomic without an explicit transaction: the idempotency record with its stored response,
-// the approval, its approvers and its approval.created event, unless the key is held. It
-// signals no one: nothing waits on an approval that did not exist yet. "held" finds a
+// the approval, its approvers, its approval.created event and the approvers' notifications in
+// the outbox, unless the key is held. It signals no long-poll: nothing waits on an approval
+// that did not exist yet. "held" finds a
 // completed record or (record purged) an approval under the key; a concurrent insert of the
 // same key makes the record's INSERT wait on the primary key for the other transaction and
 // then do nothing, and the caller reads again. An in-flight record left by the
@@ -61,6 +62,15 @@ WITH held AS (
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 	SELECT app.id, 1, '` + approval.EventCreated + `', $4::timestamptz, $1::text, $17::jsonb, NULL
 	FROM app
+), outbox AS (
+	INSERT INTO outbox (id, natural_key, kind, approval_id, recipient, channel, event, payload,
+		status, next_attempt_at, created_at, updated_at)
+	SELECT m.id, m.natural_key, 'notification', app.id, m.recipient, m.channel, m.event, m.payload,
+		'pending', $15::timestamptz, $15::timestamptz, $15::timestamptz
+	FROM app, unnest($18::text[], $19::text[], $20::text[], $21::text[], $22::text[], $23::text[])
+		AS m(id, natural_key, recipient, channel, event, payload)
+	ON CONFLICT (natural_key) DO NOTHING
+	RETURNING 1
 )
 SELECT (SELECT count(*) FROM app),
 	h.fingerprint, h.response_status, h.response_location, h.response_body, h.approval_id
@@ -69,10 +79,20 @@ LEFT JOIN LATERAL (SELECT * FROM held ORDER BY rank LIMIT 1) AS h ON true`
 
 // InsertApproval writes a new approval with its idempotency record in one statement, or
 // returns what holds its key (see approval.Store).
-func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) (*approval.KeyHolder, error) {
+func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	causeJSON, err := json.Marshal(cause)
 	if err != nil {
 		return nil, fmt.Errorf("encode event cause: %w", err)
+	}
+	// The approvers' notifications travel as parallel arrays, empty when nobody is notified,
+	// so that the create stays one statement.
+	var ids, keys, recipients, channels, events, payloads []string
+	for _, m := range outbox {
+		if m.Kind != approval.OutboxNotification {
+			return nil, approval.Errorf(approval.EINTERNAL, "a create queues notifications only, not %s", m.Kind)
+		}
+		ids, keys, recipients = append(ids, m.ID), append(keys, m.NaturalKey), append(recipients, m.Recipient)
+		channels, events, payloads = append(channels, m.Channel), append(events, m.Event), append(payloads, string(m.Payload))
 	}
 	conn, now, err := s.acquire(ctx)
 	if err != nil {
@@ -89,12 +109,20 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 			a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
 			resp.Body, now.Add(retain), a.ID, a.Action, a.Title, []byte(a.Context),
 			a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
+			ids, keys, recipients, channels, events, payloads,
 		).Scan(&inserted, &fingerprint, &status, &location, &body, &approvalID)
 		if err != nil {
 			return nil, translate("insert approval", err)
 		}
 		switch {
 		case inserted == 1:
+			if len(ids) > 0 {
+				// The outbox worker's wake-up, after the commit and outside it (see signalSQL):
+				// one more round trip, only for a create that notifies someone.
+				if _, err := conn.Exec(ctx, signalSQL, []string{approval.TopicOutbox}); err != nil {
+					s.logger().Warn("postgres: outbox signal failed", "approval", a.ID, "err", err)
+				}
+			}
 			return nil, nil
 		case fingerprint == nil:
 			continue // lost to a concurrent insert that has committed since: look again

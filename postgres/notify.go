@@ -19,8 +19,9 @@ import (
 // schema is called. Both sides compute the name with this one expression ($1 is the topic).
 const channelExpr = `'approvald_' || $1::text || '_' || left(md5(current_schema()), 16)`
 
-// topics are the topics a Store signals and listens for.
-var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.TopicExecutions}
+// topics are the topics a Store signals and listens for. The listener's tests find it by its
+// last statement, a LISTEN on executions' channel: that topic stays last.
+var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.TopicOutbox, approval.TopicExecutions}
 
 // signalSQL signals the topics in $1 (a text[]) to every replica's subscribers. It is sent
 // right behind a write's COMMIT, in the same round trip, as a transaction of its own, never

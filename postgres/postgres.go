@@ -54,6 +54,11 @@ type Store struct {
 	// no action has one.
 	Targeted func(action string) bool
 
+	// Routing says who is told of what, and how (approval.Routing): the transactions that
+	// cause notifications and callbacks queue them by it. Zero: nobody is told. Set it
+	// before the store is used.
+	Routing approval.Routing
+
 	// Logger receives what the store cannot return to a caller: the LISTEN connection
 	// dropping and reconnecting. slog.Default() when nil.
 	Logger *slog.Logger

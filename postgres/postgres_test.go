@@ -116,7 +116,7 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 			return err
 		},
 		"insert approval": func() error {
-			_, err := s.InsertApproval(ctx, newApproval(t, "k"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"))
+			_, err := s.InsertApproval(ctx, newApproval(t, "k"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"), nil)
 			return err
 		},
 		"expire due": func() error {
@@ -136,9 +136,12 @@ func TestTextPostgresCannotHoldIsInvalid(t *testing.T) {
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	// SQLite stores a NUL byte; PostgreSQL text cannot. The caller sent it, so it is the
-	// caller's error (400), not an internal one.
-	_, err := s.InsertApproval(t.Context(), newApproval(t, "k\x00"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"))
+	// SQLite stores a NUL byte; PostgreSQL text cannot. The input policy refuses it before
+	// any store (approval.NewApproval), so this is the driver's own safety net: text that
+	// reaches it anyway is the caller's error (400), not an internal one.
+	a := newApproval(t, "k")
+	a.OperationKey = "k\x00"
+	_, err := s.InsertApproval(t.Context(), a, approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"), nil)
 	if code := approval.ErrorCode(err); code != approval.EINVALID {
 		t.Fatalf("key with a NUL byte: got error code %q (%v), want %q", code, err, approval.EINVALID)
 	}
@@ -227,11 +230,11 @@ func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
 		t.Fatalf("insert legacy claims: %v", err)
 	}
 	resp := approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}
-	if _, err := s.InsertApproval(ctx, newApproval(t, "deploy-live"), resp, time.Hour, approval.HTTPCause("r")); approval.ErrorCode(err) != approval.ECONFLICT {
+	if _, err := s.InsertApproval(ctx, newApproval(t, "deploy-live"), resp, time.Hour, approval.HTTPCause("r"), nil); approval.ErrorCode(err) != approval.ECONFLICT {
 		t.Fatalf("insert under a live legacy claim: got %v, want code %s", err, approval.ECONFLICT)
 	}
 	a := newApproval(t, "deploy-dead")
-	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("r")); err != nil || h != nil {
+	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("r"), nil); err != nil || h != nil {
 		t.Fatalf("insert over a dead legacy claim: got holder %+v, error %v, want neither", h, err)
 	}
 	var state, fingerprint string

@@ -34,7 +34,7 @@ FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 // InsertApproval writes a new approval with its idempotency record in one write transaction,
 // or returns what holds its key; see approval.Store. SQLite's single writer orders concurrent
 // inserts of one key: the second finds the first's record.
-func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) (*approval.KeyHolder, error) {
+func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, fail("insert approval", err)
@@ -49,6 +49,14 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 	}
 	if err := insertApproval(ctx, tx, a, resp, retain, cause); err != nil {
 		return nil, fail("insert approval", err)
+	}
+	for _, m := range outbox {
+		if err := insertOutbox(ctx, tx, m); err != nil {
+			return nil, fail("insert outbox message", err)
+		}
+	}
+	if len(outbox) > 0 {
+		tx.signal(approval.TopicOutbox)
 	}
 	if err := tx.commit(); err != nil {
 		return nil, fail("insert approval", err)

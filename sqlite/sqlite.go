@@ -56,6 +56,11 @@ type Store struct {
 	// action has a target. Set it before the store is used.
 	Targeted func(action string) bool
 
+	// Routing says who is told of what, and how (approval.Routing): the transactions that
+	// cause notifications and callbacks queue them by it. Zero: nobody is told. Set it
+	// before the store is used.
+	Routing approval.Routing
+
 	// Reads are the read methods both drivers run alike (internal/sqldb), on the read pool:
 	// each is one statement, one snapshot.
 	sqldb.Reads
@@ -89,7 +94,9 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 		return nil, nil, err
 	}
 	if err := restrictFiles(dbPath(dsn)); err != nil {
-		return nil, nil, fmt.Errorf("open %s: %w", dsn, err)
+		// A directory that is missing or not writable: the database cannot be reached, as
+		// when SQLite itself cannot open the file.
+		return nil, nil, fmt.Errorf("open %s: %w", dsn, unavailable(err))
 	}
 
 	write, err = sql.Open("sqlite", writeDSN)

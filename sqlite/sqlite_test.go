@@ -330,7 +330,7 @@ func createApproval(ctx context.Context, s *sqlite.Store, requester, key string)
 		Fingerprint:       fp,
 	}
 	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte(`{}`)}
-	if h, err := s.InsertApproval(ctx, a, resp, 24*time.Hour, approval.HTTPCause("req-"+key)); err != nil {
+	if h, err := s.InsertApproval(ctx, a, resp, 24*time.Hour, approval.HTTPCause("req-"+key), nil); err != nil {
 		return nil, fmt.Errorf("create approval %s: %w", key, err)
 	} else if h != nil {
 		return nil, fmt.Errorf("create approval %s: the key is held", key)

@@ -18,7 +18,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		ctx := t.Context()
 		a := PendingApproval(t, f.clock.Now())
 		resp := ResponseFor(a)
-		if h, err := f.store.InsertApproval(ctx, a, resp, Retention, createCause(a)); err != nil || h != nil {
+		if h, err := f.store.InsertApproval(ctx, a, resp, Retention, createCause(a), nil); err != nil || h != nil {
 			t.Fatalf("insert: got holder %+v, error %v, want nil, nil", h, err)
 		}
 
@@ -81,7 +81,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		bad := PendingApproval(t, f.clock.Now())
 		// The approvers' unique constraint fails after the record and the approval rows.
 		bad.Approvers = []string{"alice", "alice"}
-		if _, err := f.store.InsertApproval(ctx, bad, ResponseFor(bad), Retention, createCause(bad)); err == nil {
+		if _, err := f.store.InsertApproval(ctx, bad, ResponseFor(bad), Retention, createCause(bad), nil); err == nil {
 			t.Fatalf("insert with an approver listed twice: got no error, want one")
 		}
 		_, err := f.store.Approval(ctx, bad.ID)
@@ -247,7 +247,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 // mustHeld inserts a, which must find its key held, and returns the holder.
 func mustHeld(tb testing.TB, s approval.Store, a *approval.Approval) *approval.KeyHolder {
 	tb.Helper()
-	h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a))
+	h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a), nil)
 	if err != nil {
 		tb.Fatalf("insert %s: %v", a.OperationKey, err)
 	} else if h == nil {

@@ -34,6 +34,9 @@ type Options struct {
 	// whether approving creates a queued execution. The suite reports true for TargetedAction
 	// only.
 	Targeted func(action string) bool
+	// Routing is the store's Routing field: who is notified of what. The suite gives
+	// SuiteRouting to every case.
+	Routing approval.Routing
 }
 
 // Exercise runs every case of the suite as a parallel subtest. Each case gets a fresh, empty
@@ -54,6 +57,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Inbox", exerciseInbox},
 		{"Executions", exerciseExecutions},
 		{"Notifier", exerciseNotifier},
+		{"Outbox", exerciseOutbox},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
@@ -89,7 +93,7 @@ func (s suite) run(t *testing.T, name string, fn func(t *testing.T, f *fixture))
 	t.Run(name, func(t *testing.T) {
 		t.Parallel()
 		clock := NewClock(start)
-		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now, Targeted: targeted}), clock: clock})
+		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now, Targeted: targeted, Routing: SuiteRouting}), clock: clock})
 	})
 }
 
@@ -153,7 +157,7 @@ func PendingApproval(tb testing.TB, now time.Time) *approval.Approval {
 // It returns the approval as the store reads it back.
 func MustCreate(tb testing.TB, s approval.Store, a *approval.Approval) *approval.Approval {
 	tb.Helper()
-	if h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a)); err != nil {
+	if h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a), nil); err != nil {
 		tb.Fatalf("insert approval %s: %v", a.OperationKey, err)
 	} else if h != nil {
 		tb.Fatalf("insert approval %s: got the key held (fingerprint %s), want it free", a.OperationKey, h.Fingerprint)

@@ -92,7 +92,7 @@ func TestSweeper_PurgesResponses(t *testing.T) {
 		// A retry of a purged completed create no longer finds the stored response: it
 		// finds the approval through its permanent operation key instead.
 		for _, a := range done {
-			h, err := s.InsertApproval(ctx, newApproval(clk, a.OperationKey, time.Hour), response(), retain, approval.HTTPCause("retry"))
+			h, err := s.InsertApproval(ctx, newApproval(clk, a.OperationKey, time.Hour), response(), retain, approval.HTTPCause("retry"), nil)
 			if err != nil {
 				t.Fatalf("retry %s: %v", a.OperationKey, err)
 			}
@@ -318,7 +318,7 @@ func response() approval.StoredResponse {
 func mustCreateApproval(tb testing.TB, s approval.Store, clk *clock, key string, expiresIn time.Duration) *approval.Approval {
 	tb.Helper()
 	a := newApproval(clk, key, expiresIn)
-	if h, err := s.InsertApproval(context.Background(), a, response(), retain, approval.HTTPCause("req-"+key)); err != nil || h != nil {
+	if h, err := s.InsertApproval(context.Background(), a, response(), retain, approval.HTTPCause("req-"+key), nil); err != nil || h != nil {
 		tb.Fatalf("create approval %s: got holder %+v, error %v, want neither", key, h, err)
 	}
 	return a

@@ -290,7 +290,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	// Warnings and errors only: an access log line per request would bury the progress.
 	logger := slog.New(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	svc := newService(cfg, logger, nil)
-	st, err := openStore(ctx, dsn, svc.targeted)
+	st, err := openStore(ctx, dsn, svc.targeted, svc.config.routing())
 	if err != nil {
 		return nil, err
 	}

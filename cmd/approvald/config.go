@@ -52,6 +52,10 @@ var (
 	ErrInvalidSecret  = errors.New("must be whsec_ followed by base64")
 	ErrShortKey       = errors.New("must be at least 32 bytes")
 	ErrInvalidDomain  = errors.New("must be a domain name such as example.com")
+	ErrInvalidEmail   = errors.New("must be an e-mail address")
+	ErrNoSMTP         = errors.New("an e-mail address needs the smtp section")
+	ErrInvalidMode    = errors.New("must be required, opportunistic or none")
+	ErrInvalidPort    = errors.New("must be 1 to 65535")
 )
 
 // Webhook schemes a source may use.
@@ -71,6 +75,11 @@ type Config struct {
 	Sources     []SourceConfig    `yaml:"sources"`
 	Actions     []ActionConfig    `yaml:"actions"`
 	Web         WebConfig         `yaml:"web"`
+	// The outbox's channels and routes (notifications.go, docs/notifications.md).
+	SMTP          *SMTPConfig         `yaml:"smtp"`
+	People        []PersonConfig      `yaml:"people"`
+	Notifications NotificationsConfig `yaml:"notifications"`
+	Callbacks     CallbacksConfig     `yaml:"callbacks"`
 }
 
 // WebConfig configures the approver's pages under /ui/ (docs/web.md).
@@ -362,6 +371,9 @@ func (c *Config) Validate() error {
 
 	if err := c.Web.validate(); err != nil {
 		return fmt.Errorf("web.%w", err)
+	}
+	if err := c.validateNotifications(); err != nil {
+		return err
 	}
 
 	seen = make(map[string]bool)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -299,6 +300,15 @@ func TestConfig_Validate(t *testing.T) {
 			c.Sources[0].Secrets = []string{"whsec_c2VjcmV0", secret}
 		}, "sources[0].secrets[1]", webhook.ErrBadSecret},
 
+		{"email without smtp", func(c *Config) { c.People = []PersonConfig{{Name: "alice", Email: "alice@example.com"}} }, "people[0].email", ErrNoSMTP},
+		{"person without name", func(c *Config) { c.People = []PersonConfig{{Chat: "https://hooks.example.com/x"}} }, "people[0].name", ErrRequired},
+		{"chat not a url", func(c *Config) { c.People = []PersonConfig{{Name: "alice", Chat: "#ops"}} }, "people[0].chat", ErrInvalidURL},
+		{"smtp without host", func(c *Config) { c.SMTP = &SMTPConfig{From: "a@example.com"} }, "smtp.host", ErrRequired},
+		{"smtp bad from", func(c *Config) { c.SMTP = &SMTPConfig{Host: "mail", From: "nobody"} }, "smtp.from", ErrInvalidEmail},
+		{"smtp bad mode", func(c *Config) { c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com", StartTLS: "maybe"} }, "smtp.starttls", ErrInvalidMode},
+		{"callback url bad", func(c *Config) { c.Callbacks.Requesters = []RequesterConfig{{Name: "ci-bot", URL: "ci/hook"}} }, "callbacks.requesters[0].url", ErrInvalidURL},
+		{"callback secret bad", func(c *Config) { c.Callbacks.Secret = "hunter2" }, "callbacks.secret", ErrInvalidSecret},
+
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},
 		{"action url not http", func(c *Config) { c.Actions[0].URL = "ftp://x/y" }, "actions[0].url", ErrInvalidURL},
@@ -465,13 +475,13 @@ func TestConfigDatabasePath(t *testing.T) {
 			"may not create files in the directory " + locked + " (permission denied)"})
 	}
 	for _, c := range cases {
-		_, err := openStore(t.Context(), c.url, nil)
+		_, err := openStore(t.Context(), c.url, nil, approval.Routing{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error saying %q", c.name, err, c.want)
 		}
 	}
 	// A directory that exists opens.
-	s, err := openStore(t.Context(), "file:"+filepath.Join(dir, "approvald.db"), nil)
+	s, err := openStore(t.Context(), "file:"+filepath.Join(dir, "approvald.db"), nil, approval.Routing{})
 	if err != nil {
 		t.Fatalf("open in an existing directory: %v", err)
 	}

@@ -236,7 +236,7 @@ type store interface {
 // idempotent, so every subcommand that touches the database does it first and works on a new
 // database. targeted tells the store which actions have an execution target (serve's
 // configured actions); nil, for subcommands that decide nothing, means none.
-func openStore(ctx context.Context, databaseURL string, targeted func(action string) bool) (store, error) {
+func openStore(ctx context.Context, databaseURL string, targeted func(action string) bool, routing approval.Routing) (store, error) {
 	kind, err := ParseDatabaseURL(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -248,7 +248,7 @@ func openStore(ctx context.Context, databaseURL string, targeted func(action str
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
-		pg.Targeted = targeted
+		pg.Targeted, pg.Routing = targeted, routing
 		s = pg
 	default:
 		lite, err := sqlite.Open(ctx, databaseURL)
@@ -258,7 +258,7 @@ func openStore(ctx context.Context, databaseURL string, targeted func(action str
 			}
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
-		lite.Targeted = targeted
+		lite.Targeted, lite.Routing = targeted, routing
 		s = lite
 	}
 	if err := s.Migrate(ctx); err != nil {

@@ -110,7 +110,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	}
 	svc := newService(c.config, c.logger, c.failpoints)
 	svc.connState = c.connState
-	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted)
+	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted, c.config.routing())
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	var workers sync.WaitGroup
 	// A worker returns before workerCtx ends only when it cannot work at all; the process
 	// then stops rather than serve an API whose approvals would never execute.
-	workerFailed := make(chan error, 3)
+	workerFailed := make(chan error, 4)
 	startWorker := func(name string, run func(context.Context) error) {
 		workers.Go(func() {
 			if err := run(workerCtx); err != nil {
@@ -269,6 +269,15 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Batch:       svc.config.Workers.Concurrency,
 		Concurrency: svc.config.Workers.Concurrency,
 		Failpoints:  svc.failpoints,
+	}).Run)
+
+	startWorker("outbox", (&worker.Outbox{
+		Store:      st,
+		Logger:     svc.logger.With("worker", "outbox"),
+		Senders:    svc.config.senders(),
+		Lease:      svc.config.Workers.Lease,
+		Poll:       svc.config.Workers.Poll,
+		Failpoints: svc.failpoints,
 	}).Run)
 
 	var serveErr error

@@ -60,7 +60,7 @@ func (c *TokenCreateCommand) ParseFlags(ctx context.Context, args []string) erro
 
 // Run stores the new token's hash and prints the token.
 func (c *TokenCreateCommand) Run(ctx context.Context) error {
-	s, err := openStore(ctx, c.config.DatabaseURL, nil)
+	s, err := openStore(ctx, c.config.DatabaseURL, nil, approval.Routing{})
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func TestSeed(t *testing.T) {
 		newest := all[0]
 		again := *newest
 		again.ID = approval.NewID("apr")
-		holder, err := st.InsertApproval(ctx, &again, approval.StoredResponse{StatusCode: 201, Body: []byte("{}")}, time.Hour, approval.HTTPCause("req_test"))
+		holder, err := st.InsertApproval(ctx, &again, approval.StoredResponse{StatusCode: 201, Body: []byte("{}")}, time.Hour, approval.HTTPCause("req_test"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

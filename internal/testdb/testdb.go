@@ -54,6 +54,7 @@ func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
 type Options struct {
 	Now      func() time.Time  // the store's clock (default time.Now)
 	Targeted func(string) bool // which actions have a downstream target (default none)
+	Routing  approval.Routing  // who is notified of what (default nobody)
 }
 
 // OpenWith is Open with every store setting a test may need: a new, migrated, empty store of
@@ -71,7 +72,7 @@ func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 		if o.Now != nil {
 			s.Now = o.Now
 		}
-		s.Targeted = o.Targeted
+		s.Targeted, s.Routing = o.Targeted, o.Routing
 		if err := s.Migrate(ctx); err != nil {
 			tb.Fatalf("migrate sqlite: %v", err)
 		}
@@ -85,7 +86,7 @@ func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 		if o.Now != nil {
 			s.Now = o.Now
 		}
-		s.Targeted = o.Targeted
+		s.Targeted, s.Routing = o.Targeted, o.Routing
 		if err := s.Migrate(ctx); err != nil {
 			tb.Fatalf("migrate postgres: %v", err)
 		}

@@ -1,0 +1,70 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/approvald/approval"
+)
+
+// outboxList is the answer to GET /v1/outbox.
+type outboxList struct {
+	Messages   []*approval.OutboxMessage `json:"messages"`
+	NextCursor string                    `json:"next_cursor"`
+}
+
+// outboxDetail is the answer to GET /v1/outbox/{id}: the message and every attempt.
+type outboxDetail struct {
+	*approval.OutboxMessage
+	AttemptLog []approval.OutboxAttempt `json:"attempt_log"`
+}
+
+// handleListOutbox is GET /v1/outbox?status=&kind=&limit=&cursor=, newest first. Operators
+// and admins only.
+func (s *Server) handleListOutbox(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.authenticateOperator(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	f := approval.OutboxFilter{Status: approval.OutboxStatus(q.Get("status")), Kind: approval.OutboxKind(q.Get("kind")), Cursor: q.Get("cursor")}
+	var err error
+	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	list, next, err := s.store.OutboxMessages(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, outboxList{Messages: list, NextCursor: next})
+}
+
+// handleGetOutbox is GET /v1/outbox/{id}: one message with its attempts. Operators and
+// admins only.
+func (s *Server) handleGetOutbox(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.authenticateOperator(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	m, attempts, err := s.store.OutboxMessage(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, outboxDetail{OutboxMessage: m, AttemptLog: attempts})
+}
+
+// handleRetryOutbox is POST /v1/outbox/{id}/retry: a failed message is queued again.
+func (s *Server) handleRetryOutbox(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.authenticateOperator(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	m, err := s.svc.RetryOutbox(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, m)
+}
