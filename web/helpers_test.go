@@ -71,6 +71,9 @@ func (f *fixture) api(method, path, token, body string, out any) int {
 	f.tb.Helper()
 	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if method == http.MethodPost && strings.HasPrefix(path, "/v1/approvals") && !strings.Contains(path[len("/v1/approvals"):], "/") {
 		req.Header.Set("Idempotency-Key", approval.NewID("key"))
 	}
@@ -117,6 +120,7 @@ func (f *fixture) needsReview() *approval.ExecutionRecord {
 		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/approvals", strings.NewReader(
 			`{"action": "payout", "title": "Pay out invoice 88", "approvers": ["ana"], "context": {"invoice": 88}}`))
 		req.Header.Set("Authorization", "Bearer "+f.token(requester, approval.RoleRequester))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

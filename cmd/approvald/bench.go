@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -98,7 +99,21 @@ type BenchCommand struct {
 
 // NewBenchCommand returns a BenchCommand writing to the given streams.
 func NewBenchCommand(stdout, stderr io.Writer) *BenchCommand {
-	return &BenchCommand{stdout: stdout, stderr: stderr}
+	// The in-process server logs to stderr from its own goroutines while the load writes its
+	// progress there: one lock keeps the lines whole whatever stderr is.
+	return &BenchCommand{stdout: stdout, stderr: &lockedWriter{w: stderr}}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // ParseFlags parses the flags and loads the configuration.

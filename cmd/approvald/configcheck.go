@@ -41,6 +41,9 @@ func checkConfigNode(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return nil // left as it is: the default
 	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem() // an optional section (web.oidc) is checked as the section itself
+	}
 	name := path
 	if name == "" {
 		name = "the configuration"
