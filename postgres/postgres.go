@@ -4,8 +4,8 @@
 // conditional write, a unique constraint or a row lock inside the database, never by process
 // memory. Workers on every replica claim inbox events and executions with FOR UPDATE SKIP
 // LOCKED under leases, and every write of a claim's outcome is fenced by its token. Changes
-// are signalled with NOTIFY inside the changing transaction and heard, by every replica, on
-// one LISTEN connection per store.
+// are signalled with NOTIFY right behind the changing transaction's COMMIT (see signalSQL)
+// and heard, by every replica, on one LISTEN connection per store.
 //
 // All SQL uses unqualified table names, so a search_path parameter in the URL places the
 // whole store in one schema (the tests give each test a fresh schema that way).
@@ -131,8 +131,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the LISTEN connection, if Subscribe started it, and releases the store's
-// connections.
+// Close ends every subscription, stops the LISTEN connection, if Subscribe started it, and
+// releases the store's connections.
 func (s *Store) Close() error {
 	s.notifier.close()
 	s.pool.Close()

@@ -27,6 +27,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/signal"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -59,9 +60,9 @@ type Store struct {
 	// each is one statement, one snapshot.
 	sqldb.Reads
 
-	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
-	read  *sql.DB // read-only connections
-	hub   *hub    // Subscribe's broadcaster, signalled after each commit
+	write *sql.DB     // exactly one connection, BEGIN IMMEDIATE
+	read  *sql.DB     // read-only connections
+	hub   *signal.Hub // Subscribe's broadcaster, signalled after each commit
 }
 
 // Open opens the SQLite database named by dsn, "file:PATH" with optional query parameters
@@ -72,7 +73,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Now: time.Now, write: write, read: read, hub: newHub()}
+	s := &Store{Now: time.Now, write: write, read: read, hub: signal.NewHub()}
 	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.now, Translate: fail}
 	return s, nil
 }
@@ -231,7 +232,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close ends every subscription and closes both pools.
 func (s *Store) Close() error {
-	s.hub.close()
+	s.hub.Close()
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -252,7 +253,7 @@ type tx struct {
 	*sql.Tx
 	now time.Time
 
-	hub    *hub
+	hub    *signal.Hub
 	topics []string
 }
 
@@ -292,7 +293,7 @@ func (t *tx) commit() error {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	if t.hub != nil {
-		t.hub.signal(t.topics...)
+		t.hub.Signal(t.topics...)
 	}
 	return nil
 }
