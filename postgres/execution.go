@@ -34,7 +34,7 @@ func (s *Store) RenewExecution(ctx context.Context, id string, attempt int, leas
 	if tag.RowsAffected() == 0 {
 		return lostClaim(id, attempt)
 	}
-	return tx.commit(ctx, "commit renew execution lease")
+	return tx.Commit(ctx)
 }
 
 // operationKeyLock is the first key of the pg_advisory_xact_lock that ExecutionGetByOperationKey takes

@@ -17,7 +17,7 @@ func (s *Store) CreateToken(ctx context.Context, t approval.Token) error {
 	if err := tx.insertToken(ctx, t); err != nil {
 		return err
 	}
-	return tx.commit(ctx, "commit token")
+	return tx.Commit(ctx)
 }
 
 // Bootstrap stores t only if no token was ever bootstrapped here. The single-row bootstrap
@@ -42,13 +42,13 @@ func (s *Store) Bootstrap(ctx context.Context, t approval.Token) (bool, error) {
 	if err := tx.insertToken(ctx, t); err != nil {
 		return false, err
 	}
-	if err := tx.commit(ctx, "commit bootstrap"); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-func (tx *tx) insertToken(ctx context.Context, t approval.Token) error {
+func (tx *ruleTx) insertToken(ctx context.Context, t approval.Token) error {
 	_, err := tx.Exec(ctx, `
 		INSERT INTO tokens (id, subject, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)`,
 		t.ID, t.Subject, string(t.Role), t.Hash, t.CreatedAt)

@@ -16,7 +16,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"path"
 	"slices"
@@ -174,49 +173,27 @@ func cloneValues(v url.Values) url.Values {
 // recording each in schema_migrations. It runs in one BEGIN IMMEDIATE transaction, so two
 // processes migrating the same file at once take turns and the second finds nothing to do.
 func (s *Store) Migrate(ctx context.Context) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	slices.Sort(names)
-
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: begin: %w", classify(err))
-	}
 	defer tx.Rollback()
 
-	if _, err := tx.ExecContext(ctx, `
+	if err := schema.Apply(ctx, querier{tx.Tx}, dialect, tx.now); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	return fail("migrate", tx.commit())
+}
+
+// schema is the embedded migrations, each recorded under its file name without ".sql".
+var schema = sqldb.Migrations{
+	FS: migrations,
+	Table: `
 		CREATE TABLE IF NOT EXISTS schema_migrations (
 			name       TEXT    PRIMARY KEY,
 			applied_at INTEGER NOT NULL
-		) STRICT`); err != nil {
-		return fmt.Errorf("migrate: create schema_migrations: %w", classify(err))
-	}
-	now := s.now()
-	for _, name := range names {
-		version := strings.TrimSuffix(path.Base(name), ".sql")
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, version).Scan(&n); err != nil {
-			return fmt.Errorf("migrate %s: %w", version, classify(err))
-		} else if n > 0 {
-			continue
-		}
-		script, err := fs.ReadFile(migrations, name)
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", version, err)
-		}
-		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
-			return fmt.Errorf("migrate %s: %w", version, classify(err))
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, version, micros(now)); err != nil {
-			return fmt.Errorf("migrate %s: record: %w", version, classify(err))
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", classify(err))
-	}
-	return nil
+		) STRICT`,
+	Name: func(p string) string { return strings.TrimSuffix(path.Base(p), ".sql") },
 }
 
 // Ping checks that both pools reach the database.
@@ -276,16 +253,6 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	return &tx{Tx: t, now: s.now(), hub: s.hub}, nil
 }
 
-// beginRead starts a read-only transaction on the read pool: one consistent snapshot for
-// every query of the method, and the clock read once the snapshot's connection is held.
-func (s *Store) beginRead(ctx context.Context) (*tx, error) {
-	t, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", classify(err))
-	}
-	return &tx{Tx: t, now: s.now()}, nil
-}
-
 // commit commits tx, classifying a failure, then signals the topics of its changes: a
 // subscriber woken by the signal finds the change already visible.
 func (t *tx) commit() error {
@@ -303,11 +270,17 @@ func (t *tx) query(ctx context.Context, query string, args ...any) (sqldb.Rows, 
 	return querier{t.Tx}.Query(ctx, query, args...)
 }
 
-// querier adapts a pool or a transaction to sqldb.Querier.
+// querier adapts a pool or a transaction to sqldb.Execer.
 type querier struct {
 	q interface {
 		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	}
+}
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := q.q.ExecContext(ctx, query, args...)
+	return err
 }
 
 func (q querier) Query(ctx context.Context, query string, args ...any) (sqldb.Rows, error) {
