@@ -137,8 +137,11 @@ func TestTextPostgresCannotHoldIsInvalid(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	// SQLite stores a NUL byte; PostgreSQL text cannot. The caller sent it, so it is the
-	// caller's error (400), not an internal one.
-	_, err := s.InsertApproval(t.Context(), newApproval(t, "k\x00"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"))
+	// caller's error (400), not an internal one. The input policy refuses it before the store
+	// (NewApproval); the key is set past it, so that the driver's own translation is tested.
+	a := newApproval(t, "k")
+	a.OperationKey = "k\x00"
+	_, err := s.InsertApproval(t.Context(), a, approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"))
 	if code := approval.ErrorCode(err); code != approval.EINVALID {
 		t.Fatalf("key with a NUL byte: got error code %q (%v), want %q", code, err, approval.EINVALID)
 	}
