@@ -73,6 +73,12 @@ type Tx interface {
 	// without waiting for each other (PostgreSQL skips the rows another transaction holds;
 	// SQLite's single writer orders them).
 	ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*ExecutionClaim, error)
+	// ExecutionSetLeaseIfAttempt sets the lease of the execution id to leaseUntil, only while
+	// attempt is its current attempt, it is running and its lease is set (a running execution
+	// without a lease is an accepted async call: no attempt holds it any more), and reports
+	// whether it did. The caller holds no lock: a guard that fails is a lost claim, not a
+	// broken invariant, and the transaction goes on.
+	ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error)
 	// ExecutionGetForUpdate returns one execution and locks it against every other
 	// transaction's change until this one ends, in the lock order of every execution change:
 	// its approval's row first (the lock that makes the events' seq safe), then the

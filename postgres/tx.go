@@ -307,6 +307,18 @@ func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	return nil
 }
 
+// Execution rows change under two locks, always taken in this order: the approval's row
+// (whose lock makes appending to its audit trail safe) and then the execution's. Decide holds
+// the first when it inserts the execution; the Service's ledger rules take both through
+// ExecutionGetForUpdate; the runner's claim (ExecutionClaimDue) takes both with SKIP LOCKED
+// and so never waits on either.
+
+// operationKeyLock is the first key of the pg_advisory_xact_lock that ExecutionGetByOperationKey takes
+// on an (action, operation key) pair ("opky" in ASCII); the second is a hash of the pair. The
+// two-key form never meets Migrate's one-key lock, and two pairs whose hashes collide only
+// wait for each other.
+const operationKeyLock int32 = 0x6f706b79
+
 func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
 	// Two requesters' approvals under one key may be approved at once, each transaction
 	// blind to the other's uncommitted execution: a transaction-scoped lock on the (action,
@@ -404,6 +416,15 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		claims[i] = c.ExecutionClaim
 	}
 	return claims, nil
+}
+
+// ExecutionSetLeaseIfAttempt runs at once, not queued: the Service needs its answer.
+func (t *ruleTx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error) {
+	tag, err := t.Exec(ctx, `
+		UPDATE executions SET lease_expires_at = $3
+		WHERE id = $1 AND attempts = $2 AND status = 'running' AND lease_expires_at IS NOT NULL`,
+		id, attempt, leaseUntil)
+	return tag.RowsAffected() == 1, translate("renew execution lease", err)
 }
 
 // ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
