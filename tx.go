@@ -102,6 +102,14 @@ type Tx interface {
 	// otherwise.
 	ExecutionUpdateIfStatus(ctx context.Context, rec *ExecutionRecord, status ExecutionStatus) error
 
+	// TokenInsert inserts a token record; a duplicate id or hash is ECONFLICT, at the latest
+	// from Commit.
+	TokenInsert(ctx context.Context, t Token) error
+	// BootstrapInsert marks the database as bootstrapped, with the token tokenID, and reports
+	// whether this transaction did: false if it was marked before. Of transactions racing to
+	// mark it, one does; the others wait for its commit and then find it marked.
+	BootstrapInsert(ctx context.Context, tokenID string) (bool, error)
+
 	// InboxGetForUpdate returns one inbox event without its body, locked until the
 	// transaction ends, or ENOTFOUND.
 	InboxGetForUpdate(ctx context.Context, id string) (*InboxEvent, error)

@@ -32,7 +32,7 @@ func TestRoundTrips(t *testing.T) {
 	}
 	svc := &approval.Service{Store: s, TokenCacheTTL: -1}
 	secret, tok := approval.NewToken("ci-bot", approval.RoleRequester, approval.Now())
-	if err := s.CreateToken(ctx, tok); err != nil {
+	if err := svc.CreateToken(ctx, tok); err != nil {
 		t.Fatalf("create token: %v", err)
 	}
 
