@@ -116,11 +116,6 @@ type ExecutionFilter struct {
 // an operator's Service.RetryExecution sends it. Approvals racing to approve under one key
 // see each other: at most one of them is queued.
 type ExecutionStore interface {
-	// RenewExecution extends a running claim's lease to now+lease, only while attempt is
-	// current, the execution running and the lease not cleared; ECONFLICT if the claim was
-	// lost.
-	RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error
-
 	// Execution returns one execution, or ENOTFOUND.
 	Execution(ctx context.Context, id string) (*ExecutionRecord, error)
 	// Executions lists executions newest first.

@@ -75,6 +75,31 @@ func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limi
 	return claims, nil
 }
 
+// RenewExecution extends a running claim's lease to now+lease (EINVALID unless lease is
+// positive), only while attempt is the execution's current attempt, it is running and its
+// lease is set; ECONFLICT if the claim was lost (a newer attempt, a report or an operator
+// owns the execution, or an accepted async call cleared the lease). One guarded statement:
+// the runner's keeper renews often, so it takes no lock first.
+func (s *Service) RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error {
+	if lease <= 0 {
+		return Errorf(EINVALID, "lease must be positive")
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	renewed, err := tx.ExecutionSetLeaseIfAttempt(ctx, id, attempt, tx.Now().Add(lease))
+	if err != nil {
+		return err
+	}
+	if !renewed {
+		return lostClaim(id, attempt)
+	}
+	return tx.Commit(ctx)
+}
+
 // FinishAttempt records an attempt's outcome only if attempt is still the execution's
 // current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it, or a
 // report or an operator settled it; ENOTFOUND for an unknown execution). The lease is

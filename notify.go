@@ -10,15 +10,15 @@ const (
 
 // Notifier wakes workers and long-polls promptly when work appears. A signal is only a hint
 // to look at the store again: it may be lost, duplicated or spurious, so every waiter also
-// polls. SQLite signals within the process after commit; PostgreSQL sends NOTIFY inside the
-// transaction (so it is delivered on commit, to every replica) and the store owns one LISTEN
-// connection, started on the first Subscribe and closed by Close.
+// polls. SQLite signals within the process after commit; PostgreSQL sends NOTIFY right behind
+// the COMMIT (so it is delivered to every replica once the change is visible) and the store
+// owns one LISTEN connection, started on the first Subscribe and closed by Close.
 type Notifier interface {
 	// Subscribe returns a channel that receives (coalesced, buffered 1) a value after each
-	// committed change on topic, and a function that ends the subscription. The store's Close
-	// ends every subscription and may close its channel (SQLite does, and a subscription made
-	// after Close gets a closed channel; PostgreSQL stops signalling it), so a receiver must
-	// check ok: a closed channel is ready at once, and a select that keeps receiving from it
-	// spins.
+	// committed change on topic, and a function that ends the subscription (any number of
+	// times, before or after Close). Ending a subscription leaves its channel open. The
+	// store's Close closes every subscription's channel, and a subscription made after Close
+	// gets a closed channel, so a receiver must check ok: a closed channel means the store is
+	// gone, it is ready at once, and a select that keeps receiving from it spins.
 	Subscribe(topic string) (<-chan struct{}, func())
 }

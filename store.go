@@ -62,14 +62,9 @@ type Store interface {
 	// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
 	Events(ctx context.Context, approvalID string) ([]Event, error)
 
-	// CreateToken stores a token record.
-	CreateToken(ctx context.Context, t Token) error
-	// TokenByHash finds the token with the given hash, or ENOTFOUND.
+	// TokenByHash finds the token with the given hash, or ENOTFOUND. Tokens are written by
+	// Service.CreateToken and Service.Bootstrap.
 	TokenByHash(ctx context.Context, hash []byte) (*Token, error)
-	// Bootstrap stores t only if no token was ever bootstrapped on this database, and reports
-	// whether it did. Of several processes starting at once on a new database exactly one
-	// gets true.
-	Bootstrap(ctx context.Context, t Token) (bool, error)
 
 	// Ping checks that the database answers. A database that cannot be reached is reported,
 	// by this and every other method, as an EUNAVAILABLE error (503), never as success.

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -58,4 +59,48 @@ func NewToken(subject string, role Role, now time.Time) (secret string, t Token)
 func HashToken(secret string) []byte {
 	h := sha256.Sum256([]byte(secret))
 	return h[:]
+}
+
+// CreateToken stores a token record: EINVALID for an unknown role, ECONFLICT for a duplicate
+// id or hash.
+func (s *Service) CreateToken(ctx context.Context, t Token) error {
+	if !t.Role.Valid() {
+		return Errorf(EINVALID, "unknown role %q", t.Role)
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+
+	if err := tx.TokenInsert(ctx, t); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// Bootstrap stores t only if no token was ever bootstrapped on this database, and reports
+// whether it did. The mark and the token commit together, and of several processes starting
+// at once on a new database exactly one marks it (Tx.BootstrapInsert), so exactly one gets
+// true.
+func (s *Service) Bootstrap(ctx context.Context, t Token) (bool, error) {
+	if !t.Role.Valid() {
+		return false, Errorf(EINVALID, "unknown role %q", t.Role)
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(ctx)
+
+	if won, err := tx.BootstrapInsert(ctx, t.ID); err != nil || !won {
+		return false, err
+	}
+	if err := tx.TokenInsert(ctx, t); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
 }

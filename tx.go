@@ -73,6 +73,12 @@ type Tx interface {
 	// without waiting for each other (PostgreSQL skips the rows another transaction holds;
 	// SQLite's single writer orders them).
 	ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*ExecutionClaim, error)
+	// ExecutionSetLeaseIfAttempt sets the lease of the execution id to leaseUntil, only while
+	// attempt is its current attempt, it is running and its lease is set (a running execution
+	// without a lease is an accepted async call: no attempt holds it any more), and reports
+	// whether it did. The caller holds no lock: a guard that fails is a lost claim, not a
+	// broken invariant, and the transaction goes on.
+	ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error)
 	// ExecutionGetForUpdate returns one execution and locks it against every other
 	// transaction's change until this one ends, in the lock order of every execution change:
 	// its approval's row first (the lock that makes the events' seq safe), then the
@@ -95,6 +101,14 @@ type Tx interface {
 	// the execution is in status, as the caller read it under its lock; the transaction fails
 	// otherwise.
 	ExecutionUpdateIfStatus(ctx context.Context, rec *ExecutionRecord, status ExecutionStatus) error
+
+	// TokenInsert inserts a token record; a duplicate id or hash is ECONFLICT, at the latest
+	// from Commit.
+	TokenInsert(ctx context.Context, t Token) error
+	// BootstrapInsert marks the database as bootstrapped, with the token tokenID, and reports
+	// whether this transaction did: false if it was marked before. Of transactions racing to
+	// mark it, one does; the others wait for its commit and then find it marked.
+	BootstrapInsert(ctx context.Context, tokenID string) (bool, error)
 
 	// InboxGetForUpdate returns one inbox event without its body, locked until the
 	// transaction ends, or ENOTFOUND.

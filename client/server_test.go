@@ -52,7 +52,7 @@ func setup(t *testing.T, kind string) *fixture {
 		"bob": approval.RoleApprover, "ops": approval.RoleOperator,
 	} {
 		secret, tok := approval.NewToken(subject, role, approval.Now())
-		if err := f.store.CreateToken(context.Background(), tok); err != nil {
+		if err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tok); err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		f.tokens[subject] = secret

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/sqldb"
@@ -28,15 +29,21 @@ const approvalDetailSQL = `SELECT ` + sqldb.ApprovalColumns + `,
 	` + sqldb.ApprovalDetailColumns + `
 FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 
-// querier adapts what runs pgx queries (the pool, a connection, ruleTx) to sqldb.Querier.
+// querier adapts what runs pgx statements (the pool, a connection, ruleTx) to sqldb.Execer.
 type querier struct {
 	q interface {
 		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+		Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	}
 }
 
 func (q querier) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
 	return q.q.Query(ctx, sql, args...)
+}
+
+func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := q.q.Exec(ctx, sql, args...)
+	return err
 }
 
 // readApproval reads one approval with its details through q, or ENOTFOUND.

@@ -179,7 +179,7 @@ func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit i
 	if err != nil {
 		return 0, translate("purge idempotency records", err)
 	}
-	if err := tx.commit(ctx, "commit purge"); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil

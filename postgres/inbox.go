@@ -153,7 +153,7 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 	slices.SortFunc(events, func(a, b *approval.InboxEvent) int {
 		return cmp.Or(a.ReceivedAt.Compare(b.ReceivedAt), strings.Compare(a.ID, b.ID))
 	})
-	if err := tx.commit(ctx, "commit claim inbox events"); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
 	return events, nil
@@ -201,7 +201,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 	if err != nil {
 		return 0, translate("purge inbox bodies", err)
 	}
-	if err := tx.commit(ctx, "commit purge inbox"); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return 0, err
 	}
 	return int(tag.RowsAffected() + cleared.RowsAffected()), nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/signal"
 )
 
 // Signals travel as NOTIFY on one channel per topic. Channels are database-wide, while a
@@ -43,7 +44,8 @@ const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_eve
 // committed change on topic by any store on this schema, and a function that ends the
 // subscription. The first call starts the store's LISTEN connection. Signals are hints: one
 // is also sent whenever that connection is (re)established, since changes made while it was
-// down were not heard, so every subscriber looks at the store again.
+// down were not heard, so every subscriber looks at the store again. Close closes every
+// subscription's channel (internal/signal).
 func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 	return s.notifier.subscribe(topic)
 }
@@ -58,17 +60,17 @@ const (
 )
 
 // notifier owns one dedicated LISTEN connection (not from the pool: a pooled connection
-// would be handed to other work between waits) and fans its notifications out to the
-// subscribers of this process. The connection's goroutine is started by the first subscribe
-// and stopped by close.
+// would be handed to other work between waits) and signals what it hears to the subscribers
+// of this process through its hub. The connection's goroutine is started by the first
+// subscribe and stopped by close, which also closes every subscription (internal/signal).
 type notifier struct {
 	config *pgx.ConnConfig
 	logger func() *slog.Logger
 	// idle and pingTimeout are listenIdle and listenPingTimeout; tests shorten them.
 	idle, pingTimeout time.Duration
+	hub               *signal.Hub
 
 	mu      sync.Mutex
-	subs    map[string]map[chan struct{}]struct{}
 	started bool
 	closed  bool
 	cancel  context.CancelFunc
@@ -86,41 +88,25 @@ func newNotifier(config *pgx.ConnConfig, logger func() *slog.Logger) *notifier {
 	}
 	return &notifier{
 		config: config, logger: logger, idle: listenIdle, pingTimeout: listenPingTimeout,
-		subs: make(map[string]map[chan struct{}]struct{}),
+		hub: signal.NewHub(),
 	}
 }
 
 func (n *notifier) subscribe(topic string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
-		// A closed store has nothing to signal; the caller's polling finds out the rest.
-		return ch, func() {}
-	}
-	if n.subs[topic] == nil {
-		n.subs[topic] = make(map[chan struct{}]struct{})
-	}
-	n.subs[topic][ch] = struct{}{}
-	if !n.started {
+	// A closed store starts no listener; its hub hands out closed channels.
+	if !n.started && !n.closed {
 		n.started = true
 		ctx, cancel := context.WithCancel(context.Background())
 		n.cancel, n.done = cancel, make(chan struct{})
 		go n.listen(ctx)
 	}
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			// The channel is not closed: a receiver selecting on it with other cases
-			// would read a closed channel as an endless stream of signals.
-			delete(n.subs[topic], ch)
-		})
-	}
+	return n.hub.Subscribe(topic)
 }
 
-// close stops the listen goroutine, if one was started, and waits for it to return.
+// close ends every subscription, stops the listen goroutine, if one was started, and waits
+// for it to return.
 func (n *notifier) close() {
 	n.mu.Lock()
 	if n.closed {
@@ -130,22 +116,10 @@ func (n *notifier) close() {
 	n.closed = true
 	started := n.started
 	n.mu.Unlock()
+	n.hub.Close()
 	if started {
 		n.cancel()
 		<-n.done
-	}
-}
-
-// signal wakes every subscriber of topic without blocking: a subscriber that has not yet
-// taken the previous signal already knows to look.
-func (n *notifier) signal(topic string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for ch := range n.subs[topic] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
 	}
 }
 
@@ -197,9 +171,7 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 	}
 	connected()
 	// Whatever changed while no connection listened went unheard: wake everyone to look.
-	for _, topic := range topics {
-		n.signal(topic)
-	}
+	n.hub.Signal(topics...)
 
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, n.idle)
@@ -209,7 +181,7 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 		switch {
 		case err == nil:
 			if topic, ok := byChannel[note.Channel]; ok {
-				n.signal(topic)
+				n.hub.Signal(topic)
 			}
 		case ctx.Err() != nil:
 			return ctx.Err()

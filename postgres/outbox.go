@@ -59,7 +59,7 @@ func (t *ruleTx) OutboxClaimDue(ctx context.Context, limit int, leaseUntil time.
 			SELECT id, attempts, $1 FROM claimed
 		)
 		SELECT * FROM claimed ORDER BY next_attempt_at, id`,
-		t.tx.now, limit, leaseUntil)
+		t.now, limit, leaseUntil)
 	msgs, err := sqldb.Collect(rows, err, sqldb.ScanOutbox)
 	return msgs, translate("claim outbox messages", err)
 }
@@ -95,13 +95,13 @@ func (t *ruleTx) updateOutbox(op, guard string, m *approval.OutboxMessage, guard
 		)
 		SELECT 1 / count(*) FROM changed`,
 		m.ID, string(m.Status), string(m.Payload), m.LastError, m.NextAttemptAt, m.LeaseExpiresAt,
-		m.SentAt, t.tx.now, guardArg)
+		m.SentAt, t.now, guardArg)
 }
 
 func (t *ruleTx) OutboxAttemptFinish(ctx context.Context, id string, attempt int, outcome, errText string) error {
 	t.enqueue("finish outbox attempt", `
 		UPDATE outbox_attempts SET finished_at = $3, outcome = $4, error = $5
 		WHERE message_id = $1 AND attempt = $2`,
-		id, attempt, t.tx.now, outcome, errText)
+		id, attempt, t.now, outcome, errText)
 	return nil
 }

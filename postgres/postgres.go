@@ -4,8 +4,8 @@
 // conditional write, a unique constraint or a row lock inside the database, never by process
 // memory. Workers on every replica claim inbox events and executions with FOR UPDATE SKIP
 // LOCKED under leases, and every write of a claim's outcome is fenced by its token. Changes
-// are signalled with NOTIFY inside the changing transaction and heard, by every replica, on
-// one LISTEN connection per store.
+// are signalled with NOTIFY right behind the changing transaction's COMMIT (see signalSQL)
+// and heard, by every replica, on one LISTEN connection per store.
 //
 // All SQL uses unqualified table names, so a search_path parameter in the URL places the
 // whole store in one schema (the tests give each test a fresh schema that way).
@@ -17,15 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"runtime"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -136,8 +133,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the LISTEN connection, if Subscribe started it, and releases the store's
-// connections.
+// Close ends every subscription, stops the LISTEN connection, if Subscribe started it, and
+// releases the store's connections.
 func (s *Store) Close() error {
 	s.notifier.close()
 	s.pool.Close()
@@ -159,94 +156,33 @@ func (s *Store) Ping(ctx context.Context) error {
 // Migrate applies the embedded migrations not yet recorded in schema_migrations, in name
 // order, in one transaction that holds an advisory lock: of several processes migrating at
 // once, one applies them and the others wait and then find nothing left to do.
+// It runs on a pgx transaction, not ruleTx: a script of several statements runs only in the
+// simple protocol, which pgx uses for a statement without arguments outside a batch.
 func (s *Store) Migrate(ctx context.Context) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("list migrations: %w", err)
-	}
-	sort.Strings(names)
-
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return err
+		return translate("begin migrations", err)
 	}
 	defer tx.Rollback(ctx)
 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 		return translate("take migration lock", err)
 	}
-	if _, err := tx.Exec(ctx, `
+	if err := schema.Apply(ctx, querier{tx}, dialect, s.now()); err != nil {
+		return translate("migrate", err)
+	}
+	return translate("commit migrations", tx.Commit(ctx))
+}
+
+// schema is the embedded migrations, each recorded under its file name.
+var schema = sqldb.Migrations{
+	FS: migrations,
+	Table: `
 		CREATE TABLE IF NOT EXISTS schema_migrations (
 			name       text PRIMARY KEY,
 			applied_at timestamptz NOT NULL
-		)`); err != nil {
-		return translate("create schema_migrations", err)
-	}
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		var applied bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE name = $1)`, base).Scan(&applied); err != nil {
-			return translate("read schema_migrations", err)
-		}
-		if applied {
-			continue
-		}
-		sql, err := migrations.ReadFile(name)
-		if err != nil {
-			return fmt.Errorf("read migration %s: %w", base, err)
-		}
-		// Without arguments pgx uses the simple protocol, which runs a file of statements.
-		if _, err := tx.Exec(ctx, string(sql)); err != nil {
-			return translate("apply migration "+base, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES ($1, $2)`, base, tx.now); err != nil {
-			return translate("record migration "+base, err)
-		}
-	}
-	return tx.commit(ctx, "commit migrations")
-}
-
-// tx is one store method's transaction, carrying the clock reading the method uses for every
-// comparison.
-type tx struct {
-	dbtx
-	now time.Time
-}
-
-// dbtx is what a store method's transaction runs statements with: a pgx.Tx, or the
-// pipelining transaction the Service composes rules in (ruleTx).
-type dbtx interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Commit(ctx context.Context) error
-	Rollback(ctx context.Context) error
-}
-
-// begin starts a read-committed write transaction and reads the clock. Races between
-// replicas are decided by row locks, conditional updates and unique constraints, which behave
-// correctly at that level without serialization-failure retries, and each statement sees
-// what the winner of such a race committed.
-func (s *Store) begin(ctx context.Context) (*tx, error) {
-	return s.beginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-}
-
-// beginRead starts a read-only transaction on one snapshot, so that an approval, its
-// approvers and its decisions, read by separate queries, agree with each other. Read-only
-// snapshot transactions never fail with serialization errors.
-func (s *Store) beginRead(ctx context.Context) (*tx, error) {
-	return s.beginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-}
-
-// beginTx reads the clock only once the transaction has its pooled connection and has begun:
-// a method that waited for a connection must not compare expires_at or leases with the
-// instant it began to wait.
-func (s *Store) beginTx(ctx context.Context, opts pgx.TxOptions) (*tx, error) {
-	t, err := s.pool.BeginTx(ctx, opts)
-	if err != nil {
-		return nil, translate("begin transaction", err)
-	}
-	return &tx{dbtx: t, now: s.now()}, nil
+		)`,
+	Name: func(path string) string { return strings.TrimPrefix(path, "migrations/") },
 }
 
 // now reads the clock once for a method, at store precision.
@@ -254,17 +190,14 @@ func (s *Store) now() time.Time { return s.Now().UTC().Truncate(approval.Precisi
 
 // acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
 // runs atomically without an explicit transaction (one round trip instead of three), and
-// reads the clock once the connection is held, as beginTx does.
+// reads the clock once the connection is held: a method that waited for a connection must
+// not compare expires_at or leases with the instant it began to wait.
 func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)
 	}
 	return conn, s.now(), nil
-}
-
-func (tx *tx) commit(ctx context.Context, op string) error {
-	return translate(op, tx.Commit(ctx))
 }
 
 // translate turns a driver error into the application's vocabulary: a server that cannot be

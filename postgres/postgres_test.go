@@ -68,7 +68,7 @@ func TestBootstrapConcurrently(t *testing.T) {
 	for i := range tokens {
 		_, tokens[i] = approval.NewToken("admin", approval.RoleAdmin, approval.Now())
 	}
-	race(len(stores), func(i int) { won[i], errs[i] = stores[i].Bootstrap(t.Context(), tokens[i]) })
+	race(len(stores), func(i int) { won[i], errs[i] = (&approval.Service{Store: stores[i]}).Bootstrap(t.Context(), tokens[i]) })
 
 	winner := -1
 	for i := range stores {
@@ -97,7 +97,7 @@ func TestBootstrapConcurrently(t *testing.T) {
 
 	// A later start, even with a new token, never bootstraps again.
 	_, late := approval.NewToken("admin", approval.RoleAdmin, approval.Now())
-	if ok, err := stores[1].Bootstrap(t.Context(), late); err != nil || ok {
+	if ok, err := (&approval.Service{Store: stores[1]}).Bootstrap(t.Context(), late); err != nil || ok {
 		t.Fatalf("bootstrap after the winner: got (%v, %v), want (false, nil)", ok, err)
 	}
 }

@@ -167,13 +167,16 @@ func TestCloseStopsListening(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	// A subscription to a closed store is inert, not a panic or a new connection.
+	// A subscription to a closed store gets a closed channel, not a panic or a new connection.
 	late, stopLate := s.Subscribe(approval.TopicInbox)
 	defer stopLate()
 	select {
-	case <-late:
-		t.Fatal("subscription after Close: got a signal, want none")
+	case _, ok := <-late:
+		if ok {
+			t.Fatal("subscription after Close: got a signal, want a closed channel")
+		}
 	default:
+		t.Fatal("subscription after Close: channel open, want it closed")
 	}
 }
 

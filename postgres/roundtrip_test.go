@@ -17,7 +17,8 @@ import (
 // connection): the figures a user feels as latency on a distant database. A count is
 // deterministic, unlike a time, so it is asserted: a create, a replay, a decision and an
 // intake (new or redelivered) and a claim at most three, a read and a token lookup at most
-// two, an attempt's record at most two (read and lock, then the writes with COMMIT).
+// two, an attempt's record at most two (read and lock, then the writes with COMMIT), and a
+// lease's renewal at most two (the guarded update with BEGIN, then COMMIT).
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -32,7 +33,7 @@ func TestRoundTrips(t *testing.T) {
 	}
 	svc := &approval.Service{Store: s, TokenCacheTTL: -1}
 	secret, tok := approval.NewToken("ci-bot", approval.RoleRequester, approval.Now())
-	if err := s.CreateToken(ctx, tok); err != nil {
+	if err := svc.CreateToken(ctx, tok); err != nil {
 		t.Fatalf("create token: %v", err)
 	}
 
@@ -136,6 +137,7 @@ func TestRoundTrips(t *testing.T) {
 	// A claim of one execution and its attempt's record, each counted alone: a success, and a
 	// retry (which also notifies).
 	s.Targeted = func(action string) bool { return action == "payout" }
+	var renewTrips int64
 	attempt := func(o approval.AttemptOutcome) (claimTrips, finishTrips int64) {
 		t.Helper()
 		voter++
@@ -155,6 +157,11 @@ func TestRoundTrips(t *testing.T) {
 		}
 		claimTrips = rt.Count() - before
 		before = rt.Count()
+		if err := svc.RenewExecution(ctx, claims[0].Record.ID, claims[0].Attempt, time.Minute); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		renewTrips = rt.Count() - before
+		before = rt.Count()
 		if _, err := svc.FinishAttempt(ctx, claims[0].Record.ID, claims[0].Attempt, o); err != nil {
 			t.Fatalf("finish attempt as %s: %v", o.Status, err)
 		}
@@ -170,6 +177,10 @@ func TestRoundTrips(t *testing.T) {
 		t.Logf("claim: %d round trips; finish attempt as %s: %d", claimTrips, o.Status, finishTrips)
 		if claimTrips > 3 {
 			t.Errorf("claim: got %d round trips, want at most 3", claimTrips)
+		}
+		t.Logf("renew a claim's lease: %d round trips", renewTrips)
+		if renewTrips > 2 {
+			t.Errorf("renew: got %d round trips, want at most 2", renewTrips)
 		}
 		if finishTrips > 2 {
 			t.Errorf("finish attempt as %s: got %d round trips, want at most 2", o.Status, finishTrips)

@@ -6,51 +6,19 @@ import (
 	"github.com/approvald/approval"
 )
 
-// CreateToken stores a token record. A duplicate id or hash is ECONFLICT.
-func (s *Store) CreateToken(ctx context.Context, t approval.Token) error {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback(ctx)
-
-	if err := tx.insertToken(ctx, t); err != nil {
-		return err
-	}
-	return tx.commit(ctx, "commit token")
-}
-
-// Bootstrap stores t only if no token was ever bootstrapped here. The single-row bootstrap
-// table decides: of several processes inserting at once, one inserts and the others wait
-// for its commit and then insert nothing.
-func (s *Store) Bootstrap(ctx context.Context, t approval.Token) (bool, error) {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer tx.Rollback(ctx)
-
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO bootstrap (token_id, created_at) VALUES ($1, $2)
-		ON CONFLICT (singleton) DO NOTHING`, t.ID, tx.now)
-	if err != nil {
-		return false, translate("claim bootstrap", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	if err := tx.insertToken(ctx, t); err != nil {
-		return false, err
-	}
-	if err := tx.commit(ctx, "commit bootstrap"); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-func (tx *tx) insertToken(ctx context.Context, t approval.Token) error {
-	_, err := tx.Exec(ctx, `
+func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
+	t.enqueue("insert token", `
 		INSERT INTO tokens (id, subject, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)`,
-		t.ID, t.Subject, string(t.Role), t.Hash, t.CreatedAt)
-	return translate("insert token", err)
+		tok.ID, tok.Subject, string(tok.Role), tok.Hash, tok.CreatedAt)
+	return nil
+}
+
+// BootstrapInsert runs at once, not queued: the Service needs its answer. The single-row
+// bootstrap table decides: of several transactions inserting at once, one inserts and the
+// others wait for its commit and then insert nothing.
+func (t *ruleTx) BootstrapInsert(ctx context.Context, tokenID string) (bool, error) {
+	tag, err := t.Exec(ctx, `
+		INSERT INTO bootstrap (token_id, created_at) VALUES ($1, $2)
+		ON CONFLICT (singleton) DO NOTHING`, tokenID, t.now)
+	return tag.RowsAffected() == 1, translate("claim bootstrap", err)
 }

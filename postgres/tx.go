@@ -25,13 +25,24 @@ var _ approval.Tx = (*ruleTx)(nil)
 // answer from, travel together with the next read or with COMMIT. A decision is so one
 // round trip to read and lock the approval and one to write and commit.
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
+	t, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// begin opens a read-committed transaction on a pooled connection for Begin and for the
+// store's own methods. Races between replicas are decided by row locks, conditional updates
+// and unique constraints, which behave correctly at that level without serialization-failure
+// retries, and each statement sees what the winner of such a race committed. The clock is
+// read once the connection is held (see acquire).
+func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 	conn, now, err := s.acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t := &ruleTx{conn: conn, log: s.logger}
-	t.tx = &tx{dbtx: t, now: now}
-	return t, nil
+	return &ruleTx{conn: conn, now: now, log: s.logger}, nil
 }
 
 // HasTarget reports whether an action has a downstream target (the Targeted field).
@@ -42,8 +53,8 @@ func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Ta
 // A guarded write whose guard fails raises an error inside the database, so the transaction
 // aborts there and a COMMIT sent behind it cannot commit the rest.
 type ruleTx struct {
-	tx    *tx // the same transaction, for the statements the rules share with the per-store code
 	conn  *pgxpool.Conn
+	now   time.Time // the transaction's clock (Now)
 	begun bool
 	done  bool
 	queue []queued
@@ -59,7 +70,7 @@ type queued struct {
 	args []any
 }
 
-func (t *ruleTx) Now() time.Time { return t.tx.now }
+func (t *ruleTx) Now() time.Time { return t.now }
 
 // enqueue adds a write to the next batch.
 func (t *ruleTx) enqueue(op, sql string, args ...any) {
@@ -255,7 +266,7 @@ func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, stat
 			RETURNING 1
 		)
 		SELECT 1 / count(*) FROM changed`,
-		id, string(status), decidedAt, t.tx.now)
+		id, string(status), decidedAt, t.now)
 	return nil
 }
 
@@ -268,7 +279,7 @@ func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]stri
 	return t.ids(ctx, "find due approvals", `
 		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1
 		ORDER BY expires_at, id LIMIT $2
-		FOR UPDATE SKIP LOCKED`, t.tx.now, limit)
+		FOR UPDATE SKIP LOCKED`, t.now, limit)
 }
 
 // DecisionInsert orders the decision by the approval.voted event just appended.
@@ -285,7 +296,7 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 	if err != nil {
 		return err
 	}
-	t.enqueue("append event", insertEventSQL, approvalID, typ, t.tx.now, actor, causeJSON, detailJSON)
+	t.enqueue("append event", insertEventSQL, approvalID, typ, t.now, actor, causeJSON, detailJSON)
 	return nil
 }
 
@@ -295,6 +306,18 @@ func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	}
 	return nil
 }
+
+// Execution rows change under two locks, always taken in this order: the approval's row
+// (whose lock makes appending to its audit trail safe) and then the execution's. Decide holds
+// the first when it inserts the execution; the Service's ledger rules take both through
+// ExecutionGetForUpdate; the runner's claim (ExecutionClaimDue) takes both with SKIP LOCKED
+// and so never waits on either.
+
+// operationKeyLock is the first key of the pg_advisory_xact_lock that ExecutionGetByOperationKey takes
+// on an (action, operation key) pair ("opky" in ASCII); the second is a hash of the pair. The
+// two-key form never meets Migrate's one-key lock, and two pairs whose hashes collide only
+// wait for each other.
+const operationKeyLock int32 = 0x6f706b79
 
 func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
 	// Two requesters' approvals under one key may be approved at once, each transaction
@@ -322,7 +345,7 @@ func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRec
 		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status, last_error, next_attempt_at, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
 		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
-		rec.LastError, rec.NextAttemptAt, t.tx.now)
+		rec.LastError, rec.NextAttemptAt, t.now)
 	return nil
 }
 
@@ -363,7 +386,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		FROM due
 		WHERE x.id = due.id
 		RETURNING `+sqldb.ExecutionColumns+`, due.recovered, due.due_at`,
-		t.tx.now, limit, leaseUntil)
+		t.now, limit, leaseUntil)
 	if err != nil {
 		return nil, translate("claim executions", err)
 	}
@@ -393,6 +416,15 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		claims[i] = c.ExecutionClaim
 	}
 	return claims, nil
+}
+
+// ExecutionSetLeaseIfAttempt runs at once, not queued: the Service needs its answer.
+func (t *ruleTx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error) {
+	tag, err := t.Exec(ctx, `
+		UPDATE executions SET lease_expires_at = $3
+		WHERE id = $1 AND attempts = $2 AND status = 'running' AND lease_expires_at IS NOT NULL`,
+		id, attempt, leaseUntil)
+	return tag.RowsAffected() == 1, translate("renew execution lease", err)
 }
 
 // ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
@@ -455,7 +487,7 @@ func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord
 		)
 		SELECT 1 / count(*) FROM changed`,
 		rec.ID, string(rec.Status), rec.Attempts, rec.LastError, []byte(rec.Result), rec.NextAttemptAt,
-		rec.LeaseExpiresAt, rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, t.tx.now, guardArg)
+		rec.LeaseExpiresAt, rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, t.now, guardArg)
 }
 
 func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
@@ -477,7 +509,7 @@ func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.In
 			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
 		WHERE i.id = $1 AND i.status = 'pending'
 		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		id, string(status), outcome, ref, t.tx.now))
+		id, string(status), outcome, ref, t.now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
 	}
@@ -507,7 +539,7 @@ func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*appro
 			lease_token = '', lease_expires_at = NULL
 		WHERE i.id = $1 AND i.status = 'failed'
 		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		id, t.tx.now))
+		id, t.now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
 	}

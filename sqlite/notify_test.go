@@ -13,8 +13,7 @@ import (
 )
 
 // The Notifier contract is exercised on both stores by storetest; these tests are about how
-// SQLite keeps it in process: signals follow the commit, a rollback signals nothing, and
-// Close ends every subscription.
+// SQLite keeps it in process: signals follow the commit and a rollback signals nothing.
 
 func TestSubscribe_SignalsAfterCommit(t *testing.T) {
 	t.Parallel()
@@ -148,35 +147,6 @@ func TestSubscribe_Concurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
-	}
-}
-
-func TestClose_EndsSubscriptions(t *testing.T) {
-	t.Parallel()
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "approvald.db"))
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	approvals, unsubscribe := s.Subscribe(approval.TopicApprovals)
-	inbox, _ := s.Subscribe(approval.TopicInbox)
-	if err := s.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	for name, ch := range map[string]<-chan struct{}{"approvals": approvals, "inbox": inbox} {
-		select {
-		case _, ok := <-ch:
-			if ok {
-				t.Errorf("%s: got a signal, want the channel closed", name)
-			}
-		default:
-			t.Errorf("%s: channel still open after Close", name)
-		}
-	}
-	unsubscribe() // after Close, still harmless
-
-	late, _ := s.Subscribe(approval.TopicExecutions)
-	if _, ok := <-late; ok {
-		t.Error("subscribe after Close: got a signal, want a closed channel")
 	}
 }
 

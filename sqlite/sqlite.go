@@ -28,6 +28,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/signal"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -65,9 +66,9 @@ type Store struct {
 	// each is one statement, one snapshot.
 	sqldb.Reads
 
-	write *sql.DB // exactly one connection, BEGIN IMMEDIATE
-	read  *sql.DB // read-only connections
-	hub   *hub    // Subscribe's broadcaster, signalled after each commit
+	write *sql.DB     // exactly one connection, BEGIN IMMEDIATE
+	read  *sql.DB     // read-only connections
+	hub   *signal.Hub // Subscribe's broadcaster, signalled after each commit
 }
 
 // Open opens the SQLite database named by dsn, "file:PATH" with optional query parameters
@@ -78,7 +79,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Now: time.Now, write: write, read: read, hub: newHub()}
+	s := &Store{Now: time.Now, write: write, read: read, hub: signal.NewHub()}
 	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.now, Translate: fail}
 	return s, nil
 }
@@ -232,49 +233,27 @@ func cloneValues(v url.Values) url.Values {
 // recording each in schema_migrations. It runs in one BEGIN IMMEDIATE transaction, so two
 // processes migrating the same file at once take turns and the second finds nothing to do.
 func (s *Store) Migrate(ctx context.Context) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	slices.Sort(names)
-
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: begin: %w", classify(err))
-	}
 	defer tx.Rollback()
 
-	if _, err := tx.ExecContext(ctx, `
+	if err := schema.Apply(ctx, querier{tx.Tx}, dialect, tx.now); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	return fail("migrate", tx.commit())
+}
+
+// schema is the embedded migrations, each recorded under its file name without ".sql".
+var schema = sqldb.Migrations{
+	FS: migrations,
+	Table: `
 		CREATE TABLE IF NOT EXISTS schema_migrations (
 			name       TEXT    PRIMARY KEY,
 			applied_at INTEGER NOT NULL
-		) STRICT`); err != nil {
-		return fmt.Errorf("migrate: create schema_migrations: %w", classify(err))
-	}
-	now := s.now()
-	for _, name := range names {
-		version := strings.TrimSuffix(path.Base(name), ".sql")
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE name = ?`, version).Scan(&n); err != nil {
-			return fmt.Errorf("migrate %s: %w", version, classify(err))
-		} else if n > 0 {
-			continue
-		}
-		script, err := fs.ReadFile(migrations, name)
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", version, err)
-		}
-		if _, err := tx.ExecContext(ctx, string(script)); err != nil {
-			return fmt.Errorf("migrate %s: %w", version, classify(err))
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)`, version, micros(now)); err != nil {
-			return fmt.Errorf("migrate %s: record: %w", version, classify(err))
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: commit: %w", classify(err))
-	}
-	return nil
+		) STRICT`,
+	Name: func(p string) string { return strings.TrimSuffix(path.Base(p), ".sql") },
 }
 
 // Ping checks that both pools reach the database.
@@ -290,7 +269,7 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close ends every subscription and closes both pools.
 func (s *Store) Close() error {
-	s.hub.close()
+	s.hub.Close()
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
@@ -311,7 +290,7 @@ type tx struct {
 	*sql.Tx
 	now time.Time
 
-	hub    *hub
+	hub    *signal.Hub
 	topics []string
 }
 
@@ -334,16 +313,6 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	return &tx{Tx: t, now: s.now(), hub: s.hub}, nil
 }
 
-// beginRead starts a read-only transaction on the read pool: one consistent snapshot for
-// every query of the method, and the clock read once the snapshot's connection is held.
-func (s *Store) beginRead(ctx context.Context) (*tx, error) {
-	t, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", classify(err))
-	}
-	return &tx{Tx: t, now: s.now()}, nil
-}
-
 // commit commits tx, classifying a failure, then signals the topics of its changes: a
 // subscriber woken by the signal finds the change already visible.
 func (t *tx) commit() error {
@@ -351,7 +320,7 @@ func (t *tx) commit() error {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	if t.hub != nil {
-		t.hub.signal(t.topics...)
+		t.hub.Signal(t.topics...)
 	}
 	return nil
 }
@@ -361,11 +330,17 @@ func (t *tx) query(ctx context.Context, query string, args ...any) (sqldb.Rows, 
 	return querier{t.Tx}.Query(ctx, query, args...)
 }
 
-// querier adapts a pool or a transaction to sqldb.Querier.
+// querier adapts a pool or a transaction to sqldb.Execer.
 type querier struct {
 	q interface {
 		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	}
+}
+
+func (q querier) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := q.q.ExecContext(ctx, query, args...)
+	return err
 }
 
 func (q querier) Query(ctx context.Context, query string, args ...any) (sqldb.Rows, error) {

@@ -258,7 +258,7 @@ func TestBootstrap_SeveralProcesses(t *testing.T) {
 		wg.Go(func() {
 			_, tok := approval.NewToken("admin", approval.RoleAdmin, approval.Now())
 			<-start
-			ok, err := s.Bootstrap(ctx, tok)
+			ok, err := (&approval.Service{Store: s}).Bootstrap(ctx, tok)
 			if err != nil {
 				errs <- err
 				return

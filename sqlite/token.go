@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/approvald/approval"
 )
@@ -10,69 +9,24 @@ import (
 // bootstrapKey marks, in meta, that this database has had its bootstrap token.
 const bootstrapKey = "bootstrap_token"
 
-// CreateToken stores a token record. A duplicate id or hash is ECONFLICT.
-func (s *Store) CreateToken(ctx context.Context, t approval.Token) error {
-	if !t.Role.Valid() {
-		return approval.Errorf(approval.EINVALID, "unknown role %q", t.Role)
-	}
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return fail("create token", err)
-	}
-	defer tx.Rollback()
-
-	if err := insertToken(ctx, tx, t); err != nil {
-		return fail("create token", err)
-	}
-	if err := tx.commit(); err != nil {
-		return fail("create token", err)
-	}
-	return nil
-}
-
-// Bootstrap stores t only if this database never had a bootstrap token, and reports whether
-// it did. The marker row in meta and the token are written in one transaction, and write
-// transactions on one file are serialized (BEGIN IMMEDIATE), so of several processes starting
-// at once exactly one inserts the marker.
-func (s *Store) Bootstrap(ctx context.Context, t approval.Token) (bool, error) {
-	if !t.Role.Valid() {
-		return false, approval.Errorf(approval.EINVALID, "unknown role %q", t.Role)
-	}
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return false, fail("bootstrap", err)
-	}
-	defer tx.Rollback()
-
-	res, err := tx.ExecContext(ctx, `
-		INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING`,
-		bootstrapKey, t.ID)
-	if err != nil {
-		return false, fail("bootstrap", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return false, fail("bootstrap", err)
-	} else if n == 0 {
-		return false, nil // bootstrapped before, perhaps by another process
-	}
-	if err := insertToken(ctx, tx, t); err != nil {
-		return false, fail("bootstrap", err)
-	}
-	if err := tx.commit(); err != nil {
-		return false, fail("bootstrap", err)
-	}
-	return true, nil
-}
-
-func insertToken(ctx context.Context, tx *tx, t approval.Token) error {
-	if _, err := tx.ExecContext(ctx, `
+// TokenInsert: a duplicate id or hash is a unique violation, ECONFLICT (classify).
+func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
+	_, err := t.tx.ExecContext(ctx, `
 		INSERT INTO tokens (id, subject, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`,
-		t.ID, t.Subject, string(t.Role), t.Hash, micros(t.CreatedAt),
-	); err != nil {
-		if isUnique(err) {
-			return approval.Errorf(approval.ECONFLICT, "a token with this id or hash already exists")
-		}
-		return fmt.Errorf("insert token: %w", err)
+		tok.ID, tok.Subject, string(tok.Role), tok.Hash, micros(tok.CreatedAt))
+	return fail("insert token", err)
+}
+
+// BootstrapInsert writes the marker row in meta. Write transactions on one file are
+// serialized (BEGIN IMMEDIATE), so of several processes starting at once exactly one inserts
+// it.
+func (t *ruleTx) BootstrapInsert(ctx context.Context, tokenID string) (bool, error) {
+	res, err := t.tx.ExecContext(ctx, `
+		INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING`,
+		bootstrapKey, tokenID)
+	if err != nil {
+		return false, fail("claim bootstrap", err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	return n == 1, fail("claim bootstrap", err)
 }

@@ -209,6 +209,18 @@ func (t *ruleTx) claim(ctx context.Context, rec *approval.ExecutionRecord, lease
 	return err
 }
 
+func (t *ruleTx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error) {
+	res, err := t.tx.ExecContext(ctx, `
+		UPDATE executions SET lease_expires_at = ?
+		WHERE id = ? AND attempts = ? AND status = 'running' AND lease_expires_at IS NOT NULL`,
+		micros(leaseUntil), id, attempt)
+	if err != nil {
+		return false, fail("renew execution lease", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, fail("renew execution lease", err)
+}
+
 // ExecutionGetForUpdate needs no lock of its own: the write lock is held.
 func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
 	rec, err := getExecution(ctx, t.tx, `x.id = ?`, id)
@@ -314,4 +326,25 @@ func changedOne(res sql.Result, err error, what, id string) error {
 		return fmt.Errorf("%s %s changed under the write lock", what, id)
 	}
 	return nil
+}
+
+// getExecution reads the execution matching where (with arg), or ENOTFOUND.
+func getExecution(ctx context.Context, tx *tx, where string, arg any) (*approval.ExecutionRecord, error) {
+	rows, err := tx.query(ctx, `SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE `+where, arg)
+	list, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionRecord, error) { return sqldb.ScanExecution(row) })
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		return nil, approval.Errorf(approval.ENOTFOUND, "execution %v not found", arg)
+	}
+	return list[0], nil
+}
+
+// nullBytes binds b as NULL when it is nil, and as a (possibly empty) BLOB otherwise.
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
 }

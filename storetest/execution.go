@@ -250,7 +250,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		// neither record an outcome nor keep its lease.
 		_, err := f.service().FinishAttempt(ctx, rec.ID, 1, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`)})
 		wantCode(t, err, approval.ECONFLICT)
-		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
+		wantCode(t, f.service().RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
 		got := mustExecution(t, f.store, rec.ID)
 		wantExecution(t, got, approval.ExecutionRunning, 0, "")
 		if got.Attempts != 2 {
@@ -343,7 +343,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		claimedAt := f.clock.Now()
 
 		f.clock.Advance(20 * time.Second)
-		if err := f.store.RenewExecution(ctx, rec.ID, 1, time.Minute); err != nil {
+		if err := f.service().RenewExecution(ctx, rec.ID, 1, time.Minute); err != nil {
 			t.Fatalf("renew attempt 1: %v", err)
 		}
 		renewedUntil := f.clock.Now().Add(time.Minute)
@@ -352,7 +352,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("renewed execution: got no lease expiry, want %v", renewedUntil)
 		}
 		wantTime(t, "renewed lease_expires_at", *got.LeaseExpiresAt, renewedUntil)
-		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 2, time.Minute), approval.ECONFLICT)
+		wantCode(t, f.service().RenewExecution(ctx, rec.ID, 2, time.Minute), approval.ECONFLICT)
 
 		// Past the first lease, within the renewed one: still held.
 		f.clock.Advance(claimedAt.Add(workLease + time.Second).Sub(f.clock.Now()))
@@ -363,7 +363,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if !claimed[0].Recovered {
 			t.Fatalf("claim after the renewed lease expired: got not recovered, want recovered")
 		}
-		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, time.Minute), approval.ECONFLICT)
+		wantCode(t, f.service().RenewExecution(ctx, rec.ID, 1, time.Minute), approval.ECONFLICT)
 	})
 
 	// A worker shutting down gives back a claim whose call it has not sent: the attempt does
@@ -417,7 +417,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted)
 
 		// No attempt holds it: the attempt can neither renew it nor put it back in the queue.
-		wantCode(t, f.store.RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
+		wantCode(t, f.service().RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
 		wantCode(t, f.service().ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
 		f.clock.Advance(24 * time.Hour)
 		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.service(), 10), 0)
@@ -1028,7 +1028,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			t.Fatalf("finish attempt: %v", err)
 		}
 		f.clock.Advance(workLease / 2)
-		if err := f.store.RenewExecution(ctx, recs[1].ID, 1, 2*workLease); err != nil {
+		if err := f.service().RenewExecution(ctx, recs[1].ID, 1, 2*workLease); err != nil {
 			t.Fatalf("renew: %v", err)
 		}
 		f.clock.Advance(workLease/2 + time.Second)

@@ -40,24 +40,26 @@ func exerciseNotifier(t *testing.T, s suite) {
 		stopGone()
 		drain(gone)
 		// Once the remaining subscriber has been told of a change, the one that left must not
-		// have been (a closed channel is fine: it delivers nothing).
+		// have been, and its channel stays open: only Close closes channels.
 		wantSignal(t, kept, approval.TopicInbox, recordChange(t, f))
 		select {
 		case _, ok := <-gone:
 			if ok {
 				t.Fatalf("unsubscribed channel: got a signal after unsubscribing, want none")
 			}
+			t.Fatalf("unsubscribed channel: closed, want it left open")
 		default:
 		}
 	})
 
 	// Close must end the listener the store started for its subscribers (or any goroutine a
-	// subscription owns) and return, even while subscriptions are open; ending a
-	// subscription after Close must not block either. The test's cleanup closes the store
-	// again, which, like closing a *sql.DB twice, must be harmless.
+	// subscription owns) and return, even while subscriptions are open, and close every
+	// subscription's channel; ending a subscription after Close must not block either, and a
+	// subscription made after Close gets a closed channel. The test's cleanup closes the
+	// store again, which, like closing a *sql.DB twice, must be harmless.
 	s.run(t, "CloseWithSubscribers", func(t *testing.T, f *fixture) {
 		inbox, stopInbox := f.store.Subscribe(approval.TopicInbox)
-		_, stopExecutions := f.store.Subscribe(approval.TopicExecutions)
+		executions, stopExecutions := f.store.Subscribe(approval.TopicExecutions)
 		wantSignal(t, inbox, approval.TopicInbox, recordChange(t, f)) // the listener is up
 		closed := make(chan error, 1)
 		go func() {
@@ -74,7 +76,29 @@ func exerciseNotifier(t *testing.T, s suite) {
 		case <-time.After(signalDeadline):
 			t.Fatalf("close with subscribers: still blocked after %v", signalDeadline)
 		}
+		late, stopLate := f.store.Subscribe(approval.TopicApprovals)
+		defer stopLate()
+		for name, ch := range map[string]<-chan struct{}{"inbox": inbox, "executions": executions, "after close": late} {
+			wantClosed(t, name, ch)
+		}
 	})
+}
+
+// wantClosed checks, without waiting, that a subscription's channel is closed once it holds
+// no signal (it may still hold the one it was sent last).
+func wantClosed(tb testing.TB, name string, ch <-chan struct{}) {
+	tb.Helper()
+	for range 2 {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		default:
+			tb.Fatalf("subscription %s: channel open after Close, want it closed", name)
+		}
+	}
+	tb.Fatalf("subscription %s: signalled after Close, want the channel closed", name)
 }
 
 // recordChange returns a change for wantSignal: storing a new inbox event.

@@ -12,7 +12,7 @@ func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "CreateAndFind", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		secret, tok := approval.NewToken("alice", approval.RoleApprover, f.clock.Now())
-		if err := f.store.CreateToken(ctx, tok); err != nil {
+		if err := f.service().CreateToken(ctx, tok); err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		got, err := f.store.TokenByHash(ctx, approval.HashToken(secret))
@@ -26,6 +26,11 @@ func exerciseTokens(t *testing.T, s suite) {
 
 		_, err = f.store.TokenByHash(ctx, approval.HashToken(secret+"x"))
 		wantCode(t, err, approval.ENOTFOUND)
+
+		// The same id and hash again is a conflict; a role no one knows is refused.
+		wantCode(t, f.service().CreateToken(ctx, tok), approval.ECONFLICT)
+		_, unknown := approval.NewToken("mallory", "root", f.clock.Now())
+		wantCode(t, f.service().CreateToken(ctx, unknown), approval.EINVALID)
 	})
 
 	// Several replicas starting on a new database at once: exactly one prints the bootstrap
@@ -35,7 +40,7 @@ func exerciseTokens(t *testing.T, s suite) {
 		ctx := t.Context()
 		// A token created by `approvald token create` is not a bootstrap: it does not stop one.
 		_, ordinary := approval.NewToken("ci-bot", approval.RoleRequester, f.clock.Now())
-		if err := f.store.CreateToken(ctx, ordinary); err != nil {
+		if err := f.service().CreateToken(ctx, ordinary); err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 
@@ -46,7 +51,7 @@ func exerciseTokens(t *testing.T, s suite) {
 		}
 		won := make([]bool, racers)
 		errs := make([]error, racers)
-		race(racers, func(i int) { won[i], errs[i] = f.store.Bootstrap(ctx, tokens[i]) })
+		race(racers, func(i int) { won[i], errs[i] = f.service().Bootstrap(ctx, tokens[i]) })
 
 		winners := 0
 		for i := range racers {
@@ -71,7 +76,7 @@ func exerciseTokens(t *testing.T, s suite) {
 		}
 
 		_, late := approval.NewToken("admin", approval.RoleAdmin, f.clock.Now())
-		if ok, err := f.store.Bootstrap(ctx, late); err != nil || ok {
+		if ok, err := f.service().Bootstrap(ctx, late); err != nil || ok {
 			t.Fatalf("bootstrap after the first: got %v, %v, want false, nil", ok, err)
 		}
 	})

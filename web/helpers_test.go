@@ -60,7 +60,7 @@ func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
 	secret, t := approval.NewToken(subject, role, approval.Now())
-	if err := f.store.CreateToken(context.Background(), t); err != nil {
+	if err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), t); err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
 	return secret

@@ -65,6 +65,8 @@ type Ledger interface {
 	FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error)
 	// ReleaseExecution gives back a claim whose call was never sent.
 	ReleaseExecution(ctx context.Context, id string, attempt int) error
+	// RenewExecution extends a claim's lease; ECONFLICT when the attempt no longer holds it.
+	RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error
 }
 
 // Runner carries out approved actions (docs/invariants.md, invariant 5): it claims due
@@ -563,7 +565,7 @@ func (a *attempt) renewBeforeSend(t Target) error {
 // errClaimLost.
 func (a *attempt) renew(ctx context.Context) error {
 	asked := a.r.askedAt()
-	err := a.r.Store.RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, a.r.lease())
+	err := a.r.ledger().RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, a.r.lease())
 	switch {
 	case err == nil:
 		a.leaseFrom(asked)

@@ -622,7 +622,7 @@ func (s *observedStore) RenewExecution(ctx context.Context, id string, attempt i
 	s.mu.Lock()
 	s.renewed++
 	s.mu.Unlock()
-	return s.Store.RenewExecution(ctx, id, attempt, lease)
+	return s.ledger.RenewExecution(ctx, id, attempt, lease)
 }
 
 func (s *observedStore) FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error) {

@@ -321,7 +321,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 		{benchAdmin, approval.RoleAdmin},
 	} {
 		secret, token := approval.NewToken(t.subject, t.role, approval.Now())
-		if err := st.CreateToken(ctx, token); err != nil {
+		if err := (&approval.Service{Store: st}).CreateToken(ctx, token); err != nil {
 			return nil, fmt.Errorf("create token %s: %w", t.subject, err)
 		}
 		tokens[t.subject] = secret

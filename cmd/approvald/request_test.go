@@ -35,7 +35,7 @@ func newGate(t *testing.T, kind string) *gate {
 	g.url = srv.URL
 	for subject, role := range map[string]approval.Role{"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover, "bob": approval.RoleApprover} {
 		secret, tok := approval.NewToken(subject, role, approval.Now())
-		if err := g.store.CreateToken(context.Background(), tok); err != nil {
+		if err := (&approval.Service{Store: g.store}).CreateToken(context.Background(), tok); err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		g.tokens[subject] = secret

@@ -132,7 +132,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 // replicas starting together on one new database, exactly one prints it.
 func (c *ServeCommand) bootstrap(ctx context.Context) error {
 	secret, t := approval.NewToken(bootstrapSubject, approval.RoleAdmin, approval.Now())
-	created, err := c.store.Bootstrap(ctx, t)
+	created, err := (&approval.Service{Store: c.store}).Bootstrap(ctx, t)
 	if err != nil {
 		return fmt.Errorf("bootstrap admin token: %w", err)
 	} else if !created {

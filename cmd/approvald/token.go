@@ -66,7 +66,7 @@ func (c *TokenCreateCommand) Run(ctx context.Context) error {
 	}
 	c.store = s
 	secret, t := approval.NewToken(c.subject, c.role, approval.Now())
-	if err := c.store.CreateToken(ctx, t); err != nil {
+	if err := (&approval.Service{Store: c.store}).CreateToken(ctx, t); err != nil {
 		return fmt.Errorf("create token: %w", err)
 	}
 	if _, err := fmt.Fprintln(c.stdout, secret); err != nil {

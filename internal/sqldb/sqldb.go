@@ -1,7 +1,8 @@
 // Package sqldb is what the two SQL drivers, sqlite and postgres, share: the read methods of
 // approval.Store that are one statement alike in both dialects but for the placeholders and
 // the stored form of a time, the scanning of approval, execution, inbox event and event rows,
-// and the building of paged listings with keyset cursors. It decides nothing: the rules are
+// the building of paged listings with keyset cursors, and the applying of embedded
+// migrations. It decides nothing: the rules are
 // the root package's, and each driver keeps its own statements (writes, locking, RETURNING,
 // NOTIFY) and its own translation of errors. See docs/architecture.md, "The drivers".
 package sqldb
