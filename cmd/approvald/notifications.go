@@ -37,6 +37,11 @@ type NotificationsConfig struct {
 type CallbacksConfig struct {
 	Secret     string            `yaml:"secret"` // whsec_...; per requester overrides it
 	Requesters []RequesterConfig `yaml:"requesters"`
+	// AllowedHosts are the hosts a create's callback_url may name: "ci.example.com", or
+	// "*.example.com" for any name below example.com. Empty: callback_url is refused.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowHTTPLoopback lets a callback_url use plain http to a loopback host.
+	AllowHTTPLoopback bool `yaml:"allow_http_loopback"`
 }
 
 // RequesterConfig is one requester's callback.
@@ -128,6 +133,7 @@ func (c *Config) routing() approval.Routing {
 	for _, q := range c.Callbacks.Requesters {
 		r.Callbacks[q.Name] = q.URL
 	}
+	r.CallbackHosts, r.CallbackHTTPLoopback = c.Callbacks.AllowedHosts, c.Callbacks.AllowHTTPLoopback
 	return r
 }
 
