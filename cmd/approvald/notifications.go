@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/mail"
+	"strings"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/notify"
@@ -98,6 +99,14 @@ func (c *Config) validateNotifications() error {
 	}
 	if err := checkSecret("callbacks.secret", c.Callbacks.Secret); err != nil {
 		return err
+	}
+	for i, h := range c.Callbacks.AllowedHosts {
+		// A host name, or *. and a domain: no scheme, port, path or bare wildcard, which
+		// would open every address to a caller's callback_url.
+		name := strings.TrimPrefix(h, "*.")
+		if name == "" || strings.ContainsAny(name, "*@/: ") {
+			return fmt.Errorf("callbacks.allowed_hosts[%d]: %w", i, ErrInvalidDomain)
+		}
 	}
 	seen = map[string]bool{}
 	for i, r := range c.Callbacks.Requesters {
