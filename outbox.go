@@ -141,6 +141,9 @@ type Routing struct {
 	// Callbacks are the URLs each requester's decisions are POSTed to, when the approval
 	// names none itself.
 	Callbacks map[string]string
+	// Emails are the people's e-mail addresses (person to address), by which a person may
+	// ask for a sign-in link.
+	Emails map[string]string
 	// CallbackHosts are the hosts a callback_url given on create may name: an exact host
 	// name, or "*.example.com" for any name below example.com. Empty: no callback_url is
 	// accepted.

@@ -130,10 +130,11 @@ func (c *Config) validateNotifications() error {
 // routing is who the configuration tells of what: a person's channels are those they have an
 // address for.
 func (c *Config) routing() approval.Routing {
-	r := approval.Routing{Channels: map[string][]string{}, Operators: c.Notifications.Operators, Callbacks: map[string]string{}}
+	r := approval.Routing{Channels: map[string][]string{}, Operators: c.Notifications.Operators, Callbacks: map[string]string{}, Emails: map[string]string{}}
 	for _, p := range c.People {
 		if p.Email != "" && c.SMTP != nil {
 			r.Channels[p.Name] = append(r.Channels[p.Name], approval.ChannelEmail)
+			r.Emails[p.Name] = p.Email
 		}
 		if p.Chat != "" {
 			r.Channels[p.Name] = append(r.Channels[p.Name], approval.ChannelChat)
