@@ -100,6 +100,9 @@ func (c *Config) validateNotifications() error {
 	if err := checkSecret("callbacks.secret", c.Callbacks.Secret); err != nil {
 		return err
 	}
+	if c.Web.SigninLinks != nil && c.SMTP == nil {
+		return fmt.Errorf("web.signin_links: %w", ErrNoSMTP)
+	}
 	for i, h := range c.Callbacks.AllowedHosts {
 		// A host name, or *. and a domain: no scheme, port, path or bare wildcard, which
 		// would open every address to a caller's callback_url.
