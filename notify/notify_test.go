@@ -544,3 +544,48 @@ func TestCallback_URLOnCreate(t *testing.T) {
 		}
 	})
 }
+
+// TestMail_SigninLink: a sign-in link goes out by e-mail, text and HTML, holding the link to
+// the confirmation page and nothing that decides; once sent, the outbox keeps no token.
+func TestMail_SigninLink(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		h := newHarness(t, kind, approval.Routing{
+			Channels: map[string][]string{"alice": {approval.ChannelEmail}},
+			Emails:   map[string]string{"alice": "alice@example.com"},
+		})
+		res, err := h.service().RequestSignin(t.Context(), "alice@example.com")
+		if err != nil || !res.Queued {
+			t.Fatalf("request a link: got %+v, %v", res, err)
+		}
+		msgs := h.list(t, approval.OutboxSignin)
+		if len(msgs) != 1 {
+			t.Fatalf("sign-in messages: got %d, want 1", len(msgs))
+		}
+		var p approval.Signin
+		if err := json.Unmarshal(msgs[0].Payload, &p); err != nil || !strings.HasPrefix(p.Token, approval.SigninTokenPrefix) {
+			t.Fatalf("queued payload %s: %v", msgs[0].Payload, err)
+		}
+		if n := h.outbox(nil).RunOnceT(t); n != 1 {
+			t.Fatalf("outbox round sent %d, want 1", n)
+		}
+		got := h.smtp.messages()
+		if len(got) != 1 || got[0].to != "alice@example.com" {
+			t.Fatalf("mails: got %d (%v), want 1 to alice@example.com", len(got), got)
+		}
+		m := parseMail(t, got[0].data)
+		link := publicURL + web.SigninLinkPath(p.Token)
+		if !strings.Contains(m.text, link) || !strings.Contains(m.html, `href="`+strings.ReplaceAll(link, "&", "&amp;")+`"`) {
+			t.Fatalf("mail does not hold the link %s:\n%s\n%s", link, m.text, m.html)
+		}
+		if strings.Contains(m.text, "/approve") || strings.Contains(m.html, "/approve") {
+			t.Fatal("a sign-in mail holds a link that decides")
+		}
+		if sent := h.list(t, approval.OutboxSignin)[0]; sent.Status != approval.OutboxSent || strings.Contains(string(sent.Payload), p.Token) {
+			t.Fatalf("after sending: status %s, payload %s; want sent and no token", sent.Status, sent.Payload)
+		}
+		if _, err := h.service().UseSignin(t.Context(), p.Token); err != nil {
+			t.Fatalf("the mailed link does not sign in: %v", err)
+		}
+	})
+}

@@ -35,8 +35,15 @@ type fixture struct {
 // pages' Config; they get the server's base URL.
 func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string)) *fixture {
 	tb.Helper()
+	return setupRouted(tb, kind, approval.Routing{}, opts...)
+}
+
+// setupRouted is setup with the store's routing of notifications.
+func setupRouted(tb testing.TB, kind string, routing approval.Routing, opts ...func(cfg *web.Config, base string)) *fixture {
+	tb.Helper()
 	f := &fixture{tb: tb, store: testdb.OpenWith(tb, kind, testdb.Options{
 		Targeted: func(action string) bool { return action == "payout" },
+		Routing:  routing,
 	})}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
