@@ -462,6 +462,17 @@ func (s *Service) RetryOutbox(ctx context.Context, id string) (*OutboxMessage, e
 	return m, nil
 }
 
+// Redacted returns m as operators may see it: a sign-in link's payload without its token,
+// which would sign its reader in as the recipient; any other message as it is.
+func (m *OutboxMessage) Redacted() *OutboxMessage {
+	if m.Kind != OutboxSignin {
+		return m
+	}
+	c := *m
+	c.Payload = redactSignin(m.Payload)
+	return &c
+}
+
 // redactSignin removes the token from a sign-in payload.
 func redactSignin(payload json.RawMessage) json.RawMessage {
 	var s Signin

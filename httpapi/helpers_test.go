@@ -68,6 +68,7 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 		// create may name a callback_url on callbacks.example.com and below ci.example.com.
 		Routing: approval.Routing{
 			Channels:      map[string][]string{"alice": {approval.ChannelEmail}},
+			Emails:        map[string]string{"alice": "alice@example.com"},
 			CallbackHosts: []string{"callbacks.example.com", "*.ci.example.com"},
 		},
 	})
