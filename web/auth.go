@@ -125,7 +125,11 @@ type signInPage struct {
 // handleSignInPage is GET /ui/signin: the token form, and the provider's button when OIDC
 // is configured.
 func (s *Server) handleSignInPage(w http.ResponseWriter, r *http.Request) {
-	s.renderSignIn(w, r, http.StatusOK, "")
+	problem := ""
+	if r.URL.Query().Get("link") == "refused" {
+		problem = "This sign-in link was already used or has expired. Ask for a new one."
+	}
+	s.renderSignIn(w, r, http.StatusOK, problem)
 }
 
 func (s *Server) renderSignIn(w http.ResponseWriter, r *http.Request, status int, problem string) {

@@ -80,7 +80,8 @@ func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
 	}
 	person, err := s.svc.UseSignin(r.Context(), r.PostFormValue("t"))
 	if approval.ErrorCode(err) == approval.EUNAUTHORIZED {
-		s.renderSignIn(w, r, http.StatusUnauthorized, "This sign-in link was already used or has expired. Ask for a new one.")
+		// Post, redirect, get: the sign-in page says why, and a reload posts nothing again.
+		http.Redirect(w, r, Prefix+"signin?link=refused", http.StatusSeeOther)
 		return
 	} else if err != nil {
 		s.fail(w, r, err)

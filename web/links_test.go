@@ -95,8 +95,10 @@ func TestSignInLink(t *testing.T) {
 		b := f.browser()
 		p := b.get(web.SigninLinkPath(aliceToken))
 		second := b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, p.body, "csrf")}, "t": {aliceToken}})
-		must(t, second.status == http.StatusUnauthorized && strings.Contains(textOf(second.body), "already used or has expired"),
-			"second use: status %d %s, want 401 saying it was used", second.status, textOf(second.body))
+		must(t, second.status == http.StatusSeeOther && second.header.Get("Location") == "/ui/signin?link=refused",
+			"second use: status %d to %q, want 303 to the sign-in page", second.status, second.header.Get("Location"))
+		refused := b.get(second.header.Get("Location"))
+		must(t, strings.Contains(textOf(refused.body), "already used or has expired"), "after a second use the page says %s", textOf(refused.body))
 		must(t, b.get("/ui/").status == http.StatusSeeOther, "a refused link signed in")
 
 		// olga's link makes an operator's session, as the links configuration says.
