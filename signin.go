@@ -110,6 +110,10 @@ func (s *Service) UseSignin(ctx context.Context, token string) (string, error) {
 	} else if err != nil {
 		return "", err
 	}
+	if s.Store.Routes().emailPerson(person) == "" {
+		// Taken out of the configuration since the link was sent: the link is void.
+		return "", refused
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return "", err
 	}

@@ -78,6 +78,9 @@ func (f *fixture) api(method, path, token, body string, out any) int {
 	f.tb.Helper()
 	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // the API refuses other bodies (415)
+	}
 	if method == http.MethodPost && strings.HasPrefix(path, "/v1/approvals") && !strings.Contains(path[len("/v1/approvals"):], "/") {
 		req.Header.Set("Idempotency-Key", approval.NewID("key"))
 	}
@@ -125,6 +128,7 @@ func (f *fixture) needsReview() *approval.ExecutionRecord {
 			`{"action": "payout", "title": "Pay out invoice 88", "approvers": ["ana"], "context": {"invoice": 88}}`))
 		req.Header.Set("Authorization", "Bearer "+f.token(requester, approval.RoleRequester))
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			f.tb.Fatal(err)
