@@ -58,6 +58,9 @@ type Approval struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	Version           int64           `json:"version"`
 	Execution         *Execution      `json:"execution"`
+	// CallbackURL is where the approval's outcome is POSTed, when its create named one
+	// (otherwise the requester's configured callback, if any, is used).
+	CallbackURL string `json:"callback_url,omitempty"`
 
 	// Fingerprint identifies the create request that made the approval (see Fingerprint).
 	// It is kept for ever so that a retry after the response record has been purged can

@@ -17,6 +17,9 @@ type CreateRequest struct {
 	Approvers         []string        `json:"approvers"`
 	RequiredApprovals *int            `json:"required_approvals,omitempty"`
 	ExpiresIn         *string         `json:"expires_in,omitempty"`
+	// CallbackURL, when set, receives the approval's decision, expiry or cancellation instead
+	// of the requester's configured callback; it must pass Routing.CheckCallbackURL.
+	CallbackURL *string `json:"callback_url,omitempty"`
 }
 
 // Limits of a create request.
@@ -28,6 +31,7 @@ const (
 	DefaultExpiresIn = 24 * time.Hour
 	MaxExpiresIn     = 90 * 24 * time.Hour
 	DefaultRequired  = 1
+	MaxCallbackURL   = 2048 // bytes
 )
 
 // NewApproval validates req and returns the pending approval it asks for, made by requester
@@ -102,6 +106,14 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 		return nil, err
 	}
 
+	callback := ""
+	if req.CallbackURL != nil {
+		callback = *req.CallbackURL
+		if err := CheckName("callback_url", callback, MaxCallbackURL); err != nil {
+			return nil, err
+		}
+	}
+
 	now = now.UTC().Truncate(Precision)
 	return &Approval{
 		ID:                NewID("apr"),
@@ -118,6 +130,7 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 		CreatedAt:         now,
 		Version:           1,
 		Fingerprint:       fingerprint,
+		CallbackURL:       callback,
 	}, nil
 }
 

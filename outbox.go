@@ -3,6 +3,8 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -139,6 +141,57 @@ type Routing struct {
 	// Callbacks are the URLs each requester's decisions are POSTed to, when the approval
 	// names none itself.
 	Callbacks map[string]string
+	// Emails are the people's e-mail addresses (person to address), by which a person may
+	// ask for a sign-in link.
+	Emails map[string]string
+	// CallbackHosts are the hosts a callback_url given on create may name: an exact host
+	// name, or "*.example.com" for any name below example.com. Empty: no callback_url is
+	// accepted.
+	CallbackHosts []string
+	// CallbackHTTPLoopback lets a callback_url use plain http when its host is loopback
+	// (localhost, 127.0.0.0/8, ::1); any other callback_url must be https.
+	CallbackHTTPLoopback bool
+}
+
+// CheckCallbackURL checks a callback_url given on create against the operators' allow-list,
+// so that approvald cannot be made to POST to an address the operators did not open to it
+// (an internal service, a metadata endpoint). EINVALID names what is wrong.
+func (r Routing) CheckCallbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
+		return Errorf(EINVALID, "callback_url %q is not an absolute URL such as https://ci.example.com/approvald", raw)
+	}
+	if u.User != nil {
+		return Errorf(EINVALID, "callback_url must not carry a user name or password")
+	}
+	if u.Fragment != "" {
+		return Errorf(EINVALID, "callback_url must not have a fragment")
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !loopback || !r.CallbackHTTPLoopback {
+			return Errorf(EINVALID, "callback_url must use https (plain http is allowed only to a loopback host, when callbacks.allow_http_loopback is set)")
+		}
+	default:
+		return Errorf(EINVALID, "callback_url has the scheme %q; it must be https", u.Scheme)
+	}
+	for _, allowed := range r.CallbackHosts {
+		allowed = strings.ToLower(allowed)
+		if suffix, ok := strings.CutPrefix(allowed, "*."); ok {
+			if strings.HasSuffix(host, "."+suffix) {
+				return nil
+			}
+		} else if host == allowed {
+			return nil
+		}
+	}
+	return Errorf(EINVALID, "callback_url's host %q is not in callbacks.allowed_hosts; ask an operator to allow it", host)
 }
 
 // notices returns the notification messages of n for the recipients, one per recipient and
@@ -213,8 +266,14 @@ type OutboxOutcome struct {
 // queueNotices inserts n's notifications to the recipients, and its callback when the
 // approval has a callback URL, in tx, and signals the outbox worker.
 func queueNotices(ctx context.Context, tx Tx, r Routing, n Notice, recipients []string) error {
+	// The approval's own callback_url (in n.URL) overrides the requester's configured one.
+	callback := n.URL
+	if callback == "" {
+		callback = r.Callbacks[n.Requester]
+	}
+	n.URL = ""
 	msgs := r.notices(n, recipients)
-	if url := r.Callbacks[n.Requester]; url != "" && n.Event != EventRequested && n.Event != EventNeedsReview {
+	if callback != "" && n.Event != EventRequested && n.Event != EventNeedsReview {
 		msgs = append(msgs, &OutboxMessage{
 			ID: NewID("cbk"), NaturalKey: CallbackKey(n.EventID), Kind: OutboxCallback,
 			ApprovalID: n.ApprovalID, Recipient: n.Requester, Channel: ChannelCallback, Event: n.Event,
@@ -227,7 +286,7 @@ func queueNotices(ctx context.Context, tx Tx, r Routing, n Notice, recipients []
 	for _, m := range msgs {
 		n := n
 		if m.Kind == OutboxCallback {
-			n.URL = r.Callbacks[n.Requester]
+			n.URL = callback
 		}
 		payload, err := json.Marshal(n)
 		if err != nil {
@@ -248,7 +307,7 @@ func decisionNotice(a *Approval, event, actor string, now time.Time) Notice {
 		EventID: "evt_" + strings.TrimPrefix(a.ID, "apr_") + "_" + strings.TrimPrefix(event, "approval."),
 		Event:   event, ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action, Title: a.Title,
 		Requester: a.Requester, Approvers: a.Approvers, Status: a.Status, Actor: actor,
-		ExpiresAt: a.ExpiresAt, At: now,
+		ExpiresAt: a.ExpiresAt, At: now, URL: a.CallbackURL,
 	}
 }
 
@@ -401,6 +460,17 @@ func (s *Service) RetryOutbox(ctx context.Context, id string) (*OutboxMessage, e
 		return nil, err
 	}
 	return m, nil
+}
+
+// Redacted returns m as operators may see it: a sign-in link's payload without its token,
+// which would sign its reader in as the recipient; any other message as it is.
+func (m *OutboxMessage) Redacted() *OutboxMessage {
+	if m.Kind != OutboxSignin {
+		return m
+	}
+	c := *m
+	c.Payload = redactSignin(m.Payload)
+	return &c
 }
 
 // redactSignin removes the token from a sign-in payload.

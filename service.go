@@ -93,6 +93,11 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	if err != nil {
 		return CreateResult{}, err
 	}
+	if a.CallbackURL != "" {
+		if err := s.Store.Routes().CheckCallbackURL(a.CallbackURL); err != nil {
+			return CreateResult{}, err
+		}
+	}
 	resp, err := c.Respond(a)
 	if err != nil {
 		return CreateResult{}, err

@@ -151,4 +151,17 @@ type Tx interface {
 	OutboxUpdateIfStatus(ctx context.Context, m *OutboxMessage, status OutboxStatus) error
 	// OutboxAttemptFinish records the outcome and error of one attempt of a message.
 	OutboxAttemptFinish(ctx context.Context, id string, attempt int, outcome, errText string) error
+
+	// SigninTokenCountSinceForUpdate returns how many sign-in links were made for subject at
+	// or after since, and holds the subject's links against other transactions' requests
+	// until this one ends (PostgreSQL: a transaction-scoped advisory lock on the subject;
+	// SQLite's single writer does by itself), so the count and the insert after it are exact.
+	SigninTokenCountSinceForUpdate(ctx context.Context, subject string, since time.Time) (int, error)
+	// SigninTokenInsert stores a sign-in link's hash for subject, made at Now and expiring at
+	// expiresAt.
+	SigninTokenInsert(ctx context.Context, hash []byte, subject string, expiresAt time.Time) error
+	// SigninTokenUseIfValid marks the link with hash used at Now, only while it is unused and
+	// expires_at > Now, and returns its subject; ENOTFOUND when the guard fails or there is
+	// no such link. Of racing uses of one link exactly one succeeds.
+	SigninTokenUseIfValid(ctx context.Context, hash []byte) (string, error)
 }

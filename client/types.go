@@ -30,6 +30,7 @@ type Approval struct {
 	ExpiresAt         time.Time       `json:"expires_at"`
 	CreatedAt         time.Time       `json:"created_at"`
 	Version           int64           `json:"version"`
+	CallbackURL       string          `json:"callback_url,omitempty"`
 	// Execution is nil until the approval is approved; then it has Status "not_configured"
 	// (the caller carries the action out) or the state of approvald's calls to the target.
 	Execution *Execution `json:"execution"`
@@ -66,6 +67,9 @@ type CreateRequest struct {
 	Context           json.RawMessage `json:"context,omitempty"`
 	// ExpiresIn is sent as a Go duration string; 0 is the server's default (24h).
 	ExpiresIn time.Duration `json:"-"`
+	// CallbackURL, when set, receives the decision, expiry or cancellation as a signed POST.
+	// Its host must be in the server's callbacks.allowed_hosts.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 // CreateResult is the answer to CreateApproval.

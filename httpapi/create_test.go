@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -198,6 +199,14 @@ func TestCreateRefusedStoresNothing(t *testing.T) {
 		{name: "expires_in negative", status: 400, body: with("expires_in", `"-1h"`)},
 		{name: "expires_in over 90 days", status: 400, body: with("expires_in", `"2161h"`)},
 		{name: "expires_in a number", status: 400, body: with("expires_in", `3600`)},
+		{name: "callback_url host not allowed", status: 400, body: with("callback_url", `"https://internal.example.net/hook"`)},
+		{name: "callback_url suffix is not the host", status: 400, body: with("callback_url", `"https://ci.example.com/hook"`)},
+		{name: "callback_url lookalike host", status: 400, body: with("callback_url", `"https://evilci.example.com/hook"`)},
+		{name: "callback_url http", status: 400, body: with("callback_url", `"http://callbacks.example.com/hook"`)},
+		{name: "callback_url http loopback not allowed", status: 400, body: with("callback_url", `"http://127.0.0.1/hook"`)},
+		{name: "callback_url relative", status: 400, body: with("callback_url", `"/hook"`)},
+		{name: "callback_url user info", status: 400, body: with("callback_url", `"https://u:p@callbacks.example.com/hook"`)},
+		{name: "callback_url a number", status: 400, body: with("callback_url", `7`)},
 	}
 
 	testdb.Each(t, func(t *testing.T, kind string) {
@@ -237,6 +246,55 @@ func TestCreateRefusedStoresNothing(t *testing.T) {
 		// The limits are inclusive, and titles are counted in characters, not bytes.
 		f.mustCreate(tokens["requester"], "limits", `{"action":"`+strings.Repeat("a", 100)+`","title":"`+strings.Repeat("é", 200)+`",`+
 			`"approvers":`+jsonList(names(50))+`,"required_approvals":50,"expires_in":"2160h","context":`+deep+`}`)
+	})
+}
+
+// TestCreateCallbackURL: a callback_url on an allowed host is stored and shown; it is part of
+// the request, so the same key with another callback_url is a mismatch; the approval's
+// decision queues its callback to that URL.
+func TestCreateCallbackURL(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		requester, alice := f.token("ci-bot", approval.RoleRequester), f.token("alice", approval.RoleApprover)
+		body := func(url string) string {
+			return `{"action":"deploy","title":"Deploy","approvers":["alice","bob"],"callback_url":"` + url + `"}`
+		}
+		for i, url := range []string{"https://callbacks.example.com/approvald", "https://build.ci.example.com/hook?x=1"} {
+			resp := f.create(requester, fmt.Sprintf("cb-%d", i), body(url))
+			if resp.status != http.StatusCreated {
+				t.Fatalf("create with callback_url %s: got %d %s, want 201", url, resp.status, resp.body)
+			}
+			var a approval.Approval
+			if err := json.Unmarshal(resp.body, &a); err != nil || a.CallbackURL != url {
+				t.Fatalf("created approval shows callback_url %q (%v), want %q", a.CallbackURL, err, url)
+			}
+		}
+		if resp := f.create(requester, "cb-0", body("https://callbacks.example.com/other")); resp.status != http.StatusUnprocessableEntity {
+			t.Fatalf("same key, another callback_url: got %d %s, want 422", resp.status, resp.body)
+		}
+		replay := f.create(requester, "cb-0", body("https://callbacks.example.com/approvald"))
+		if replay.status != http.StatusCreated || replay.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("same key, same callback_url: got %d replayed=%q, want a replayed 201", replay.status, replay.header.Get("Idempotent-Replayed"))
+		}
+		var a approval.Approval
+		if err := json.Unmarshal(replay.body, &a); err != nil {
+			t.Fatal(err)
+		}
+		if resp := f.do("POST", "/v1/approvals/"+a.ID+"/approve", alice, `{}`); resp.status != http.StatusOK {
+			t.Fatalf("approve: got %d %s", resp.status, resp.body)
+		}
+		msgs, _, err := f.store.OutboxMessages(t.Context(), approval.OutboxFilter{Kind: approval.OutboxCallback})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != 1 {
+			t.Fatalf("got %d callbacks queued, want 1", len(msgs))
+		}
+		var n approval.Notice
+		if err := json.Unmarshal(msgs[0].Payload, &n); err != nil || n.URL != "https://callbacks.example.com/approvald" || n.Event != approval.EventApproved || n.ApprovalID != a.ID {
+			t.Fatalf("callback queued: %+v (%v), want approval.approved of %s to the create's callback_url", n, err, a.ID)
+		}
 	})
 }
 

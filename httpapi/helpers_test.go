@@ -64,8 +64,13 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	f.store = testdb.OpenWith(tb, kind, testdb.Options{
 		Now:      f.clock.Now,
 		Targeted: func(action string) bool { return action == targetedAction },
-		// alice is notified by e-mail, so that approvals fill the outbox operators read.
-		Routing: approval.Routing{Channels: map[string][]string{"alice": {approval.ChannelEmail}}},
+		// alice is notified by e-mail, so that approvals fill the outbox operators read; a
+		// create may name a callback_url on callbacks.example.com and below ci.example.com.
+		Routing: approval.Routing{
+			Channels:      map[string][]string{"alice": {approval.ChannelEmail}},
+			Emails:        map[string]string{"alice": "alice@example.com"},
+			CallbackHosts: []string{"callbacks.example.com", "*.ci.example.com"},
+		},
 	})
 	cfg := httpapi.Config{
 		Store:    f.store,

@@ -37,6 +37,9 @@ func (s *Server) handleListOutbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	for i, m := range list {
+		list[i] = m.Redacted()
+	}
 	s.writeJSON(w, r, http.StatusOK, outboxList{Messages: list, NextCursor: next})
 }
 
@@ -52,7 +55,7 @@ func (s *Server) handleGetOutbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, outboxDetail{OutboxMessage: m, AttemptLog: attempts})
+	s.writeJSON(w, r, http.StatusOK, outboxDetail{OutboxMessage: m.Redacted(), AttemptLog: attempts})
 }
 
 // handleRetryOutbox is POST /v1/outbox/{id}/retry: a failed message is queued again.
@@ -66,5 +69,5 @@ func (s *Server) handleRetryOutbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, m)
+	s.writeJSON(w, r, http.StatusOK, m.Redacted())
 }

@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +67,32 @@ func TestOutbox(t *testing.T) {
 		f.do("GET", "/v1/outbox/ntf_none", olga, "").problem(t, http.StatusNotFound)
 		f.do("GET", "/v1/outbox?status=lost", olga, "").problem(t, http.StatusBadRequest)
 		f.do("GET", "/v1/outbox?kind=pigeon", olga, "").problem(t, http.StatusBadRequest)
+	})
+}
+
+// TestOutboxHidesSigninTokens: operators see a sign-in link's message, never its token,
+// which would sign them in as its recipient.
+func TestOutboxHidesSigninTokens(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		olga := f.token("olga", approval.RoleOperator)
+		if res, err := f.service().RequestSignin(t.Context(), "alice"); err != nil || !res.Queued {
+			t.Fatalf("request a link: %+v, %v", res, err)
+		}
+		msgs, _, err := f.store.OutboxMessages(t.Context(), approval.OutboxFilter{Kind: approval.OutboxSignin})
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("sign-in messages: %d, %v", len(msgs), err)
+		}
+		var stored approval.Signin
+		if err := json.Unmarshal(msgs[0].Payload, &stored); err != nil || stored.Token == "" {
+			t.Fatalf("stored payload %s: want the token until it is sent", msgs[0].Payload)
+		}
+		for _, path := range []string{"/v1/outbox?kind=signin", "/v1/outbox/" + msgs[0].ID} {
+			resp := f.do("GET", path, olga, "")
+			if resp.status != http.StatusOK || strings.Contains(string(resp.body), stored.Token) || !strings.Contains(string(resp.body), msgs[0].ID) {
+				t.Fatalf("GET %s: %d %s; want the message without its token", path, resp.status, resp.body)
+			}
+		}
 	})
 }

@@ -213,14 +213,29 @@ type mailView struct {
 	Template string
 	Subject  string
 	Notice   approval.Notice
-	Link     string // the approval's page
+	Link     string    // the approval's page, or the sign-in link
+	Expires  time.Time // when a sign-in link stops working
 }
 
 // view decodes m's payload into what its template shows.
 func (ml *Mail) view(m *approval.OutboxMessage) (mailView, error) {
 	base := strings.TrimSuffix(ml.PublicURL, "/")
+	if m.Kind == approval.OutboxSignin {
+		var sg approval.Signin
+		if err := json.Unmarshal(m.Payload, &sg); err != nil {
+			return mailView{}, fmt.Errorf("decode sign-in link of %s: %w", m.ID, err)
+		}
+		if sg.Token == "" {
+			// Redacted once sent: an operator's retry of a sent link has nothing to send.
+			return mailView{}, fmt.Errorf("sign-in link %s no longer holds its token; ask for a new link", m.ID)
+		}
+		return mailView{
+			Template: "signin", Subject: "Your approvald sign-in link", Expires: sg.ExpiresAt,
+			Link: base + web.SigninLinkPath(sg.Token),
+		}, nil
+	}
 	if m.Kind != approval.OutboxNotification {
-		return mailView{}, fmt.Errorf("message %s is a %s, not a notification", m.ID, m.Kind)
+		return mailView{}, fmt.Errorf("message %s is a %s, not a notification or sign-in link", m.ID, m.Kind)
 	}
 	var n approval.Notice
 	if err := json.Unmarshal(m.Payload, &n); err != nil {
@@ -285,7 +300,23 @@ const noticeHTML = `{{define "notice"}}<!DOCTYPE html>
 </body></html>
 {{end}}`
 
+// The sign-in mail holds the link and nothing else that acts: the link opens a page that asks
+// to confirm, so a scanner that follows it signs nobody in.
+const signinText = `{{define "signin"}}Someone, probably you, asked to sign in to approvald.
+
+Sign in: {{.Link}}
+
+The link works once, until {{.Expires.Format "2006-01-02 15:04 MST"}}. If you did not ask for it, ignore this mail: nothing happens unless the link is opened and confirmed.
+{{end}}`
+
+const signinHTML = `{{define "signin"}}<!DOCTYPE html>
+<html><body><p>Someone, probably you, asked to sign in to approvald.</p>
+<p><a href="{{.Link}}">Sign in to approvald</a></p>
+<p>The link works once, until {{.Expires.Format "2006-01-02 15:04 MST"}}. If you did not ask for it, ignore this mail: nothing happens unless the link is opened and confirmed.</p>
+</body></html>
+{{end}}`
+
 var (
-	textMail = texttemplate.Must(texttemplate.New("mail").Parse(noticeText))
-	htmlMail = template.Must(template.New("mail").Parse(noticeHTML))
+	textMail = texttemplate.Must(texttemplate.Must(texttemplate.New("mail").Parse(noticeText)).Parse(signinText))
+	htmlMail = template.Must(template.Must(template.New("mail").Parse(noticeHTML)).Parse(signinHTML))
 )

@@ -468,3 +468,124 @@ func (r *receiver) deliveries() []delivery {
 	defer r.mu.Unlock()
 	return append([]delivery(nil), r.got...)
 }
+
+// TestCallback_URLOnCreate: a create's callback_url receives the decision (and a cancel), in
+// place of the requester's configured callback; a callback_url whose host is not allowed is
+// refused and stores nothing.
+func TestCallback_URLOnCreate(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		clock := func() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
+		own, configured := newReceiver(t, clock), newReceiver(t, clock)
+		h := newHarness(t, kind, approval.Routing{
+			Callbacks:     map[string]string{"ci-bot": configured.srv.URL + "/hook"},
+			CallbackHosts: []string{"127.0.0.1"}, CallbackHTTPLoopback: true,
+		})
+		svc := h.service()
+		createWith := func(key, callback string) (string, error) {
+			body, _ := json.Marshal(map[string]any{"action": "deploy", "title": approvalTitle,
+				"approvers": []string{"alice", "bob"}, "callback_url": callback})
+			var req approval.CreateRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Fatal(err)
+			}
+			res, err := svc.Create(t.Context(), approval.CreateCommand{
+				Requester: "ci-bot", Key: key, Body: body, Request: req, Cause: approval.HTTPCause("create"),
+				Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
+					return approval.StoredResponse{StatusCode: 201}, nil
+				},
+			})
+			if err != nil {
+				return "", err
+			}
+			return res.Approval.ID, nil
+		}
+
+		// Refused: a host not in the allow-list, and plain http to it.
+		for _, bad := range []string{"https://internal.example.net/hook", "http://10.0.0.1/hook", "ftp://127.0.0.1/x", "https://user:pw@127.0.0.1/x"} {
+			if _, err := createWith("bad", bad); approval.ErrorCode(err) != approval.EINVALID {
+				t.Fatalf("create with callback_url %s: got %v, want EINVALID", bad, err)
+			}
+		}
+		if list, _, err := h.store.Approvals(t.Context(), approval.ApprovalFilter{}); err != nil || len(list) != 0 {
+			t.Fatalf("after refused creates: got %d approvals (%v), want none", len(list), err)
+		}
+
+		approved, err := createWith("op-approve", own.srv.URL+"/mine")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := h.store.Approval(t.Context(), approved)
+		if err != nil || a.CallbackURL != own.srv.URL+"/mine" {
+			t.Fatalf("stored callback_url: got %q (%v), want %q", a.CallbackURL, err, own.srv.URL+"/mine")
+		}
+		cancelled, err := createWith("op-cancel", own.srv.URL+"/mine")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Decide(t.Context(), approval.DecideRequest{ApprovalID: approved, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Cancel(t.Context(), cancelled, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+			t.Fatal(err)
+		}
+		h.outbox(nil).RunOnceT(t)
+
+		got := map[string]string{}
+		for _, d := range own.deliveries() {
+			got[d.body.Data.ApprovalID] = d.body.Type
+		}
+		want := map[string]string{approved: "approval.approved", cancelled: "approval.cancelled"}
+		if len(got) != 2 || got[approved] != want[approved] || got[cancelled] != want[cancelled] || len(own.deliveries()) != 2 {
+			t.Fatalf("the create's callback_url received %v, want %v once each", got, want)
+		}
+		if n := len(configured.deliveries()); n != 0 {
+			t.Fatalf("the requester's configured callback received %d deliveries, want 0: callback_url overrides it", n)
+		}
+	})
+}
+
+// TestMail_SigninLink: a sign-in link goes out by e-mail, text and HTML, holding the link to
+// the confirmation page and nothing that decides; once sent, the outbox keeps no token.
+func TestMail_SigninLink(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		h := newHarness(t, kind, approval.Routing{
+			Channels: map[string][]string{"alice": {approval.ChannelEmail}},
+			Emails:   map[string]string{"alice": "alice@example.com"},
+		})
+		res, err := h.service().RequestSignin(t.Context(), "alice@example.com")
+		if err != nil || !res.Queued {
+			t.Fatalf("request a link: got %+v, %v", res, err)
+		}
+		msgs := h.list(t, approval.OutboxSignin)
+		if len(msgs) != 1 {
+			t.Fatalf("sign-in messages: got %d, want 1", len(msgs))
+		}
+		var p approval.Signin
+		if err := json.Unmarshal(msgs[0].Payload, &p); err != nil || !strings.HasPrefix(p.Token, approval.SigninTokenPrefix) {
+			t.Fatalf("queued payload %s: %v", msgs[0].Payload, err)
+		}
+		if n := h.outbox(nil).RunOnceT(t); n != 1 {
+			t.Fatalf("outbox round sent %d, want 1", n)
+		}
+		got := h.smtp.messages()
+		if len(got) != 1 || got[0].to != "alice@example.com" {
+			t.Fatalf("mails: got %d (%v), want 1 to alice@example.com", len(got), got)
+		}
+		m := parseMail(t, got[0].data)
+		link := publicURL + web.SigninLinkPath(p.Token)
+		if !strings.Contains(m.text, link) || !strings.Contains(m.html, `href="`+strings.ReplaceAll(link, "&", "&amp;")+`"`) {
+			t.Fatalf("mail does not hold the link %s:\n%s\n%s", link, m.text, m.html)
+		}
+		if strings.Contains(m.text, "/approve") || strings.Contains(m.html, "/approve") {
+			t.Fatal("a sign-in mail holds a link that decides")
+		}
+		if sent := h.list(t, approval.OutboxSignin)[0]; sent.Status != approval.OutboxSent || strings.Contains(string(sent.Payload), p.Token) {
+			t.Fatalf("after sending: status %s, payload %s; want sent and no token", sent.Status, sent.Payload)
+		}
+		if _, err := h.service().UseSignin(t.Context(), p.Token); err != nil {
+			t.Fatalf("the mailed link does not sign in: %v", err)
+		}
+	})
+}

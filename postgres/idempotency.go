@@ -49,9 +49,9 @@ WITH held AS (
 	RETURNING 1
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
-		required_approvals, status, decided_at, expires_at, created_at, version)
+		required_approvals, status, decided_at, expires_at, created_at, version, callback_url)
 	SELECT $9::text, $1::text, $2::text, $3::text, $10::text, $11::text, $12::bytea, $13::integer,
-		'pending', NULL, $14::timestamptz, $15::timestamptz, 1
+		'pending', NULL, $14::timestamptz, $15::timestamptz, 1, NULLIF($24::text, '')
 	FROM rec
 	RETURNING id
 ), approvers AS (
@@ -109,7 +109,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 			a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
 			resp.Body, now.Add(retain), a.ID, a.Action, a.Title, []byte(a.Context),
 			a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
-			ids, keys, recipients, channels, events, payloads,
+			ids, keys, recipients, channels, events, payloads, a.CallbackURL,
 		).Scan(&inserted, &fingerprint, &status, &location, &body, &approvalID)
 		if err != nil {
 			return nil, translate("insert approval", err)

@@ -22,6 +22,10 @@ var SuiteRouting = approval.Routing{
 	},
 	Operators: []string{"olga"},
 	Callbacks: map[string]string{"ci-bot": "https://ci.example.com/approvald"},
+	Emails: map[string]string{
+		"alice": "alice@example.com", "bob": "bob@example.com", "ci-bot": "ci@example.com",
+		"olga": "olga@example.com",
+	},
 }
 
 func exerciseOutbox(t *testing.T, s suite) {

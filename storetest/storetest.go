@@ -58,6 +58,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Executions", exerciseExecutions},
 		{"Notifier", exerciseNotifier},
 		{"Outbox", exerciseOutbox},
+		{"Signin", exerciseSignin},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

@@ -117,21 +117,32 @@ type signInPage struct {
 	Token   string // the form's token, bound to the browser's pre-sign-in cookie
 	OIDC    bool
 	Problem string
+	Links   bool   // sign-in links by e-mail are offered
+	Sent    bool   // a link was asked for: the answer that reveals nothing
+	Confirm string // an e-mailed link's token, to confirm with a POST
 }
 
 // handleSignInPage is GET /ui/signin: the token form, and the provider's button when OIDC
 // is configured.
 func (s *Server) handleSignInPage(w http.ResponseWriter, r *http.Request) {
-	s.renderSignIn(w, r, http.StatusOK, "")
+	problem := ""
+	if r.URL.Query().Get("link") == "refused" {
+		problem = "This sign-in link was already used or has expired. Ask for a new one."
+	}
+	s.renderSignIn(w, r, http.StatusOK, problem)
 }
 
 func (s *Server) renderSignIn(w http.ResponseWriter, r *http.Request, status int, problem string) {
+	s.renderSignInPage(w, r, status, signInPage{Problem: problem})
+}
+
+// renderSignInPage renders the sign-in page p with a fresh form token bound to a fresh
+// pre-sign-in cookie.
+func (s *Server) renderSignInPage(w http.ResponseWriter, r *http.Request, status int, p signInPage) {
 	pre := randomString(18)
 	s.setCookie(w, r, preCookie, pre, 30*time.Minute)
-	next := safeNext(r.FormValue("next"))
-	s.render(w, r, status, "signin", nil, signInPage{
-		Next: next, Token: s.sign("signin", []byte(pre)), OIDC: s.oidc != nil, Problem: problem,
-	})
+	p.Next, p.Token, p.OIDC, p.Links = safeNext(r.FormValue("next")), s.sign("signin", []byte(pre)), s.oidc != nil, s.links != nil
+	s.render(w, r, status, "signin", nil, p)
 }
 
 // handleSignInToken is POST /ui/signin/token: an API token pasted into the form becomes a

@@ -20,6 +20,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/web"
 )
 
 // The browser tests share one headless Chromium, started by TestMain; each test opens its
@@ -357,6 +358,52 @@ func TestBrowser_Operations(t *testing.T) {
 		got, err := f.store.Execution(context.Background(), rec.ID)
 		if err != nil || got.Status != approval.ExecutionQueued {
 			t.Fatalf("after retry: %+v %v, want queued", got, err)
+		}
+	})
+}
+
+// TestBrowser_SigninLinkUsedTwice: a person asks for a sign-in link on the page, opens it
+// and confirms, and is signed in; the same link, used again in another browser, is refused
+// the second time.
+func TestBrowser_SigninLinkUsedTwice(t *testing.T) {
+	needBrowser(t)
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setupLinks(t, kind)
+		alice := f.newTab(t)
+		alice.do(
+			chromedp.Navigate(f.srv.URL+"/ui/signin"),
+			chromedp.SendKeys(chromedp.CSS("#who"), "alice@example.com"),
+			chromedp.Click(chromedp.CSS(`#ask-link button`)),
+			chromedp.WaitVisible(chromedp.CSS("#link-sent")),
+		)
+		tokens := f.linkTokens()
+		if len(tokens) != 1 {
+			t.Fatalf("sign-in mails queued: %d, want 1", len(tokens))
+		}
+		link := f.srv.URL + web.SigninLinkPath(tokens[0])
+		alice.do(
+			chromedp.Navigate(link),
+			chromedp.Click(chromedp.CSS(`#use-link button`)),
+			chromedp.WaitVisible(chromedp.CSS(".who")),
+		)
+		if got := alice.text(".who"); !strings.Contains(got, "alice") {
+			t.Fatalf("signed in as %q, want alice", got)
+		}
+		if kind == testdb.SQLite {
+			alice.screenshot("signin-link-used")
+		}
+
+		other := f.newTab(t)
+		other.do(
+			chromedp.Navigate(link),
+			chromedp.Click(chromedp.CSS(`#use-link button`)),
+			chromedp.WaitVisible(chromedp.CSS(".answer.bad")),
+		)
+		if got := other.text(".answer.bad"); !strings.Contains(got, "already used") {
+			t.Fatalf("second use says %q, want that the link was already used", got)
+		}
+		if kind == testdb.SQLite {
+			other.screenshot("signin-link-refused")
 		}
 	})
 }

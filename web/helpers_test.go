@@ -35,8 +35,15 @@ type fixture struct {
 // pages' Config; they get the server's base URL.
 func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string)) *fixture {
 	tb.Helper()
+	return setupRouted(tb, kind, approval.Routing{}, opts...)
+}
+
+// setupRouted is setup with the store's routing of notifications.
+func setupRouted(tb testing.TB, kind string, routing approval.Routing, opts ...func(cfg *web.Config, base string)) *fixture {
+	tb.Helper()
 	f := &fixture{tb: tb, store: testdb.OpenWith(tb, kind, testdb.Options{
 		Targeted: func(action string) bool { return action == "payout" },
+		Routing:  routing,
 	})}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
@@ -72,7 +79,7 @@ func (f *fixture) api(method, path, token, body string, out any) int {
 	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", "application/json") // the API refuses other bodies (415)
 	}
 	if method == http.MethodPost && strings.HasPrefix(path, "/v1/approvals") && !strings.Contains(path[len("/v1/approvals"):], "/") {
 		req.Header.Set("Idempotency-Key", approval.NewID("key"))
@@ -120,8 +127,8 @@ func (f *fixture) needsReview() *approval.ExecutionRecord {
 		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/approvals", strings.NewReader(
 			`{"action": "payout", "title": "Pay out invoice 88", "approvers": ["ana"], "context": {"invoice": 88}}`))
 		req.Header.Set("Authorization", "Bearer "+f.token(requester, approval.RoleRequester))
-		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			f.tb.Fatal(err)

@@ -30,7 +30,7 @@ const (
 const (
 	viaToken = "token"
 	viaOIDC  = "oidc"
-	viaLink  = "link" // reserved for e-mailed sign-in links
+	viaLink  = "link" // an e-mailed sign-in link
 )
 
 // session is the signed content of the session cookie.

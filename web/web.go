@@ -66,6 +66,8 @@ type Config struct {
 	Service *approval.Service
 	// OIDC enables sign-in with an OpenID Connect provider; nil leaves only the token form.
 	OIDC *OIDCConfig
+	// Links enables sign-in links by e-mail (docs/web.md, "Sign-in links"); nil offers none.
+	Links *LinksConfig
 
 	LongPollInterval time.Duration // how often the page's long-poll re-reads; 0 = 500ms
 	LongPollWait     time.Duration // how long one long-poll waits; 0 = 25s
@@ -86,6 +88,7 @@ type Server struct {
 	ttl        time.Duration
 	secure     bool
 	oidc       *oidcClient
+	links      *LinksConfig
 	pollEvery  time.Duration
 	pollWait   time.Duration
 	stuckAfter time.Duration
@@ -108,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 		pollEvery:  cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
 		pollWait:   cmp.Or(cfg.LongPollWait, DefaultLongPollWait),
 		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter),
+		links:      cfg.Links,
 		mux:        http.NewServeMux(),
 		forms:      newSubmitted(),
 	}
@@ -177,6 +181,10 @@ func (s *Server) Handler(api http.Handler) http.Handler {
 // ApprovalPath is the path of an approval's page, for links in notifications.
 func ApprovalPath(id string) string { return Prefix + "approvals/" + url.PathEscape(id) }
 
+// SigninLinkPath is the page an e-mailed sign-in link opens: it asks to confirm, and only
+// the confirming POST uses the token.
+func SigninLinkPath(token string) string { return Prefix + "signin/link?t=" + url.QueryEscape(token) }
+
 func (s *Server) routes() {
 	m := s.mux
 	m.HandleFunc("GET /ui/{$}", s.authed(s.handleWaiting))
@@ -192,6 +200,9 @@ func (s *Server) routes() {
 
 	m.HandleFunc("GET /ui/signin", s.handleSignInPage)
 	m.HandleFunc("POST /ui/signin/token", s.handleSignInToken)
+	m.HandleFunc("POST /ui/signin/email", s.handleSignInEmail)
+	m.HandleFunc("GET /ui/signin/link", s.handleSignInLinkPage)
+	m.HandleFunc("POST /ui/signin/link", s.handleSignInLink)
 	m.HandleFunc("GET /ui/signin/oidc", s.handleOIDCStart)
 	m.HandleFunc("GET /ui/signin/oidc/callback", s.handleOIDCCallback)
 	m.HandleFunc("POST /ui/signout", s.authed(s.handleSignOut))

@@ -94,6 +94,16 @@ type WebConfig struct {
 	SessionTTL time.Duration `yaml:"session_ttl"`
 	// OIDC enables sign-in with an OpenID Connect provider.
 	OIDC *OIDCConfig `yaml:"oidc"`
+	// SigninLinks enables sign-in links by e-mail for the people with an address (it needs
+	// the smtp section).
+	SigninLinks *SigninLinksConfig `yaml:"signin_links"`
+}
+
+// SigninLinksConfig is sign-in by e-mailed link: people are approvers under their name unless
+// operators or admins name them.
+type SigninLinksConfig struct {
+	Operators []string `yaml:"operators"`
+	Admins    []string `yaml:"admins"`
 }
 
 // OIDCConfig is sign-in with an OpenID Connect provider (authorization code flow with PKCE).

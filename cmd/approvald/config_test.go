@@ -308,6 +308,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"smtp bad mode", func(c *Config) { c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com", StartTLS: "maybe"} }, "smtp.starttls", ErrInvalidMode},
 		{"callback url bad", func(c *Config) { c.Callbacks.Requesters = []RequesterConfig{{Name: "ci-bot", URL: "ci/hook"}} }, "callbacks.requesters[0].url", ErrInvalidURL},
 		{"callback secret bad", func(c *Config) { c.Callbacks.Secret = "hunter2" }, "callbacks.secret", ErrInvalidSecret},
+		{"signin links without smtp", func(c *Config) { c.Web.SigninLinks = &SigninLinksConfig{} }, "web.signin_links", ErrNoSMTP},
+		{"callback host wildcard", func(c *Config) { c.Callbacks.AllowedHosts = []string{"ci.example.com", "*"} }, "callbacks.allowed_hosts[1]", ErrInvalidDomain},
+		{"callback host url", func(c *Config) { c.Callbacks.AllowedHosts = []string{"https://ci.example.com"} }, "callbacks.allowed_hosts[0]", ErrInvalidDomain},
 
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},

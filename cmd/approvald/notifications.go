@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/mail"
+	"strings"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/notify"
@@ -37,6 +38,11 @@ type NotificationsConfig struct {
 type CallbacksConfig struct {
 	Secret     string            `yaml:"secret"` // whsec_...; per requester overrides it
 	Requesters []RequesterConfig `yaml:"requesters"`
+	// AllowedHosts are the hosts a create's callback_url may name: "ci.example.com", or
+	// "*.example.com" for any name below example.com. Empty: callback_url is refused.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowHTTPLoopback lets a callback_url use plain http to a loopback host.
+	AllowHTTPLoopback bool `yaml:"allow_http_loopback"`
 }
 
 // RequesterConfig is one requester's callback.
@@ -94,6 +100,17 @@ func (c *Config) validateNotifications() error {
 	if err := checkSecret("callbacks.secret", c.Callbacks.Secret); err != nil {
 		return err
 	}
+	if c.Web.SigninLinks != nil && c.SMTP == nil {
+		return fmt.Errorf("web.signin_links: %w", ErrNoSMTP)
+	}
+	for i, h := range c.Callbacks.AllowedHosts {
+		// A host name, or *. and a domain: no scheme, port, path or bare wildcard, which
+		// would open every address to a caller's callback_url.
+		name := strings.TrimPrefix(h, "*.")
+		if name == "" || strings.ContainsAny(name, "*@/: ") {
+			return fmt.Errorf("callbacks.allowed_hosts[%d]: %w", i, ErrInvalidDomain)
+		}
+	}
 	seen = map[string]bool{}
 	for i, r := range c.Callbacks.Requesters {
 		field := fmt.Sprintf("callbacks.requesters[%d]", i)
@@ -116,10 +133,11 @@ func (c *Config) validateNotifications() error {
 // routing is who the configuration tells of what: a person's channels are those they have an
 // address for.
 func (c *Config) routing() approval.Routing {
-	r := approval.Routing{Channels: map[string][]string{}, Operators: c.Notifications.Operators, Callbacks: map[string]string{}}
+	r := approval.Routing{Channels: map[string][]string{}, Operators: c.Notifications.Operators, Callbacks: map[string]string{}, Emails: map[string]string{}}
 	for _, p := range c.People {
 		if p.Email != "" && c.SMTP != nil {
 			r.Channels[p.Name] = append(r.Channels[p.Name], approval.ChannelEmail)
+			r.Emails[p.Name] = p.Email
 		}
 		if p.Chat != "" {
 			r.Channels[p.Name] = append(r.Channels[p.Name], approval.ChannelChat)
@@ -128,6 +146,7 @@ func (c *Config) routing() approval.Routing {
 	for _, q := range c.Callbacks.Requesters {
 		r.Callbacks[q.Name] = q.URL
 	}
+	r.CallbackHosts, r.CallbackHTTPLoopback = c.Callbacks.AllowedHosts, c.Callbacks.AllowHTTPLoopback
 	return r
 }
 

@@ -328,6 +328,9 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 	if w.SessionKey != "" {
 		cfg.SessionKey = []byte(w.SessionKey)
 	}
+	if l := w.SigninLinks; l != nil {
+		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins}
+	}
 	if o := w.OIDC; o != nil {
 		cfg.OIDC = &web.OIDCConfig{
 			Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, RedirectURL: o.RedirectURL,

@@ -13,7 +13,7 @@ import (
 const (
 	ApprovalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.requester,
 	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
-	a.fingerprint`
+	a.fingerprint, COALESCE(a.callback_url, '')`
 	ExecutionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.targeted, x.status,
 	x.attempts, x.last_error, x.result, x.next_attempt_at, x.lease_expires_at,
 	x.applied_version, x.uncertain, x.attempt_base, x.created_at, x.updated_at`
@@ -34,7 +34,7 @@ func ScanApproval(row Row, extra ...any) (*approval.Approval, error) {
 	var status string
 	dest := append([]any{&a.ID, &a.OperationKey, &a.Action, &a.Title, Bytes((*[]byte)(&a.Context)), &a.Requester,
 		&a.RequiredApprovals, &status, NullTime(&a.DecidedAt), Time(&a.ExpiresAt), Time(&a.CreatedAt),
-		&a.Version, &a.Fingerprint}, extra...)
+		&a.Version, &a.Fingerprint, &a.CallbackURL}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("scan approval: %w", err)
 	}

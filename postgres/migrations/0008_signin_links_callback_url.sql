@@ -1,0 +1,17 @@
+-- 0008_signin_links_callback_url: e-mailed sign-in links (docs/web.md, "Sign-in links") and
+-- the callback URL a create may name (docs/notifications.md, "Callbacks").
+
+-- A sign-in link: only the SHA-256 of its token. used_at is set once, by the one use that
+-- finds it unused and unexpired.
+CREATE TABLE signin_tokens (
+	hash       bytea       PRIMARY KEY,
+	subject    text        NOT NULL,
+	created_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
+	used_at    timestamptz
+);
+-- The limit on links per person counts their recent ones.
+CREATE INDEX signin_tokens_subject ON signin_tokens (subject, created_at);
+
+-- NULL when the create named no callback_url.
+ALTER TABLE approvals ADD COLUMN callback_url text;

@@ -1,0 +1,93 @@
+package web
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/approvald/approval"
+)
+
+// LinksConfig enables sign-in links by e-mail: a person named in the configuration with an
+// e-mail address asks for a link on the sign-in page and signs in with it once. People
+// signed in this way are approvers under their name, unless Operators or Admins name them.
+type LinksConfig struct {
+	Operators []string
+	Admins    []string
+}
+
+// role is the role of a person signed in by a link.
+func (c *LinksConfig) role(person string) approval.Role {
+	switch {
+	case slices.Contains(c.Admins, person):
+		return approval.RoleAdmin
+	case slices.Contains(c.Operators, person):
+		return approval.RoleOperator
+	}
+	return approval.RoleApprover
+}
+
+// handleSignInEmail is POST /ui/signin/email: a sign-in link is asked for by name or
+// address. The answer is the same whether anybody matched, had an address, or had asked too
+// often, so that it tells nobody who has an account; only input no name can be (blank, more
+// than one line) is refused.
+func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
+	if s.links == nil {
+		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in links are not enabled"))
+		return
+	}
+	if err := s.checkPreSignIn(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.svc.RequestSignin(r.Context(), r.PostFormValue("who"))
+	if approval.ErrorCode(err) == approval.EINVALID {
+		s.renderSignIn(w, r, http.StatusBadRequest, "Enter your name or e-mail address, on one line.")
+		return
+	} else if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("sign-in link requested", "person", res.Person, "queued", res.Queued, "limited", res.Limited)
+	s.renderSignInPage(w, r, http.StatusOK, signInPage{Sent: true})
+}
+
+// handleSignInLinkPage is GET /ui/signin/link?t=TOKEN, the page an e-mailed link opens. It
+// changes nothing: mail scanners fetch the links in mails, so only the confirming POST of
+// this page uses the token.
+func (s *Server) handleSignInLinkPage(w http.ResponseWriter, r *http.Request) {
+	if s.links == nil {
+		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in links are not enabled"))
+		return
+	}
+	token := r.URL.Query().Get("t")
+	if token == "" {
+		s.renderSignIn(w, r, http.StatusBadRequest, "This sign-in link is incomplete. Copy all of it from the mail, or ask for a new one.")
+		return
+	}
+	s.renderSignInPage(w, r, http.StatusOK, signInPage{Confirm: token})
+}
+
+// handleSignInLink is POST /ui/signin/link: the link's token is used, once, and becomes a
+// session for the person it was made for.
+func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
+	if s.links == nil {
+		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in links are not enabled"))
+		return
+	}
+	if err := s.checkPreSignIn(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	person, err := s.svc.UseSignin(r.Context(), r.PostFormValue("t"))
+	if approval.ErrorCode(err) == approval.EUNAUTHORIZED {
+		// Post, redirect, get: the sign-in page says why, and a reload posts nothing again.
+		http.Redirect(w, r, Prefix+"signin?link=refused", http.StatusSeeOther)
+		return
+	} else if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.startSession(w, r, approval.Principal{Subject: person, Role: s.links.role(person)}, viaLink, nil)
+	s.setCookie(w, r, preCookie, "", 0)
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}

@@ -1,0 +1,109 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/web"
+)
+
+// linkRouting: alice and olga have e-mail addresses; olga signs in by link as an operator.
+var linkRouting = approval.Routing{
+	Channels: map[string][]string{"alice": {approval.ChannelEmail}, "olga": {approval.ChannelEmail}},
+	Emails:   map[string]string{"alice": "alice@example.com", "olga": "olga@example.com"},
+}
+
+func setupLinks(tb testing.TB, kind string) *fixture {
+	return setupRouted(tb, kind, linkRouting, func(cfg *web.Config, base string) {
+		cfg.Links = &web.LinksConfig{Operators: []string{"olga"}}
+	})
+}
+
+// askLink asks for a sign-in link for who through the sign-in page and returns the answer.
+func (b *browser) askLink(who string) page {
+	b.f.tb.Helper()
+	p := b.get("/ui/signin")
+	must(b.f.tb, strings.Contains(p.body, `id="ask-link"`), "the sign-in page offers no sign-in link")
+	return b.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {field(b.f.tb, p.body, "csrf")}, "who": {who}})
+}
+
+// linkTokens returns the tokens of the sign-in mails in the outbox, newest first.
+func (f *fixture) linkTokens() []string {
+	f.tb.Helper()
+	msgs, _, err := f.store.OutboxMessages(context.Background(), approval.OutboxFilter{Kind: approval.OutboxSignin, Limit: approval.MaxPageSize})
+	if err != nil {
+		f.tb.Fatal(err)
+	}
+	var tokens []string
+	for _, m := range msgs {
+		var p approval.Signin
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			f.tb.Fatal(err)
+		}
+		tokens = append(tokens, p.Token)
+	}
+	return tokens
+}
+
+// TestSignInLink: asking for a link answers the same whoever asks; opening the link changes
+// nothing; confirming it signs in once, and a second use, in another browser, is refused.
+func TestSignInLink(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		f := setupLinks(t, kind)
+		a := f.browser()
+
+		known, byName, unknown := a.askLink("ALICE@example.com"), a.askLink("olga"), a.askLink("mallory@example.com")
+		for _, p := range []page{known, byName, unknown} {
+			must(t, p.status == http.StatusOK, "ask for a link: status %d, want 200", p.status)
+		}
+		must(t, strings.Contains(textOf(known.body), "a sign-in link is on its way"), "answer: %s", textOf(known.body))
+		must(t, textOf(known.body) == textOf(unknown.body) && textOf(known.body) == textOf(byName.body),
+			"the answers differ: a known address got %q, an unknown one %q", textOf(known.body), textOf(unknown.body))
+		tokens := f.linkTokens()
+		must(t, len(tokens) == 2, "sign-in mails queued: %d, want 2 (alice, olga)", len(tokens))
+		olgaToken, aliceToken := tokens[0], tokens[1]
+
+		blank := a.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {field(t, a.get("/ui/signin").body, "csrf")}, "who": {"  "}})
+		must(t, blank.status == http.StatusBadRequest, "a blank name: status %d, want 400", blank.status)
+		noCSRF := a.do(http.MethodPost, "/ui/signin/email", url.Values{"who": {"alice"}})
+		must(t, noCSRF.status == http.StatusForbidden, "ask without the form token: status %d, want 403", noCSRF.status)
+		must(t, len(f.linkTokens()) == 2, "refused asks queued mail")
+
+		// Opening the link (as a mail scanner would) only shows the confirmation.
+		confirm := a.get(web.SigninLinkPath(aliceToken))
+		must(t, confirm.status == http.StatusOK && strings.Contains(confirm.body, `id="use-link"`), "link page: status %d", confirm.status)
+		again := a.get(web.SigninLinkPath(aliceToken))
+		must(t, a.get("/ui/").status == http.StatusSeeOther, "opening the link signed in")
+		// A post without the page's form token is refused and does not use the link.
+		forged := a.do(http.MethodPost, "/ui/signin/link", url.Values{"t": {aliceToken}})
+		must(t, forged.status == http.StatusForbidden, "use without the form token: status %d, want 403", forged.status)
+
+		used := a.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, again.body, "csrf")}, "t": {field(t, again.body, "t")}})
+		must(t, used.status == http.StatusSeeOther && used.header.Get("Location") == "/ui/", "use the link: status %d to %q, want 303 to /ui/", used.status, used.header.Get("Location"))
+		home := a.get("/ui/")
+		must(t, home.status == http.StatusOK && strings.Contains(home.body, "alice"), "after the link: status %d", home.status)
+		must(t, !strings.Contains(home.body, `href="/ui/operations"`), "alice got the operators' page by link")
+
+		// The same link in another browser: refused, and no session.
+		b := f.browser()
+		p := b.get(web.SigninLinkPath(aliceToken))
+		second := b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, p.body, "csrf")}, "t": {aliceToken}})
+		must(t, second.status == http.StatusSeeOther && second.header.Get("Location") == "/ui/signin?link=refused",
+			"second use: status %d to %q, want 303 to the sign-in page", second.status, second.header.Get("Location"))
+		refused := b.get(second.header.Get("Location"))
+		must(t, strings.Contains(textOf(refused.body), "already used or has expired"), "after a second use the page says %s", textOf(refused.body))
+		must(t, b.get("/ui/").status == http.StatusSeeOther, "a refused link signed in")
+
+		// olga's link makes an operator's session, as the links configuration says.
+		p = b.get(web.SigninLinkPath(olgaToken))
+		must(t, b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, p.body, "csrf")}, "t": {olgaToken}}).status == http.StatusSeeOther, "olga's link refused")
+		must(t, b.get("/ui/operations").status == http.StatusOK, "olga by link is not an operator")
+	})
+}
