@@ -62,10 +62,21 @@ type Store interface {
 	// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
 	Events(ctx context.Context, approvalID string) ([]Event, error)
 
-	// CreateToken stores a token record.
+	// CreateToken stores a token record (its name and expiry included).
 	CreateToken(ctx context.Context, t Token) error
-	// TokenByHash finds the token with the given hash, or ENOTFOUND.
+	// TokenByHash finds the token with the given hash, revoked or expired ones included, or
+	// ENOTFOUND. It is one statement on the unique index of the hash: Service.Authenticate
+	// runs it on every request.
 	TokenByHash(ctx context.Context, hash []byte) (*Token, error)
+	// Token returns one token, or ENOTFOUND.
+	Token(ctx context.Context, id string) (*Token, error)
+	// Tokens lists tokens newest first (created_at, then id, descending), and the cursor of
+	// the next page ("" on the last page).
+	Tokens(ctx context.Context, f TokenFilter) ([]*Token, string, error)
+	// TokenSetLastUsedIfOlder sets the token's last_used_at to the store's now, only where it
+	// is unset or older than now-every: of many requests in a minute on any number of
+	// replicas, one writes. An unknown id changes nothing and is no error.
+	TokenSetLastUsedIfOlder(ctx context.Context, id string, every time.Duration) error
 	// Bootstrap stores t only if no token was ever bootstrapped on this database, and reports
 	// whether it did. Of several processes starting at once on a new database exactly one
 	// gets true.

@@ -24,6 +24,17 @@ type Tx interface {
 	// it can be deferred.
 	Rollback(ctx context.Context) error
 
+	// TokenGetForUpdate returns one token and locks it against every other transaction's
+	// change until this one ends, or ENOTFOUND.
+	TokenGetForUpdate(ctx context.Context, id string) (*Token, error)
+	// TokenSetRevokedIfActive sets the token's revoked_at to Now, only while it is unset; the
+	// caller holds the token's lock and has seen it unset, so anything else fails the
+	// transaction.
+	TokenSetRevokedIfActive(ctx context.Context, id string) error
+	// TokenInsert stores a new token record. A duplicate id or hash is ECONFLICT (at the
+	// latest at Commit).
+	TokenInsert(ctx context.Context, t Token) error
+
 	// ApprovalGetForUpdate returns one approval with its approvers, decisions (oldest first)
 	// and execution, and locks it against every other transaction's change until this one
 	// ends: the lock orders votes, cancels and expiries of one approval, and makes the

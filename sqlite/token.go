@@ -3,8 +3,10 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // bootstrapKey marks, in meta, that this database has had its bootstrap token.
@@ -66,8 +68,8 @@ func (s *Store) Bootstrap(ctx context.Context, t approval.Token) (bool, error) {
 
 func insertToken(ctx context.Context, tx *tx, t approval.Token) error {
 	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO tokens (id, subject, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`,
-		t.ID, t.Subject, string(t.Role), t.Hash, micros(t.CreatedAt),
+		INSERT INTO tokens (id, subject, role, hash, created_at, name, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		t.ID, t.Subject, string(t.Role), t.Hash, micros(t.CreatedAt), t.Name, nullMicros(t.ExpiresAt),
 	); err != nil {
 		if isUnique(err) {
 			return approval.Errorf(approval.ECONFLICT, "a token with this id or hash already exists")
@@ -75,4 +77,33 @@ func insertToken(ctx context.Context, tx *tx, t approval.Token) error {
 		return fmt.Errorf("insert token: %w", err)
 	}
 	return nil
+}
+
+// TokenSetLastUsedIfOlder takes the write lock briefly; it runs beside no request.
+func (s *Store) TokenSetLastUsedIfOlder(ctx context.Context, id string, every time.Duration) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("touch token", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, sqldb.TokenTouchSQL(dialect), micros(tx.now), id, micros(tx.now.Add(-every))); err != nil {
+		return fail("touch token", err)
+	}
+	return fail("touch token", tx.commit())
+}
+
+// TokenGetForUpdate needs no lock of its own: the write lock is held.
+func (t *ruleTx) TokenGetForUpdate(ctx context.Context, id string) (*approval.Token, error) {
+	tok, err := sqldb.TokenByID(ctx, querier{t.tx.Tx}, dialect, id, "")
+	return tok, fail("read token", err)
+}
+
+func (t *ruleTx) TokenSetRevokedIfActive(ctx context.Context, id string) error {
+	res, err := t.tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`,
+		micros(t.tx.now), id)
+	return fail("revoke token", changedOne(res, err, "token", id))
+}
+
+func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
+	return fail("insert token", insertToken(ctx, t.tx, tok))
 }
