@@ -64,7 +64,7 @@ type counter interface {
 type Config struct {
 	Store Store
 	// Service applies the rules; required. Its own settings (the clock, how long a create's
-	// response replays, the token cache) are the server's.
+	// response replays, the memory of token uses) are the server's.
 	Service          *approval.Service
 	Logger           *slog.Logger         // JSON handler in production; nil = discard
 	Registry         *prometheus.Registry // nil = a new one; served at /metrics
