@@ -92,6 +92,35 @@ func TestTokenLifecycle(t *testing.T) {
 	})
 }
 
+// TestTokenRevokeReachesServer: a token revoked by the command, another process, is refused
+// by a running server on its very next request; the server then stops cleanly.
+func TestTokenRevokeReachesServer(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		srv := startServe(t, dsn)
+		srv.bootstrapToken(t)
+		secret := createToken(t, dsn, "ci-bot", "requester")
+		if r := srv.do(t, "GET", "/v1/approvals", secret, "", ""); r.status != 200 {
+			t.Fatalf("GET with the new token: got %d %s, want 200", r.status, r.body)
+		}
+		var id string
+		for _, tok := range listTokens(t, dsn) {
+			if tok.Subject == "ci-bot" {
+				id = tok.ID
+			}
+		}
+		if _, stderr, code := run(t, "token", "revoke", id, "--database-url", dsn); code != 0 {
+			t.Fatalf("token revoke: exit %d, stderr %s", code, stderr)
+		}
+		if r := srv.do(t, "GET", "/v1/approvals", secret, "", ""); r.status != 401 {
+			t.Fatalf("GET right after the revocation: got %d %s, want 401", r.status, r.body)
+		}
+		srv.stop(t)
+	})
+}
+
 // TestTokenUsageErrors: a token command used wrongly exits 2, says why on stderr, prints
 // nothing on stdout and changes nothing.
 func TestTokenUsageErrors(t *testing.T) {
