@@ -59,8 +59,8 @@ func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string
 // token stores a new API token and returns its secret.
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
-	secret, t := approval.NewToken(subject, role, approval.Now())
-	if err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), t); err != nil {
+	secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+	if err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
 	return secret
