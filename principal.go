@@ -42,3 +42,9 @@ func (p Principal) MayReport(a *Approval) bool {
 func (p Principal) MayOperate() bool {
 	return p.Role == RoleOperator || p.Role == RoleAdmin
 }
+
+// MayManageTokens reports whether p may create, list, revoke and rotate bearer tokens: admins
+// only, since a token is a role.
+func (p Principal) MayManageTokens() bool {
+	return p.Role == RoleAdmin
+}

@@ -23,21 +23,21 @@ type Service struct {
 	// a retry is answered from the approval itself. DefaultRetention when zero.
 	Retention time.Duration
 
-	// TokenCacheTTL is how long a successful token lookup is reused without asking the
-	// store again: the longest a change to a token (a revocation) can go unnoticed by this
-	// process. DefaultTokenCacheTTL when zero; negative disables the cache.
-	TokenCacheTTL time.Duration
-
-	tokensMu sync.RWMutex
-	tokens   map[string]cachedToken
+	// touchMu guards touched: when this process last sent each token's last_used_at, so
+	// that a busy token costs one write a minute, not one per request (see Authenticate).
+	touchMu sync.Mutex
+	touched map[string]time.Time
+	touches sync.WaitGroup
 }
 
 // Defaults of the Service.
 const (
-	DefaultRetention     = 24 * time.Hour
-	DefaultTokenCacheTTL = 5 * time.Second
-	// maxCachedTokens bounds the token cache; past it the cache starts again empty.
-	maxCachedTokens = 10_000
+	DefaultRetention = 24 * time.Hour
+	// maxTouched bounds the memory of last-use writes; past it the memory starts again empty
+	// (the store's guard still keeps the writes to one a minute per token).
+	maxTouched = 10_000
+	// touchTimeout bounds one last-use write, which no request waits for.
+	touchTimeout = 10 * time.Second
 )
 
 // CreatePath and CreateMethod are the route a create is fingerprinted under: the route, not
@@ -123,49 +123,62 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	return CreateResult{}, Errorf(EINTERNAL, "the store found the key %q held by nothing", c.Key)
 }
 
-// Authenticate returns the token whose secret is given, or EUNAUTHORIZED for an unknown one.
-// A token found is remembered for TokenCacheTTL, so that a busy caller costs the database
-// one lookup per TTL instead of one per request; an unknown secret is asked about every
-// time.
+// Authenticate returns the token whose secret is given, or EUNAUTHORIZED for an unknown,
+// revoked or expired one. It asks the store every time, one statement on the hash's unique
+// index (one round trip on PostgreSQL), and caches nothing: so a revocation or an expiry
+// holds on every replica from the moment it commits (docs/http-api.md, "Tokens"). Expiry is
+// compared with the Service's clock.
+//
+// The token's last_used_at is brought up to date when it is older than TokenTouchEvery, by a
+// write no request waits for (Wait waits for those in flight).
 func (s *Service) Authenticate(ctx context.Context, secret string) (*Token, error) {
-	hash := HashToken(secret)
-	ttl := s.TokenCacheTTL
-	if ttl == 0 {
-		ttl = DefaultTokenCacheTTL
-	}
-	now := time.Now()
-	if ttl > 0 {
-		s.tokensMu.RLock()
-		c, ok := s.tokens[string(hash)]
-		s.tokensMu.RUnlock()
-		if ok && now.Before(c.until) {
-			t := c.token
-			return &t, nil
-		}
-	}
-
-	t, err := s.Store.TokenByHash(ctx, hash)
+	t, err := s.Store.TokenByHash(ctx, HashToken(secret))
 	if ErrorCode(err) == ENOTFOUND {
 		return nil, Errorf(EUNAUTHORIZED, "unknown bearer token")
 	} else if err != nil {
 		return nil, err
 	}
-	if ttl > 0 {
-		s.tokensMu.Lock()
-		if s.tokens == nil || len(s.tokens) >= maxCachedTokens {
-			s.tokens = make(map[string]cachedToken)
-		}
-		s.tokens[string(hash)] = cachedToken{token: *t, until: now.Add(ttl)}
-		s.tokensMu.Unlock()
+	now := s.now()
+	if why := t.Usable(now); why != "" {
+		return nil, Errorf(EUNAUTHORIZED, "%s", why)
 	}
+	s.touch(ctx, t, now)
 	return t, nil
 }
 
-// cachedToken is a token lookup remembered until a time.
-type cachedToken struct {
-	token Token
-	until time.Time
+// touch sends the token's last-use write in the background when the stored value is stale
+// and this process has not sent one in the last TokenTouchEvery.
+func (s *Service) touch(ctx context.Context, t *Token, now time.Time) {
+	if t.LastUsedAt != nil && now.Sub(*t.LastUsedAt) < TokenTouchEvery {
+		return
+	}
+	s.touchMu.Lock()
+	if last, ok := s.touched[t.ID]; ok && now.Sub(last) < TokenTouchEvery && !now.Before(last) {
+		s.touchMu.Unlock()
+		return
+	}
+	if s.touched == nil || len(s.touched) >= maxTouched {
+		s.touched = make(map[string]time.Time)
+	}
+	s.touched[t.ID] = now
+	s.touchMu.Unlock()
+
+	id := t.ID
+	s.touches.Go(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), touchTimeout)
+		defer cancel()
+		if err := s.Store.TokenSetLastUsedIfOlder(ctx, id, TokenTouchEvery); err != nil {
+			// Forget the send so that the next request tries again; the use itself stands.
+			s.touchMu.Lock()
+			delete(s.touched, id)
+			s.touchMu.Unlock()
+		}
+	})
 }
+
+// Wait returns when the tokens' last-use writes started so far have ended. A server calls it
+// when it has stopped serving, before closing the store.
+func (s *Service) Wait() { s.touches.Wait() }
 
 func (s *Service) now() time.Time {
 	if s.Now != nil {

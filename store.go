@@ -62,9 +62,20 @@ type Store interface {
 	// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
 	Events(ctx context.Context, approvalID string) ([]Event, error)
 
-	// TokenByHash finds the token with the given hash, or ENOTFOUND. Tokens are written by
-	// Service.CreateToken and Service.Bootstrap.
+	// TokenByHash finds the token with the given hash, revoked or expired ones included, or
+	// ENOTFOUND. It is one statement on the unique index of the hash: Service.Authenticate
+	// runs it on every request. Tokens are written by Service.CreateToken, RotateToken,
+	// RevokeToken and Bootstrap.
 	TokenByHash(ctx context.Context, hash []byte) (*Token, error)
+	// Token returns one token, or ENOTFOUND.
+	Token(ctx context.Context, id string) (*Token, error)
+	// Tokens lists tokens newest first (created_at, then id, descending), and the cursor of
+	// the next page ("" on the last page).
+	Tokens(ctx context.Context, f TokenFilter) ([]*Token, string, error)
+	// TokenSetLastUsedIfOlder sets the token's last_used_at to the store's now, only where it
+	// is unset or older than now-every: of many requests in a minute on any number of
+	// replicas, one writes. An unknown id changes nothing and is no error.
+	TokenSetLastUsedIfOlder(ctx context.Context, id string, every time.Duration) error
 
 	// Ping checks that the database answers. A database that cannot be reached is reported,
 	// by this and every other method, as an EUNAVAILABLE error (503), never as success.

@@ -24,6 +24,14 @@ type Tx interface {
 	// it can be deferred.
 	Rollback(ctx context.Context) error
 
+	// TokenGetForUpdate returns one token and locks it against every other transaction's
+	// change until this one ends, or ENOTFOUND.
+	TokenGetForUpdate(ctx context.Context, id string) (*Token, error)
+	// TokenSetRevokedIfActive sets the token's revoked_at to Now, only while it is unset; the
+	// caller holds the token's lock and has seen it unset, so anything else fails the
+	// transaction.
+	TokenSetRevokedIfActive(ctx context.Context, id string) error
+
 	// ApprovalGetForUpdate returns one approval with its approvers, decisions (oldest first)
 	// and execution, and locks it against every other transaction's change until this one
 	// ends: the lock orders votes, cancels and expiries of one approval, and makes the
@@ -102,8 +110,8 @@ type Tx interface {
 	// otherwise.
 	ExecutionUpdateIfStatus(ctx context.Context, rec *ExecutionRecord, status ExecutionStatus) error
 
-	// TokenInsert inserts a token record; a duplicate id or hash is ECONFLICT, at the latest
-	// from Commit.
+	// TokenInsert inserts a token record, its name, expiry, last use and revocation
+	// included; a duplicate id or hash is ECONFLICT, at the latest from Commit.
 	TokenInsert(ctx context.Context, t Token) error
 	// BootstrapInsert marks the database as bootstrapped, with the token tokenID, and reports
 	// whether this transaction did: false if it was marked before. Of transactions racing to

@@ -37,8 +37,8 @@ func exampleServer() (string, map[string]string, func()) {
 	}
 	tokens := map[string]string{}
 	for subject, role := range map[string]approval.Role{"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover, "bob": approval.RoleApprover} {
-		secret, tok := approval.NewToken(subject, role, approval.Now())
-		if err := (&approval.Service{Store: store}).CreateToken(ctx, tok); err != nil {
+		secret, _, err := (&approval.Service{Store: store}).CreateToken(ctx, approval.TokenSpec{Subject: subject, Role: role})
+		if err != nil {
 			log.Fatal(err)
 		}
 		tokens[subject] = secret

@@ -51,8 +51,8 @@ func setup(t *testing.T, kind string) *fixture {
 		"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover,
 		"bob": approval.RoleApprover, "ops": approval.RoleOperator,
 	} {
-		secret, tok := approval.NewToken(subject, role, approval.Now())
-		if err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tok); err != nil {
+		secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		f.tokens[subject] = secret

@@ -97,8 +97,9 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 // token stores a new token for subject and role and returns its secret.
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
-	secret, t := approval.NewToken(subject, role, f.clock.Now())
-	if err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), t); err != nil {
+	svc := &approval.Service{Store: f.store, Now: f.clock.Now}
+	secret, _, err := svc.CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+	if err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
 	return secret

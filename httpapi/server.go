@@ -46,6 +46,7 @@ type Store interface {
 	InboxEvents(ctx context.Context, f approval.InboxFilter) ([]*approval.InboxEvent, string, error)
 	OutboxMessage(ctx context.Context, id string) (*approval.OutboxMessage, []approval.OutboxAttempt, error)
 	OutboxMessages(ctx context.Context, f approval.OutboxFilter) ([]*approval.OutboxMessage, string, error)
+	Tokens(ctx context.Context, f approval.TokenFilter) ([]*approval.Token, string, error)
 	RecordInbox(ctx context.Context, e *approval.InboxEvent) (duplicate bool, err error)
 	counter
 	Ping(ctx context.Context) error
@@ -63,7 +64,7 @@ type counter interface {
 type Config struct {
 	Store Store
 	// Service applies the rules; required. Its own settings (the clock, how long a create's
-	// response replays, the token cache) are the server's.
+	// response replays, the memory of token uses) are the server's.
 	Service          *approval.Service
 	Logger           *slog.Logger         // JSON handler in production; nil = discard
 	Registry         *prometheus.Registry // nil = a new one; served at /metrics
@@ -199,6 +200,11 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodGet, "/v1/outbox", http.HandlerFunc(s.handleListOutbox)},
 		{http.MethodGet, "/v1/outbox/{id}", http.HandlerFunc(s.handleGetOutbox)},
 		{http.MethodPost, "/v1/outbox/{id}/retry", http.HandlerFunc(s.handleRetryOutbox)},
+
+		{http.MethodPost, "/v1/tokens", http.HandlerFunc(s.handleCreateToken)},
+		{http.MethodGet, "/v1/tokens", http.HandlerFunc(s.handleListTokens)},
+		{http.MethodPost, "/v1/tokens/{id}/revoke", http.HandlerFunc(s.handleRevokeToken)},
+		{http.MethodPost, "/v1/tokens/{id}/rotate", http.HandlerFunc(s.handleRotateToken)},
 
 		{http.MethodGet, "/v1/openapi.json", http.HandlerFunc(s.handleOpenAPI)},
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},

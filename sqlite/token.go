@@ -2,20 +2,14 @@ package sqlite
 
 import (
 	"context"
+	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // bootstrapKey marks, in meta, that this database has had its bootstrap token.
 const bootstrapKey = "bootstrap_token"
-
-// TokenInsert: a duplicate id or hash is a unique violation, ECONFLICT (classify).
-func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
-	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO tokens (id, subject, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`,
-		tok.ID, tok.Subject, string(tok.Role), tok.Hash, micros(tok.CreatedAt))
-	return fail("insert token", err)
-}
 
 // BootstrapInsert writes the marker row in meta. Write transactions on one file are
 // serialized (BEGIN IMMEDIATE), so of several processes starting at once exactly one inserts
@@ -29,4 +23,36 @@ func (t *ruleTx) BootstrapInsert(ctx context.Context, tokenID string) (bool, err
 	}
 	n, err := res.RowsAffected()
 	return n == 1, fail("claim bootstrap", err)
+}
+
+// TokenSetLastUsedIfOlder takes the write lock briefly; it runs beside no request.
+func (s *Store) TokenSetLastUsedIfOlder(ctx context.Context, id string, every time.Duration) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("touch token", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, sqldb.TokenTouchSQL(dialect), micros(tx.now), id, micros(tx.now.Add(-every))); err != nil {
+		return fail("touch token", err)
+	}
+	return fail("touch token", tx.commit())
+}
+
+// TokenGetForUpdate needs no lock of its own: the write lock is held.
+func (t *ruleTx) TokenGetForUpdate(ctx context.Context, id string) (*approval.Token, error) {
+	tok, err := sqldb.TokenByID(ctx, querier{t.tx.Tx}, dialect, id, "")
+	return tok, fail("read token", err)
+}
+
+func (t *ruleTx) TokenSetRevokedIfActive(ctx context.Context, id string) error {
+	res, err := t.tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`,
+		micros(t.tx.now), id)
+	return fail("revoke token", changedOne(res, err, "token", id))
+}
+
+// TokenInsert: a duplicate id or hash is a unique violation, ECONFLICT (classify).
+func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
+	sql, args := sqldb.TokenInsert(dialect, tok)
+	_, err := t.tx.ExecContext(ctx, sql, args...)
+	return fail("insert token", err)
 }

@@ -66,8 +66,8 @@ func setupRouted(tb testing.TB, kind string, routing approval.Routing, opts ...f
 // token stores a new API token and returns its secret.
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
-	secret, t := approval.NewToken(subject, role, approval.Now())
-	if err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), t); err != nil {
+	secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+	if err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
 	return secret

@@ -62,7 +62,8 @@ type Config struct {
 	// Secure even if TLS ends in front of approvald.
 	PublicURL string
 	// Service applies the rules; nil makes one over Store with the Now above. A process that
-	// also serves the API passes the API's, so both share its token cache.
+	// also serves the API passes the API's, so both decide alike and share one memory of
+	// token uses.
 	Service *approval.Service
 	// OIDC enables sign-in with an OpenID Connect provider; nil leaves only the token form.
 	OIDC *OIDCConfig

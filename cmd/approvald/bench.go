@@ -320,8 +320,8 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 		{benchOther, approval.RoleApprover},
 		{benchAdmin, approval.RoleAdmin},
 	} {
-		secret, token := approval.NewToken(t.subject, t.role, approval.Now())
-		if err := (&approval.Service{Store: st}).CreateToken(ctx, token); err != nil {
+		secret, _, err := (&approval.Service{Store: st}).CreateToken(ctx, approval.TokenSpec{Subject: t.subject, Role: t.role})
+		if err != nil {
 			return nil, fmt.Errorf("create token %s: %w", t.subject, err)
 		}
 		tokens[t.subject] = secret

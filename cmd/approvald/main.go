@@ -3,6 +3,7 @@
 //	approvald serve          the HTTP API and the background workers
 //	approvald migrate        apply database migrations and exit
 //	approvald token create   make a bearer token and print it
+//	approvald token list     list tokens; revoke ID, rotate ID
 //	approvald request        ask for an approval (or find it) and wait for the decision
 //	approvald approvals      list, show and decide approvals at a terminal
 //	approvald bench          measure the server under concurrent load beside baselines
@@ -23,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -81,12 +83,12 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	case "migrate":
 		cmd = NewMigrateCommand(m.Stderr)
 	case "token":
-		if len(args) == 0 || args[0] != "create" {
+		if len(args) == 0 || !slices.Contains(tokenVerbs, args[0]) {
 			fmt.Fprint(m.Stderr, tokenUsage)
 			return exitUsage
 		}
-		name, args = "token create", args[1:]
-		cmd = NewTokenCreateCommand(m.Stdout, m.Stderr)
+		name, args = "token "+args[0], args[1:]
+		cmd = newTokenCommand(strings.TrimPrefix(name, "token "), m.Stdout, m.Stderr)
 	case "bench":
 		cmd = NewBenchCommand(m.Stdout, m.Stderr)
 	case "version":
@@ -153,7 +155,7 @@ Commands:
 
 	serve          run the HTTP API and the background workers
 	migrate        apply database migrations and exit
-	token create   make a bearer token (--subject NAME --role ROLE) and print it
+	token          create|list|revoke|rotate bearer tokens (create prints the new token)
 	request        ask for an approval under an operation key and wait for the decision
 	approvals      list|get|approve|reject|cancel approvals on a server
 	bench          measure the server under concurrent load beside baselines

@@ -34,8 +34,8 @@ func newGate(t *testing.T, kind string) *gate {
 	t.Cleanup(srv.Close)
 	g.url = srv.URL
 	for subject, role := range map[string]approval.Role{"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover, "bob": approval.RoleApprover} {
-		secret, tok := approval.NewToken(subject, role, approval.Now())
-		if err := (&approval.Service{Store: g.store}).CreateToken(context.Background(), tok); err != nil {
+		secret, _, err := (&approval.Service{Store: g.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		g.tokens[subject] = secret

@@ -192,7 +192,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// One Service holds the rules for every consumer in this process: the API, the pages and
-	// the workers decide alike, and share its token cache.
+	// the workers decide alike.
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses}
 	api := httpapi.New(httpapi.Config{
 		Store:            st,
@@ -305,6 +305,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 
 	stopWorkers()
 	workers.Wait()
+	rules.Wait() // the tokens' last-use writes still in flight
 	close(workerFailed)
 	for err := range workerFailed { // a worker that failed while the others were stopping
 		serveErr = errors.Join(serveErr, err)

@@ -213,21 +213,6 @@ func countByStatus[S ~string](ctx context.Context, r Reads, table string, status
 	return counts, past, r.Translate("count "+table, err)
 }
 
-// TokenByHash finds the token with the given hash, or ENOTFOUND.
-func (r Reads) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
-	rows, err := r.DB.Query(ctx, `SELECT id, subject, role, hash, created_at FROM tokens WHERE hash = `+r.Dialect.Param(1), hash)
-	t, err := first(Collect(rows, err, func(row Row) (*approval.Token, error) {
-		var t approval.Token
-		var role string
-		if err := row.Scan(&t.ID, &t.Subject, &role, &t.Hash, Time(&t.CreatedAt)); err != nil {
-			return nil, err
-		}
-		t.Role = approval.Role(role)
-		return &t, nil
-	}))("token not found")
-	return t, r.Translate("find token", err)
-}
-
 // first returns the first of the rows a query collected, or, when there is none, ENOTFOUND
 // with the message the returned function is given.
 func first[T any](list []T, err error) func(format string, args ...any) (T, error) {

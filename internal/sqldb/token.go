@@ -1,0 +1,80 @@
+package sqldb
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// TokenColumns are the columns ScanToken reads, from tokens t.
+const TokenColumns = `t.id, t.name, t.subject, t.role, t.hash, t.created_at, t.expires_at, t.last_used_at, t.revoked_at`
+
+// ScanToken reads TokenColumns.
+func ScanToken(row Row) (*approval.Token, error) {
+	var t approval.Token
+	var role string
+	if err := row.Scan(&t.ID, &t.Name, &t.Subject, &role, Bytes(&t.Hash), Time(&t.CreatedAt),
+		NullTime(&t.ExpiresAt), NullTime(&t.LastUsedAt), NullTime(&t.RevokedAt)); err != nil {
+		return nil, fmt.Errorf("scan token: %w", err)
+	}
+	t.Role = approval.Role(role)
+	return &t, nil
+}
+
+// TokenByHash finds the token with the given hash, revoked and expired ones included, or
+// ENOTFOUND: one statement on the hash's unique index.
+func (r Reads) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
+	rows, err := r.DB.Query(ctx, `SELECT `+TokenColumns+` FROM tokens t WHERE t.hash = `+r.Dialect.Param(1), hash)
+	t, err := first(Collect(rows, err, ScanToken))("token not found")
+	return t, r.Translate("find token", err)
+}
+
+// Token returns one token, or ENOTFOUND.
+func (r Reads) Token(ctx context.Context, id string) (*approval.Token, error) {
+	t, err := TokenByID(ctx, r.DB, r.Dialect, id, "")
+	return t, r.Translate("read token", err)
+}
+
+// TokenByID reads one token through q, or ENOTFOUND; lock is appended to the statement
+// ("FOR UPDATE" on PostgreSQL, "" elsewhere).
+func TokenByID(ctx context.Context, q Querier, d Dialect, id, lock string) (*approval.Token, error) {
+	rows, err := q.Query(ctx, `SELECT `+TokenColumns+` FROM tokens t WHERE t.id = `+d.Param(1)+` `+lock, id)
+	return first(Collect(rows, err, ScanToken))("token %s not found", id)
+}
+
+// Tokens lists tokens newest first; see approval.Store.
+func (r Reads) Tokens(ctx context.Context, f approval.TokenFilter) ([]*approval.Token, string, error) {
+	limit, err := approval.PageLimit(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	q := Query{Dialect: r.Dialect}
+	if err := q.After(f.Cursor, "t.created_at", "t.id"); err != nil {
+		return nil, "", err
+	}
+	return page(ctx, r, "list tokens", `SELECT `+TokenColumns+` FROM tokens t`, &q, "t.created_at", "t.id", limit, ScanToken,
+		func(t *approval.Token) (time.Time, string) { return t.CreatedAt, t.ID })
+}
+
+// TokenTouchSQL is the statement of approval.Store.TokenSetLastUsedIfOlder in d: its
+// arguments are now, the token's id, and now minus the interval.
+func TokenTouchSQL(d Dialect) string {
+	return `UPDATE tokens SET last_used_at = ` + d.Param(1) + ` WHERE id = ` + d.Param(2) +
+		` AND (last_used_at IS NULL OR last_used_at < ` + d.Param(3) + `)`
+}
+
+// TokenInsert is the statement of approval.Tx.TokenInsert in d and its arguments: every
+// column a new token has, its name and expiry included (last use and revocation start
+// unset). The driver runs it and translates a unique violation to ECONFLICT.
+func TokenInsert(d Dialect, t approval.Token) (string, []any) {
+	var expires any
+	if t.ExpiresAt != nil {
+		expires = d.Time(*t.ExpiresAt)
+	}
+	return `INSERT INTO tokens (id, subject, role, hash, created_at, name, expires_at) VALUES (` +
+			d.Param(1) + `, ` + d.Param(2) + `, ` + d.Param(3) + `, ` + d.Param(4) + `, ` +
+			d.Param(5) + `, ` + d.Param(6) + `, ` + d.Param(7) + `)`,
+		[]any{t.ID, t.Subject, string(t.Role), t.Hash, d.Time(t.CreatedAt), t.Name, expires}
+}
