@@ -44,6 +44,9 @@ func TestPackaging_SystemdUnit(t *testing.T) {
 	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("systemd-analyze is not installed: CI must check the unit, not skip it")
+		}
 		t.Skip("systemd-analyze is not installed")
 	}
 	unit, err := os.ReadFile("../../deploy/approvald.service")
