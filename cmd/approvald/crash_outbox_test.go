@@ -61,6 +61,7 @@ var mailApprovers = []string{"alice", "bob", "carol"}
 //   - in each round at least one mail arrived twice (the one whose acceptance the crash cut
 //     off), and a mail that arrived twice has two attempts on record, the first unfinished.
 func TestCrash_MailResendsOnce(t *testing.T) {
+	crashParallel(t)
 	rounds := outboxRounds(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
@@ -187,6 +188,7 @@ func checkMails(t *testing.T, srv *server, token string, sink *mailSink, msgs []
 //     it saw each decision once;
 //   - the callback is sent, with two attempts on record, the first unfinished.
 func TestCrash_CallbackOncePerEvent(t *testing.T) {
+	crashParallel(t)
 	rounds := outboxRounds(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
