@@ -330,7 +330,9 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 		cfg.SessionKey = []byte(w.SessionKey)
 	}
 	if l := w.SigninLinks; l != nil {
-		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins}
+		// Validate has checked the prefixes.
+		proxies, _ := l.trustedProxies()
+		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins, TrustedProxies: proxies}
 	}
 	if o := w.OIDC; o != nil {
 		cfg.OIDC = &web.OIDCConfig{
