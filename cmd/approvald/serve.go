@@ -223,6 +223,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		ErrorLog:          slog.NewLogLogger(svc.logger.Handler(), slog.LevelWarn),
 		ConnState:         svc.connState,
 	}
+	// net/http's own answers to malformed requests become problem+json like every other.
+	ln = httpapi.ServeProblems(srv, ln)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
