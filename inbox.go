@@ -56,6 +56,11 @@ type InboxEvent struct {
 	Conflicts      int        `json:"conflicts"`
 	LastConflictAt *time.Time `json:"last_conflict_at"`
 
+	// BodyHash, when set (the github scheme, which signs only the body), is the SHA-256 of
+	// Body and a second key: (Source, BodyHash) is unique for as long as the event is kept,
+	// purged body or not, so a captured body replayed under a new id is a duplicate too.
+	BodyHash []byte `json:"-"`
+
 	// LeaseToken fences a worker's claim (ClaimInbox); it is empty outside a claim.
 	LeaseToken string `json:"-"`
 }
@@ -113,11 +118,15 @@ type InboxFilter struct {
 // InboxStore is the durable half of the webhook inbox (docs/invariants.md, invariant 3). Both
 // stores implement it as part of Store.
 type InboxStore interface {
-	// RecordInbox stores e (ID, Source, EventID, Type, Headers, Body, ReceivedAt set by the
-	// caller; status pending, next attempt now) under the unique (source, event_id) in one
-	// transaction, and sets e's stored state (Status, NextAttemptAt). If the pair exists it
-	// stores nothing new and reports duplicate; when the body differs from the stored one it
-	// increments Conflicts and sets LastConflictAt. On a duplicate *e becomes the stored event
+	// RecordInbox stores e (ID, Source, EventID, Type, Headers, Body, BodyHash, ReceivedAt
+	// set by the caller; status pending, next attempt now) under the unique (source,
+	// event_id), and the unique (source, body_hash) when BodyHash is set, in one transaction,
+	// and sets e's stored state (Status, NextAttemptAt). If the pair exists it stores nothing
+	// new and reports duplicate; when the body differs from the stored one it increments
+	// Conflicts and sets LastConflictAt. If only the body hash exists (a replay: the same body
+	// under another event id) it stores nothing and reports duplicate, the stored event's
+	// EventID telling the caller which it was; an event id match wins over a hash match. On a
+	// duplicate *e becomes the stored event
 	// as InboxEvent returns it (its ID, ReceivedAt, Status, the first Body, nil once purged,
 	// and so on) without a LeaseToken, so the intake can name the event that was kept.
 	RecordInbox(ctx context.Context, e *InboxEvent) (duplicate bool, err error)

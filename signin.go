@@ -20,6 +20,10 @@ const (
 	// that nobody can bomb a mailbox with links.
 	SigninLimit  = 5
 	SigninWindow = time.Hour
+	// SigninKeep is how long a sign-in link is kept after it was made, used or not: past its
+	// expiry, and past the window of the per-person limit, which counts the links made in it.
+	// The sweeper deletes older ones (Store.PurgeSigninTokens).
+	SigninKeep = max(SigninTTL, SigninWindow)
 	// SigninTokenPrefix starts every sign-in token.
 	SigninTokenPrefix = "lnk_"
 	// EventSignin is the outbox event of a sign-in link.

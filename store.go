@@ -56,6 +56,10 @@ type Store interface {
 	// The approvals keep their operation key and fingerprint.
 	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
 
+	// PurgeSigninTokens deletes up to limit sign-in links made more than keep ago whose
+	// expiry has passed, used or not, returning the count (the sweeper passes SigninKeep).
+	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
+
 	// ApprovalCounts returns how many approvals are in each status (for /metrics).
 	ApprovalCounts(ctx context.Context) (map[Status]int, error)
 

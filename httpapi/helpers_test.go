@@ -85,7 +85,9 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 		cfg.Service = &approval.Service{Store: f.store, Now: f.clock.Now}
 	}
 	f.api = httpapi.New(cfg)
-	f.srv = httptest.NewServer(f.api)
+	f.srv = httptest.NewUnstartedServer(f.api)
+	f.srv.Listener = httpapi.ServeProblems(f.srv.Config, f.srv.Listener)
+	f.srv.Start()
 	tb.Cleanup(f.srv.Close)
 	transport := &http.Transport{MaxIdleConnsPerHost: 128}
 	tb.Cleanup(transport.CloseIdleConnections)

@@ -68,6 +68,7 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), intakeTimeout)
 	defer cancel()
+	eventID := e.EventID
 	duplicate, err := s.store.RecordInbox(ctx, e)
 	if err != nil {
 		// Whatever went wrong, the sender must not take the event as delivered: a 503 makes
@@ -79,7 +80,16 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 	}
 	// On a duplicate the store has made e the event stored first: the answer names it.
 	answer, result := intakeAnswer{ID: e.ID, Duplicate: duplicate}, receivedStored
-	if duplicate {
+	switch {
+	case duplicate && e.EventID != eventID:
+		// The body of a kept event under another id: under the github scheme, which signs
+		// neither the id nor a time, someone resent a captured delivery (or the sender sent
+		// the same body twice, which the scheme cannot tell apart). Answered as a redelivery.
+		result = receivedReplay
+		s.info(r).log.Warn("webhook replay", slog.String("source", src.Name),
+			slog.String("event_id", eventID), slog.String("stored_event", e.ID),
+			slog.String("stored_event_id", e.EventID))
+	case duplicate:
 		result = receivedDuplicate
 	}
 	s.metrics.received.WithLabelValues(src.Name, result).Inc()
@@ -107,6 +117,7 @@ func (s *Server) verifyDelivery(w http.ResponseWriter, r *http.Request, src *Sou
 		ID:         approval.NewID("inb"),
 		Source:     src.Name,
 		EventID:    d.EventID,
+		BodyHash:   d.BodyHash,
 		Type:       eventType(src.Verifier.Scheme, r.Header, body),
 		Headers:    keepHeaders(r.Header),
 		Body:       body,

@@ -467,6 +467,57 @@ func TestIntakeConflictingBody(t *testing.T) {
 	})
 }
 
+// TestIntakeGitHubReplay: GitHub signs only the body, so a captured delivery resent under a
+// new X-GitHub-Delivery verifies. The intake keys github events on the body's hash as well,
+// so the replay is answered as a redelivery, names the event kept and stores nothing; other
+// bodies are events of their own, and a Standard Webhooks source is keyed on its signed id
+// alone.
+func TestIntakeGitHubReplay(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := intakeSetup(t, kind)
+		olga := f.token("olga", approval.RoleOperator)
+		in := f.deliver("github", signGitHub(githubSecret, "gh-r1", "ping", githubBody, sha256.New), githubBody).accepted(t)
+		if in.Duplicate {
+			t.Fatalf("first delivery: got %+v, want a new event", in)
+		}
+		f.clock.Advance(time.Hour)
+		replay := f.deliver("github", signGitHub(githubSecret, "gh-r2", "ping", githubBody, sha256.New), githubBody).accepted(t)
+		if !replay.Duplicate || replay.ID != in.ID {
+			t.Fatalf("the same body under gh-r2: got %+v, want a duplicate of %s", replay, in.ID)
+		}
+		if e := f.inboxEvent(olga, in.ID); e.EventID != "gh-r1" || e.Conflicts != 0 {
+			t.Fatalf("kept event: got event id %s, %d conflicts; want gh-r1, 0", e.EventID, e.Conflicts)
+		}
+		other := []byte(`{"zen":"Design for failure.","hook_id":1}`)
+		if in2 := f.deliver("github", signGitHub(githubSecret, "gh-r3", "ping", other, sha256.New), other).accepted(t); in2.Duplicate {
+			t.Fatalf("another body: got %+v, want a new event", in2)
+		}
+		// The Standard Webhooks scheme signs the id and a time: the same body under two ids
+		// is two events.
+		now := f.clock.Now()
+		f.deliver("chat", signStandard(t, chatNewSecret, "msg_a", now, decisionBody), decisionBody).accepted(t)
+		if b := f.deliver("chat", signStandard(t, chatNewSecret, "msg_b", now, decisionBody), decisionBody).accepted(t); b.Duplicate {
+			t.Fatalf("standard webhooks, the same body under msg_b: got %+v, want a new event", b)
+		}
+		if got := f.inboxTotal(); got != 4 {
+			t.Fatalf("stored events: got %d, want 4", got)
+		}
+		metrics := string(f.do("GET", "/metrics", "", "").body)
+		for _, want := range []string{
+			`approvald_inbox_received_total{result="stored",source="github"} 2`,
+			`approvald_inbox_received_total{result="replay",source="github"} 1`,
+			`approvald_inbox_received_total{result="duplicate",source="github"} 0`,
+			`approvald_inbox_received_total{result="replay",source="chat"} 0`,
+			`approvald_inbox_received_total{result="stored",source="chat"} 2`,
+		} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+}
+
 // TestIntakeDatabaseDown: when the event cannot be stored the sender gets 503, never 2xx, so
 // that it delivers again.
 func TestIntakeDatabaseDown(t *testing.T) {

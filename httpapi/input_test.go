@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/testdb"
 )
 
@@ -243,34 +245,106 @@ func TestStoredBeforeThePolicy(t *testing.T) {
 	})
 }
 
-// TestNetHTTPOwnAnswers pins the answers net/http writes itself, as plain text, before any
-// handler runs, which docs/http-api.md ("What net/http answers itself") lists: if a Go
-// release changes them, the list must change too.
+// TestNetHTTPOwnAnswers: the requests net/http refuses before any handler runs are answered
+// as problem+json with net/http's status and a reason, on a raw TCP connection
+// (docs/http-api.md, "What net/http answers itself"), also after a handler's answer on the
+// same connection.
 func TestNetHTTPOwnAnswers(t *testing.T) {
 	t.Parallel()
 	f := setup(t, testdb.SQLite)
-	for _, c := range []struct{ name, request, status string }{
-		{"a control character in a header", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", "400 Bad Request"},
-		{"a malformed header name", "GET /healthz HTTP/1.1\r\nHost: x\r\nX A: b\r\n\r\n", "400 Bad Request: invalid header name"},
-		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", "400 Bad Request: missing required Host header"},
-		{"a malformed request line", "GET\r\n\r\n", "400 Bad Request"},
-		{"an unknown HTTP version", "GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", "505 HTTP Version Not Supported: unsupported protocol version"},
-		{"an unknown transfer coding", "POST /v1/approvals HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: zip\r\n\r\n", "501 Not Implemented"},
-		{"an unknown expectation", "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: coffee\r\n\r\n", "417 Expectation Failed"},
-		{"headers over the limit", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", "431 Request Header Fields Too Large"},
-	} {
-		conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+	cases := []struct {
+		name, request string
+		status        int
+		detail        string
+	}{
+		{"a control character in a header", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", 400, "malformed"},
+		{"a malformed header name", "GET /healthz HTTP/1.1\r\nHost: x\r\nX A: b\r\n\r\n", 400, "header name"},
+		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", 400, "Host header"},
+		{"a malformed request line", "GET\r\n\r\n", 400, "request line"},
+		{"an unknown HTTP version", "GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", 505, "HTTP version"},
+		{"an unknown transfer coding", "POST /v1/approvals HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: zip\r\n\r\n", 501, "transfer coding"},
+		{"an unknown expectation", "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: coffee\r\n\r\n", 417, "Expect"},
+		{"headers over the limit", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, "headers"},
+	}
+	for _, c := range cases {
+		for _, after := range []bool{false, true} {
+			conn, err := net.Dial("tcp", f.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			if after {
+				// A handler's answer first, on the same connection: it is left as it is.
+				io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s: the handler's answer first: %v", c.name, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != 200 || resp.Header.Get("X-Request-Id") == "" || !strings.Contains(string(body), `"ok"`) {
+					t.Fatalf("%s: the handler's answer first: got %d %v %s", c.name, resp.StatusCode, resp.Header, body)
+				}
+			}
+			go func() { io.WriteString(conn, c.request) }() // the server may answer before reading it all
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				conn.Close()
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			conn.Close()
+			if err != nil {
+				t.Fatalf("%s: read the answer: %v", c.name, err)
+			}
+			var p struct {
+				Type   string `json:"type"`
+				Title  string `json:"title"`
+				Status int    `json:"status"`
+				Detail string `json:"detail"`
+			}
+			if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/problem+json" || !resp.Close {
+				t.Errorf("%s (after a handler: %v): got %d, %q, close %v; want %d, application/problem+json, close",
+					c.name, after, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Close, c.status)
+				continue
+			}
+			if err := json.Unmarshal(body, &p); err != nil || p.Status != c.status || p.Title != http.StatusText(c.status) ||
+				!strings.HasPrefix(p.Type, "https://approvald.dev/problems/") || !strings.Contains(p.Detail, c.detail) {
+				t.Errorf("%s: got problem %s (%v), want status %d and a detail with %q", c.name, body, err, c.status, c.detail)
+			}
+		}
+	}
+}
+
+// TestServeProblemsLeavesHandlers: only what net/http writes before any handler is rewritten.
+// A handler that answers in exactly the shape of net/http's own plain-text 400 (no Date, a
+// text body, the connection closing) is passed on byte for byte.
+func TestServeProblemsLeavesHandlers(t *testing.T) {
+	t.Parallel()
+	const canned = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Hijacked, the handler writes the very bytes net/http would: still the handler's.
+		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("hijack: %v", err)
+			return
 		}
-		go func() { io.WriteString(conn, c.request) }() // the server may answer before reading it all
-		status, err := bufio.NewReader(conn).ReadString('\n')
-		conn.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if got := strings.TrimSpace(strings.TrimPrefix(status, "HTTP/1.1 ")); got != c.status {
-			t.Errorf("%s: got %q, want %q", c.name, got, c.status)
-		}
+		defer conn.Close()
+		io.WriteString(conn, canned)
+	}))
+	srv.Listener = httpapi.ServeProblems(srv.Config, srv.Listener)
+	srv.Start()
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != canned {
+		t.Fatalf("a handler's answer: got %q, want %q untouched", got, canned)
 	}
 }

@@ -25,6 +25,7 @@ type metrics struct {
 const (
 	receivedStored    = "stored"
 	receivedDuplicate = "duplicate"
+	receivedReplay    = "replay"   // github scheme: a kept event's body under another delivery id
 	receivedRejected  = "rejected" // refused before storing: 400, 401, 413 (not 503)
 )
 
@@ -57,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, store counter, log *slog.Logger, sour
 		}, []string{"kind"}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "approvald_inbox_received_total",
-			Help: "Webhook deliveries answered, by source and result: stored (new event), duplicate (event id already stored) or rejected (400, 401 or 413; nothing stored).",
+			Help: "Webhook deliveries answered, by source and result: stored (new event), duplicate (event id already stored), replay (github scheme: the body of a kept event under another delivery id; nothing stored) or rejected (400, 401 or 413; nothing stored).",
 		}, []string{"source", "result"}),
 	}
 	// Start every series at zero so that rate() and alerts see it before its first event.
@@ -66,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, store counter, log *slog.Logger, sour
 	m.conflicts.WithLabelValues(conflictInFlight)
 	m.conflicts.WithLabelValues(conflictMismatch)
 	for _, src := range sources {
-		for _, result := range []string{receivedStored, receivedDuplicate, receivedRejected} {
+		for _, result := range []string{receivedStored, receivedDuplicate, receivedReplay, receivedRejected} {
 			m.received.WithLabelValues(src.Name, result)
 		}
 	}

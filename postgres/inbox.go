@@ -45,13 +45,13 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	b.Queue("BEGIN")
 	b.Queue(`
 		WITH stored AS (
-			INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status, next_attempt_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
-			ON CONFLICT (source, event_id) DO NOTHING
+			INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at, status, next_attempt_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9)
+			ON CONFLICT DO NOTHING -- (source, event_id), or (source, body_hash) when set
 			RETURNING 1
 		)
 		SELECT count(*) FROM stored`,
-		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, e.ReceivedAt, now)
+		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, bodyHash(e.BodyHash), e.ReceivedAt, now)
 	b.Queue("COMMIT")
 	b.Queue(signalStoredInboxSQL, []string{approval.TopicInbox}, e.ID)
 	var inserted int
@@ -90,8 +90,10 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	}
 
 	// A duplicate: the second statement sees the event the first one waited for. A different
-	// body counts as a conflict (a purged body cannot be compared, so a redelivery after the
-	// purge is not one); the answer is the event as stored, after that count.
+	// body under the same id counts as a conflict (a purged body cannot be compared, so a
+	// redelivery after the purge is not one); the answer is the event as stored, after that
+	// count. Failing an id match, the event with the same body hash is the one kept (a replay:
+	// its event id differs from e's).
 	stored, err := sqldb.ScanInbox(conn.QueryRow(ctx, `
 		WITH conflicted AS (
 			UPDATE inbox_events i SET conflicts = conflicts + 1, last_conflict_at = $3
@@ -100,9 +102,11 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		)
 		SELECT * FROM conflicted
 		UNION ALL
-		SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i
-		WHERE i.source = $1 AND i.event_id = $2 AND NOT EXISTS (SELECT 1 FROM conflicted)`,
-		e.Source, e.EventID, now, e.Body))
+		(SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i
+		WHERE i.source = $1 AND (i.event_id = $2 OR i.body_hash = $5) AND NOT EXISTS (SELECT 1 FROM conflicted)
+		ORDER BY i.event_id = $2 DESC
+		LIMIT 1)`,
+		e.Source, e.EventID, now, e.Body, bodyHash(e.BodyHash)))
 	if err != nil {
 		return false, translate("read the stored inbox event", err)
 	}
@@ -110,6 +114,15 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	stored.LeaseToken = ""
 	*e = *stored
 	return true, nil
+}
+
+// bodyHash is the body_hash to store: NULL when the scheme asks for none, so that the unique
+// index leaves the event out.
+func bodyHash(h []byte) any {
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 // ClaimInbox claims up to limit due pending events, oldest first, each with a fresh lease

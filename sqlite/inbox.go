@@ -43,11 +43,11 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		receivedAt = tx.now
 	}
 	res, err := tx.ExecContext(ctx, `
-		INSERT INTO inbox_events (id, source, event_id, type, headers, body, received_at, status,
-			next_attempt_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)
-		ON CONFLICT (source, event_id) DO NOTHING`,
-		e.ID, e.Source, e.EventID, e.Type, string(headersJSON), body, micros(receivedAt), micros(tx.now))
+		INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at,
+			status, next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+		ON CONFLICT DO NOTHING -- (source, event_id), or (source, body_hash) when set`,
+		e.ID, e.Source, e.EventID, e.Type, string(headersJSON), body, bodyHash(e.BodyHash), micros(receivedAt), micros(tx.now))
 	if err != nil {
 		return false, fail("record inbox", err)
 	}
@@ -68,7 +68,13 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		); err != nil {
 			return false, fail("record inbox", err)
 		}
-		rows, err := tx.query(ctx, `SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i WHERE i.source = ? AND i.event_id = ?`, e.Source, e.EventID)
+		// Failing an id match, the event with the same body hash is the one kept (a replay:
+		// its event id differs from e's).
+		rows, err := tx.query(ctx, `
+			SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i
+			WHERE i.source = ?1 AND (i.event_id = ?2 OR i.body_hash = ?3)
+			ORDER BY i.event_id = ?2 DESC
+			LIMIT 1`, e.Source, e.EventID, bodyHash(e.BodyHash))
 		list, err := sqldb.Collect(rows, err, sqldb.ScanInbox)
 		if err != nil {
 			return false, fail("record inbox", err)
@@ -92,6 +98,15 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	e.Headers, e.Body, e.ReceivedAt = headers, body, receivedAt
 	e.Status, e.Attempts, e.NextAttemptAt = approval.InboxPending, 0, &next
 	return false, nil
+}
+
+// bodyHash is the body_hash to store: NULL when the scheme asks for none, so that the unique
+// index leaves the event out.
+func bodyHash(h []byte) any {
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 // ClaimInbox claims up to limit due pending events that no live lease holds; see

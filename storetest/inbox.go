@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
@@ -164,6 +165,109 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 		if winner < 0 {
 			t.Fatalf("no racer stored evt_race: all %d got duplicate", racers)
+		}
+		wantInboxList(t, f.store, approval.InboxFilter{}, events[winner])
+	})
+
+	// The github scheme signs only the body, so the intake gives RecordInbox the body's hash
+	// as a second key: the same body under a new delivery id is a duplicate of the event kept,
+	// for as long as that event is kept, its body purged or not. Events without a hash (the
+	// other schemes) are keyed on their id alone.
+	s.run(t, "BodyHashReplay", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		const body = `{"action": "opened", "number": 7}`
+		first := mustRecordNew(t, f.store, newGitHubEvent(f.clock.Now(), "gh", "del_1", body))
+
+		f.clock.Advance(time.Minute)
+		replay := newGitHubEvent(f.clock.Now(), "gh", "del_2", body)
+		freshID := replay.ID
+		if !mustRecord(t, f.store, replay) {
+			t.Fatalf("the body of del_1 under del_2: got a new event, want duplicate")
+		}
+		if replay.ID != first.ID || replay.EventID != "del_1" {
+			t.Fatalf("replay: got event %s (%s), want the stored %s (del_1)", replay.ID, replay.EventID, first.ID)
+		}
+		_, err := f.store.InboxEvent(ctx, freshID)
+		wantCode(t, err, approval.ENOTFOUND)
+		wantNoConflict(t, mustInboxEvent(t, f.store, first.ID))
+
+		// Another body, and the same body from another source, are events of their own.
+		other := mustRecordNew(t, f.store, newGitHubEvent(f.clock.Now(), "gh", "del_3", `{"action": "closed", "number": 7}`))
+		f.clock.Advance(time.Second)
+		elsewhere := mustRecordNew(t, f.store, newGitHubEvent(f.clock.Now(), "gh2", "del_1", body))
+		f.clock.Advance(time.Second)
+		// An id match wins over a hash match: del_3 redelivered with del_1's body is del_3,
+		// counted as a conflict, not a replay of del_1.
+		mixed := newGitHubEvent(f.clock.Now(), "gh", "del_3", body)
+		if !mustRecord(t, f.store, mixed) || mixed.ID != other.ID || mixed.Conflicts != 1 {
+			t.Fatalf("del_3 with del_1's body: got event %s with %d conflicts, want %s with 1", mixed.ID, mixed.Conflicts, other.ID)
+		}
+
+		// Without a hash (standard webhooks) the same body under two ids is two events.
+		std1 := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "msg_1", "ping", body))
+		f.clock.Advance(time.Second)
+		std2 := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "msg_2", "ping", body))
+		wantInboxList(t, f.store, approval.InboxFilter{}, std2, std1, elsewhere, other, first)
+
+		// Handled, its body purged after a day: the hash stays, and so does the dedupe.
+		claimed := mustClaimInbox(t, f.store, 10)
+		if len(claimed) != 5 || claimed[0].ID != first.ID {
+			t.Fatalf("claim inbox: got %d events %v, want 5, del_1 of gh first", len(claimed), eventIDs(claimed))
+		}
+		mustApplyInbox(t, f.store, claimed[0], approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
+		f.clock.Advance(48 * time.Hour)
+		if _, err := f.store.PurgeInbox(ctx, 30*24*time.Hour, 24*time.Hour, 100); err != nil {
+			t.Fatalf("purge inbox: %v", err)
+		}
+		if got := mustInboxEvent(t, f.store, first.ID); got.Body != nil {
+			t.Fatalf("del_1 after the body purge: got body %q, want none", got.Body)
+		}
+		late := newGitHubEvent(f.clock.Now(), "gh", "del_4", body)
+		if !mustRecord(t, f.store, late) || late.ID != first.ID {
+			t.Fatalf("the body of del_1 under del_4 after its body was purged: got event %s, want duplicate of %s", late.ID, first.ID)
+		}
+
+		// Once the event itself is purged, the body is accepted again: the documented limit.
+		f.clock.Advance(31 * 24 * time.Hour)
+		if _, err := f.store.PurgeInbox(ctx, 30*24*time.Hour, 24*time.Hour, 100); err != nil {
+			t.Fatalf("purge inbox: %v", err)
+		}
+		_, err = f.store.InboxEvent(ctx, first.ID)
+		wantCode(t, err, approval.ENOTFOUND)
+		mustRecordNew(t, f.store, newGitHubEvent(f.clock.Now(), "gh", "del_5", body))
+	})
+
+	// A captured body replayed under many delivery ids at once stores one event.
+	s.run(t, "BodyHashRace", func(t *testing.T, f *fixture) {
+		const racers = 50
+		events := make([]*approval.InboxEvent, racers)
+		for i := range events {
+			events[i] = newGitHubEvent(f.clock.Now(), "gh", fmt.Sprintf("del_%d", i), `{"action": "opened"}`)
+		}
+		dups := make([]bool, racers)
+		errs := make([]error, racers)
+		race(racers, func(i int) {
+			dups[i], errs[i] = f.store.RecordInbox(t.Context(), events[i])
+		})
+		winner := -1
+		for i := range racers {
+			if errs[i] != nil {
+				t.Fatalf("racer %d: record inbox: %v", i, errs[i])
+			}
+			if !dups[i] {
+				if winner >= 0 {
+					t.Fatalf("racers %d and %d both stored the body", winner, i)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("no racer stored the body: all %d got duplicate", racers)
+		}
+		for i := range racers {
+			if events[i].ID != events[winner].ID {
+				t.Fatalf("racer %d: got event %s, want the stored %s", i, events[i].ID, events[winner].ID)
+			}
 		}
 		wantInboxList(t, f.store, approval.InboxFilter{}, events[winner])
 	})
@@ -744,6 +848,22 @@ func newInboxEvent(now time.Time, source, eventID, typ, body string) *approval.I
 			"webhook-signature": "v1,c2lnbmF0dXJl",
 		},
 		Body:       []byte(body),
+		ReceivedAt: now,
+	}
+}
+
+// newGitHubEvent returns a github-scheme delivery as the intake stores it: keyed on its
+// delivery id and on the SHA-256 of its body.
+func newGitHubEvent(now time.Time, source, delivery, body string) *approval.InboxEvent {
+	sum := sha256.Sum256([]byte(body))
+	return &approval.InboxEvent{
+		ID:         approval.NewID("inb"),
+		Source:     source,
+		EventID:    delivery,
+		Type:       "pull_request",
+		Headers:    map[string]string{"X-GitHub-Delivery": delivery, "X-GitHub-Event": "pull_request"},
+		Body:       []byte(body),
+		BodyHash:   sum[:],
 		ReceivedAt: now,
 	}
 }

@@ -118,4 +118,47 @@ func exerciseSignin(t *testing.T, s suite) {
 			t.Fatalf("after the window: got %+v, %v; want a link queued", res, err)
 		}
 	})
+
+	// Old links are deleted by the sweeper, in batches, but only once they are past both
+	// their expiry and the window of the per-person limit: deleting a used or expired link
+	// sooner would give its person a link more in that window.
+	s.run(t, "Purge", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		purge := func(limit int) int {
+			t.Helper()
+			n, err := f.store.PurgeSigninTokens(ctx, approval.SigninKeep, limit)
+			if err != nil {
+				t.Fatalf("purge sign-in links: %v", err)
+			}
+			return n
+		}
+		first := link(t, f, "alice")
+		for range approval.SigninLimit - 1 {
+			link(t, f, "alice")
+		}
+		if _, err := f.service().UseSignin(ctx, first); err != nil {
+			t.Fatalf("use alice's first link: %v", err)
+		}
+		f.clock.Advance(approval.SigninTTL + time.Second)
+		if n := purge(100); n != 0 {
+			t.Fatalf("purge within the limit's window: got %d deleted, want 0", n)
+		}
+		if res, err := f.service().RequestSignin(ctx, "alice"); err != nil || !res.Limited {
+			t.Fatalf("alice's sixth link in the window after a purge: got %+v, %v; want limited", res, err)
+		}
+
+		f.clock.Advance(approval.SigninKeep)
+		fresh := link(t, f, "bob") // made now: kept
+		for _, want := range []int{2, 2, 1, 0} {
+			if n := purge(2); n != want {
+				t.Fatalf("purge in batches of 2: got %d deleted, want %d", n, want)
+			}
+		}
+		if person, err := f.service().UseSignin(ctx, fresh); err != nil || person != "bob" {
+			t.Fatalf("bob's fresh link after the purge: got %q, %v; want bob", person, err)
+		}
+		if _, err := f.store.PurgeSigninTokens(ctx, approval.SigninKeep, 0); approval.ErrorCode(err) != approval.EINVALID {
+			t.Fatalf("purge with limit 0: got %v, want EINVALID", err)
+		}
+	})
 }

@@ -2,7 +2,9 @@ package web
 
 import (
 	"net/http"
+	"net/netip"
 	"slices"
+	"strconv"
 
 	"github.com/approvald/approval"
 )
@@ -13,6 +15,10 @@ import (
 type LinksConfig struct {
 	Operators []string
 	Admins    []string
+	// TrustedProxies are the proxies in front of approvald whose X-Forwarded-For is believed
+	// when counting requests per client address (LinksPerAddress); empty, the connection's
+	// peer is the client.
+	TrustedProxies []netip.Prefix
 }
 
 // role is the role of a person signed in by a link.
@@ -38,6 +44,17 @@ func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
 	if err := s.checkPreSignIn(r); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	// Counted per client address before anything is looked up, so that the answer, 429 or
+	// not, says nothing about who has an account.
+	addr, ok := clientAddr(r, s.links.TrustedProxies)
+	if ok {
+		if allowed, retry := s.linkAddrs.allow(addr, s.now()); !allowed {
+			s.log.Warn("sign-in links limited for a client address", "addr", addr.String())
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(retry.Sub(s.now()).Seconds()+0.5))))
+			s.renderSignIn(w, r, http.StatusTooManyRequests, "Too many sign-in links were asked for from your address. Try again later.")
+			return
+		}
 	}
 	res, err := s.svc.RequestSignin(r.Context(), r.PostFormValue("who"))
 	if approval.ErrorCode(err) == approval.EINVALID {

@@ -3,7 +3,10 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -106,4 +109,67 @@ func TestSignInLink(t *testing.T) {
 		must(t, b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, p.body, "csrf")}, "t": {olgaToken}}).status == http.StatusSeeOther, "olga's link refused")
 		must(t, b.get("/ui/operations").status == http.StatusOK, "olga by link is not an operator")
 	})
+}
+
+// TestSignInLinkPerAddress: one client address may ask for web.LinksPerAddress links per
+// window, for anybody; then it gets 429 on the sign-in page, the same whoever it names,
+// while another address is unaffected. X-Forwarded-For counts only from a trusted proxy.
+func TestSignInLinkPerAddress(t *testing.T) {
+	t.Parallel()
+	f := setupRouted(t, testdb.SQLite, linkRouting, func(cfg *web.Config, base string) {
+		cfg.Links = &web.LinksConfig{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	})
+	h := f.srv.Config.Handler
+	// The sign-in page's pre-sign-in cookie and form token, reused by every ask.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/signin", nil))
+	cookies, csrf := rec.Result().Cookies(), field(t, rec.Body.String(), "csrf")
+	ask := func(remote, who string, headers ...string) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/ui/signin/email", strings.NewReader(url.Values{"csrf": {csrf}, "who": {who}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "text/html")
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	const attacker = "203.0.113.7:40000"
+	for i := range web.LinksPerAddress {
+		// A client may walk through names; its spoofed X-Forwarded-For changes nothing.
+		resp := ask(attacker, fmt.Sprintf("person%d@example.com", i), "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i))
+		must(t, resp.Code == http.StatusOK && strings.Contains(textOf(resp.Body.String()), "a sign-in link is on its way"),
+			"ask %d from one address: status %d", i+1, resp.Code)
+	}
+	for _, who := range []string{"alice", "nobody@example.com"} {
+		resp := ask(attacker, who)
+		must(t, resp.Code == http.StatusTooManyRequests, "ask past the limit for %s: status %d, want 429", who, resp.Code)
+		must(t, resp.Header().Get("Retry-After") != "", "429 without Retry-After")
+		must(t, strings.Contains(textOf(resp.Body.String()), "Too many sign-in links"), "429 page says %s", textOf(resp.Body.String()))
+	}
+	must(t, len(f.linkTokens()) == 0, "a refused ask queued a mail")
+	// Another address, and the same port on another host, are counted on their own.
+	other := ask("198.51.100.20:1234", "alice")
+	must(t, other.Code == http.StatusOK, "another address: status %d, want 200", other.Code)
+	must(t, len(f.linkTokens()) == 1, "sign-in mails: %d, want alice's one", len(f.linkTokens()))
+
+	// Behind the trusted proxy, X-Forwarded-For names the client: one client's limit does
+	// not close the proxy to the others.
+	for i := range web.LinksPerAddress {
+		must(t, ask("10.1.2.3:5000", "nobody", "X-Forwarded-For", "192.0.2.50, 10.9.9.9").Code == http.StatusOK, "ask %d through the proxy", i+1)
+	}
+	must(t, ask("10.1.2.3:5000", "nobody", "X-Forwarded-For", "192.0.2.50").Code == http.StatusTooManyRequests, "client behind the proxy past its limit: want 429")
+	must(t, ask("10.1.2.3:5000", "nobody", "X-Forwarded-For", "192.0.2.51").Code == http.StatusOK, "another client behind the proxy: want 200")
+	// An IPv6 client is counted by its /64.
+	for i := range web.LinksPerAddress {
+		must(t, ask(fmt.Sprintf("[2001:db8:1:2::%x]:443", i+1), "nobody").Code == http.StatusOK, "IPv6 ask %d", i+1)
+	}
+	must(t, ask("[2001:db8:1:2::ffff]:443", "nobody").Code == http.StatusTooManyRequests, "another address of the same /64: want 429")
+	must(t, ask("[2001:db8:1:3::1]:443", "nobody").Code == http.StatusOK, "another /64: want 200")
 }

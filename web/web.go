@@ -99,6 +99,8 @@ type Server struct {
 	mux    *http.ServeMux
 	cop    *http.CrossOriginProtection
 	forms  *submitted
+	// linkAddrs counts the sign-in links asked for per client address.
+	linkAddrs *addrLimiter
 }
 
 // New returns a Server for cfg, or an error when cfg cannot work (a short session key, a bad
@@ -115,6 +117,7 @@ func New(cfg Config) (*Server, error) {
 		links:      cfg.Links,
 		mux:        http.NewServeMux(),
 		forms:      newSubmitted(),
+		linkAddrs:  newAddrLimiter(LinksPerAddress, LinksAddressWindow),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

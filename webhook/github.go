@@ -19,8 +19,9 @@ const (
 )
 
 // verifyGitHub checks a GitHub delivery: HMAC-SHA256 of the body under any secret. GitHub
-// signs no timestamp, so replays are bounded only by the intake's duplicate check on the
-// delivery id.
+// signs no timestamp and not the delivery id, so the delivery carries the SHA-256 of the body
+// too: the intake refuses a second event with the same body from the source within its
+// retention, whatever its delivery id (docs/http-api.md, "Replays under the github scheme").
 func (v *Verifier) verifyGitHub(h http.Header, body []byte) (Delivery, error) {
 	id, err := header(h, githubDelivery)
 	if err != nil {
@@ -53,7 +54,8 @@ func (v *Verifier) verifyGitHub(h http.Header, body []byte) (Delivery, error) {
 	if !matchAny(keys, [][]byte{sig}, func(key []byte) []byte { return githubMAC(key, body) }) {
 		return Delivery{}, approval.Errorf(approval.EUNAUTHORIZED, "no webhook signature matches")
 	}
-	return Delivery{EventID: id}, nil
+	sum := sha256.Sum256(body)
+	return Delivery{EventID: id, BodyHash: sum[:]}, nil
 }
 
 // githubMAC is the HMAC-SHA256 of the body.

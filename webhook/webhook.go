@@ -77,6 +77,11 @@ type Delivery struct {
 	EventID string
 	// Timestamp is the signed send time, in UTC; zero for github, which signs none.
 	Timestamp time.Time
+	// BodyHash is the SHA-256 of the signed body when the scheme signs nothing but the body
+	// (github): the id and the time are not signed, so a captured body can come back under a
+	// new id, and the intake deduplicates on this as well. Nil for the schemes that sign the
+	// id and a timestamp, whose replays the id and the tolerance already bound.
+	BodyHash []byte
 }
 
 // Validate reports whether v is usable: a known scheme, at least one secret, each of the

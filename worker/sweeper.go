@@ -17,7 +17,8 @@ const (
 )
 
 // Sweeper moves overdue approvals to expired, purges idempotency records whose retention or
-// lease has ended, and purges finished inbox events past their retention. Every replica runs one: the store's conditional writes make concurrent
+// lease has ended, finished inbox events past their retention and sign-in links past
+// approval.SigninKeep. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
 	Store SweepStore
@@ -45,6 +46,7 @@ type Sweeper struct {
 type SweepStore interface {
 	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
+	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
 }
 
 // SweepRules expires due approvals: approval.Service.ExpireDue.
@@ -95,7 +97,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 }
 
 // Sweep makes one pass: it expires due approvals, purges idempotency records, then purges the
-// inbox (when InboxIDs is set), each in batches until a batch comes back short. A failure of
+// inbox (when InboxIDs is set) and old sign-in links, each in batches until a batch comes back short. A failure of
 // one does not skip the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
 	batch := s.Batch
@@ -128,10 +130,17 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 			inboxErr = fmt.Errorf("purge inbox: %w", inboxErr)
 		}
 	}
-	if expired > 0 || purged > 0 || inboxPurged > 0 {
-		s.logger().InfoContext(ctx, "swept", "expired", expired, "purged", purged, "inbox_purged", inboxPurged)
+	signins, signinErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
+		return s.Store.PurgeSigninTokens(ctx, approval.SigninKeep, batch)
+	})
+	if signinErr != nil {
+		signinErr = fmt.Errorf("purge sign-in links: %w", signinErr)
 	}
-	return errors.Join(expireErr, purgeErr, inboxErr)
+	if expired > 0 || purged > 0 || inboxPurged > 0 || signins > 0 {
+		s.logger().InfoContext(ctx, "swept", "expired", expired, "purged", purged, "inbox_purged", inboxPurged,
+			"signin_links_purged", signins)
+	}
+	return errors.Join(expireErr, purgeErr, inboxErr, signinErr)
 }
 
 func (s *Sweeper) logger() *slog.Logger {

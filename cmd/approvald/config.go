@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -56,6 +57,7 @@ var (
 	ErrNoSMTP         = errors.New("an e-mail address needs the smtp section")
 	ErrInvalidMode    = errors.New("must be required, opportunistic or none")
 	ErrInvalidPort    = errors.New("must be 1 to 65535")
+	ErrInvalidPrefix  = errors.New("must be an IP address or a CIDR prefix such as 10.0.0.0/8")
 )
 
 // Webhook schemes a source may use.
@@ -104,6 +106,28 @@ type WebConfig struct {
 type SigninLinksConfig struct {
 	Operators []string `yaml:"operators"`
 	Admins    []string `yaml:"admins"`
+	// TrustedProxies are the addresses (10.0.0.5) or prefixes (10.0.0.0/8) of the proxies in
+	// front of approvald, whose X-Forwarded-For names the client when sign-in link requests
+	// are counted per client address. Empty: the connection's peer is the client, and
+	// X-Forwarded-For is ignored.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// trustedProxies parses TrustedProxies; Validate has checked them.
+func (c *SigninLinksConfig) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, v := range c.TrustedProxies {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			a, aerr := netip.ParseAddr(v)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("web.signin_links.trusted_proxies[%d]: %w", i, ErrInvalidPrefix)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // OIDCConfig is sign-in with an OpenID Connect provider (authorization code flow with PKCE).

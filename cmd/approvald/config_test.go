@@ -309,6 +309,10 @@ func TestConfig_Validate(t *testing.T) {
 		{"callback url bad", func(c *Config) { c.Callbacks.Requesters = []RequesterConfig{{Name: "ci-bot", URL: "ci/hook"}} }, "callbacks.requesters[0].url", ErrInvalidURL},
 		{"callback secret bad", func(c *Config) { c.Callbacks.Secret = "hunter2" }, "callbacks.secret", ErrInvalidSecret},
 		{"signin links without smtp", func(c *Config) { c.Web.SigninLinks = &SigninLinksConfig{} }, "web.signin_links", ErrNoSMTP},
+		{"trusted proxy not an address", func(c *Config) {
+			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
+			c.Web.SigninLinks = &SigninLinksConfig{TrustedProxies: []string{"10.0.0.0/8", "proxy.internal"}}
+		}, "web.signin_links.trusted_proxies[1]", ErrInvalidPrefix},
 		{"callback host wildcard", func(c *Config) { c.Callbacks.AllowedHosts = []string{"ci.example.com", "*"} }, "callbacks.allowed_hosts[1]", ErrInvalidDomain},
 		{"callback host url", func(c *Config) { c.Callbacks.AllowedHosts = []string{"https://ci.example.com"} }, "callbacks.allowed_hosts[0]", ErrInvalidDomain},
 

@@ -103,6 +103,11 @@ func (c *Config) validateNotifications() error {
 	if c.Web.SigninLinks != nil && c.SMTP == nil {
 		return fmt.Errorf("web.signin_links: %w", ErrNoSMTP)
 	}
+	if l := c.Web.SigninLinks; l != nil {
+		if _, err := l.trustedProxies(); err != nil {
+			return err
+		}
+	}
 	for i, h := range c.Callbacks.AllowedHosts {
 		// A host name, or *. and a domain: no scheme, port, path or bare wildcard, which
 		// would open every address to a caller's callback_url.

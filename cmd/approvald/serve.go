@@ -223,6 +223,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		ErrorLog:          slog.NewLogLogger(svc.logger.Handler(), slog.LevelWarn),
 		ConnState:         svc.connState,
 	}
+	// net/http's own answers to malformed requests become problem+json like every other.
+	ln = httpapi.ServeProblems(srv, ln)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -330,7 +332,9 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 		cfg.SessionKey = []byte(w.SessionKey)
 	}
 	if l := w.SigninLinks; l != nil {
-		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins}
+		// Validate has checked the prefixes.
+		proxies, _ := l.trustedProxies()
+		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins, TrustedProxies: proxies}
 	}
 	if o := w.OIDC; o != nil {
 		cfg.OIDC = &web.OIDCConfig{
