@@ -105,7 +105,7 @@ func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*A
 		if err := tx.EventInsert(ctx, a.ID, EventCancelled, actor, cause, nil); err != nil {
 			return nil, err
 		}
-		if err := tx.Notify(ctx, TopicApprovals); err != nil {
+		if err := tx.Notify(ctx, TopicApproval(a.ID)); err != nil {
 			return nil, err
 		}
 		a.Status, a.DecidedAt, a.Version = StatusCancelled, &now, a.Version+1
@@ -234,7 +234,7 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 			return decided{}, err
 		}
 	}
-	if err := tx.Notify(ctx, TopicApprovals); err != nil {
+	if err := tx.Notify(ctx, TopicApproval(a.ID)); err != nil {
 		return decided{}, err
 	}
 	return decided{approval: a}, nil
@@ -359,7 +359,7 @@ func (s *Service) expire(ctx context.Context, tx Tx, a *Approval, cause Cause) e
 	if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, EventExpired, ActorSystem, now), decisionRecipients(a)); err != nil {
 		return err
 	}
-	return tx.Notify(ctx, TopicApprovals)
+	return tx.Notify(ctx, TopicApproval(a.ID))
 }
 
 // queueReview tells the operators, in tx, that the execution rec needs review.

@@ -142,9 +142,11 @@ const finalReadTimeout = 2 * time.Second
 
 // longPoll answers the approval id once its version exceeds version, or after wait.
 //
-// It wakes on the store's approvals signal, which every committed change of any approval
-// raises, whichever replica or worker made it (PostgreSQL delivers it by NOTIFY), and re-reads
-// the approval. Signals are hints that can be lost, so it also re-reads every pollInterval.
+// It wakes on the store's signal of this approval (approval.TopicApproval), which every
+// committed change of it raises, whichever replica or worker made it (PostgreSQL delivers it
+// by NOTIFY), and re-reads the approval; changes of other approvals do not wake it, so a
+// thousand waiting long-polls cost a change one read, not a thousand. Signals are hints that
+// can be lost, so it also re-reads every pollInterval.
 //
 // When the request's context ends first (the server shutting down cancels it, or the client
 // left) it still answers 200 with the approval, read on a context of its own: docs/http-api.md
@@ -152,7 +154,7 @@ const finalReadTimeout = 2 * time.Second
 func (s *Server) longPoll(w http.ResponseWriter, r *http.Request, p principal, id string, version int64, wait time.Duration) {
 	// Subscribe before the first read, so that a change committed between the read and the
 	// wait still finds its signal in the channel.
-	changed, unsubscribe := s.store.Subscribe(approval.TopicApprovals)
+	changed, unsubscribe := s.store.Subscribe(approval.TopicApproval(id))
 	defer unsubscribe()
 	s.longPolls.Add(1)
 	defer s.longPolls.Add(-1)

@@ -33,7 +33,13 @@ var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.Top
 // pg_stat_activity). The signal's own transaction commits with synchronous_commit off, so
 // it holds the lock only for the moment its commit takes: a signal lost in a crash costs
 // nothing, since every waiter also polls. Listeners hear it after the write is visible.
-const signalSQL = `SELECT count(pg_notify('approvald_' || topic || '_' || left(md5(current_schema()), 16), ''))
+//
+// A topic with a key, "T/K" (approval.TopicApproval), is sent on T's channel with K as the
+// payload, and the listener signals "T/K" back: a change of one approval wakes only the
+// long-polls on it. An empty payload is a change of T whose key is not known (as from a
+// replica of a version that sent none), and wakes every subscriber of T.
+const signalSQL = `SELECT count(pg_notify('approvald_' || split_part(topic, '/', 1) || '_' || left(md5(current_schema()), 16),
+		substr(topic, length(split_part(topic, '/', 1)) + 2)))
 	FROM unnest($1::text[]) AS topic, set_config('synchronous_commit', 'off', true)`
 
 // signalStoredInboxSQL is signalSQL for an intake: it signals only when the event $2 names
@@ -41,8 +47,8 @@ const signalSQL = `SELECT count(pg_notify('approvald_' || topic || '_' || left(m
 const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = $2)`
 
 // Subscribe returns a channel that receives a value (coalesced, buffered 1) after each
-// committed change on topic by any store on this schema, and a function that ends the
-// subscription. The first call starts the store's LISTEN connection. Signals are hints: one
+// committed change on topic by any store on this schema (topic may name a key, as
+// approval.TopicApproval does), and a function that ends the subscription. The first call starts the store's LISTEN connection. Signals are hints: one
 // is also sent whenever that connection is (re)established, since changes made while it was
 // down were not heard, so every subscriber looks at the store again. Close closes every
 // subscription's channel (internal/signal).
@@ -181,6 +187,9 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 		switch {
 		case err == nil:
 			if topic, ok := byChannel[note.Channel]; ok {
+				if note.Payload != "" {
+					topic += "/" + note.Payload
+				}
 				n.hub.Signal(topic)
 			}
 		case ctx.Err() != nil:

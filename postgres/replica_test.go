@@ -76,6 +76,60 @@ func TestNotifyIsPerSchema(t *testing.T) {
 	}
 }
 
+// A NOTIFY on the approvals channel carries the approval's id: it wakes that approval's
+// subscribers and the whole topic's, not another approval's. One without an id (a replica
+// that does not know it, or an older version) wakes them all. Another connection sends the
+// NOTIFYs, as another replica would; one session's notifications arrive in order, so once a
+// later one is heard an earlier one has been delivered.
+func TestNotifyCarriesTheApprovalID(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.Postgres)
+	listener := mustOpen(t, dsn)
+	if err := listener.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	onA, stopA := listener.Subscribe(approval.TopicApproval("apr_a"))
+	defer stopA()
+	onB, stopB := listener.Subscribe(approval.TopicApproval("apr_b"))
+	defer stopB()
+	onAll, stopAll := listener.Subscribe(approval.TopicApprovals)
+	defer stopAll()
+	mustSignal(t, onAll, "the listen connection's first signal")
+	mustSignal(t, onA, "the listen connection's first signal, to A's subscriber")
+	mustSignal(t, onB, "the listen connection's first signal, to B's subscriber")
+
+	channel := listenChannel(t, dsn, approval.TopicApprovals)
+	conn := mustConnect(t)
+	notify := func(payload string) {
+		t.Helper()
+		if _, err := conn.Exec(t.Context(), `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+			t.Fatalf("notify %q: %v", payload, err)
+		}
+	}
+
+	notify("apr_b")
+	mustSignal(t, onB, "B's change, to B's subscriber")
+	mustSignal(t, onAll, "B's change, to the whole topic's subscriber")
+	select {
+	case <-onA:
+		t.Fatal("A's subscriber: woken by B's change, want not")
+	default:
+	}
+	notify("apr_a")
+	mustSignal(t, onA, "A's change, to A's subscriber")
+	mustSignal(t, onAll, "A's change, to the whole topic's subscriber")
+	select {
+	case <-onB:
+		t.Fatal("B's subscriber: woken by A's change, want not")
+	default:
+	}
+
+	notify("")
+	for name, ch := range map[string]<-chan struct{}{"A": onA, "B": onB, "all": onAll} {
+		mustSignal(t, ch, "a change without an id, to the subscriber of "+name)
+	}
+}
+
 func TestNotifierReconnects(t *testing.T) {
 	t.Parallel()
 	dsn := testdb.DSN(t, testdb.Postgres)
@@ -86,7 +140,10 @@ func TestNotifierReconnects(t *testing.T) {
 	}
 	inbox, stop := listener.Subscribe(approval.TopicInbox)
 	defer stop()
+	one, stopOne := listener.Subscribe(approval.TopicApproval("apr_one"))
+	defer stopOne()
 	mustSignal(t, inbox, "the listen connection's first signal")
+	mustSignal(t, one, "the listen connection's first signal, to one approval's subscriber")
 
 	// Kill the listen connection from the server side, as a failover or an idle timeout would.
 	channel := listenChannel(t, dsn, approval.TopicExecutions)
@@ -101,6 +158,7 @@ func TestNotifierReconnects(t *testing.T) {
 
 	// Changes made while nobody listened are not heard, so the new connection wakes everyone.
 	mustSignal(t, inbox, "the signal of the re-established listen connection")
+	mustSignal(t, one, "the signal of the re-established listen connection, to one approval's subscriber")
 	if _, err := writer.RecordInbox(t.Context(), inboxEvent("after-reconnect", time.Now())); err != nil {
 		t.Fatalf("record inbox event: %v", err)
 	}

@@ -52,6 +52,48 @@ func exerciseNotifier(t *testing.T, s suite) {
 		}
 	})
 
+	// A change of one approval wakes the subscribers of its own topic (TopicApproval) and of
+	// TopicApprovals, and not those of another approval: a thousand long-polls must not all
+	// re-read on every change. Signals may be spurious, but only a whole-topic signal (a
+	// PostgreSQL listener that has just connected) wakes another approval's subscriber, and
+	// the case waits for the listener before it looks.
+	s.run(t, "ApprovalKeys", func(t *testing.T, f *fixture) {
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		onA, stopA := f.store.Subscribe(approval.TopicApproval(a.ID))
+		defer stopA()
+		onB, stopB := f.store.Subscribe(approval.TopicApproval(b.ID))
+		defer stopB()
+		onAll, stopAll := f.store.Subscribe(approval.TopicApprovals)
+		defer stopAll()
+		// Once the whole topic's subscriber hears a change, the listener is up and any signal
+		// of its connecting has been sent to every subscriber: take it from the others too.
+		wantSignal(t, onAll, approval.TopicApprovals, func(int) {
+			c := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			mustCancel(t, f, c.ID)
+		})
+		drain(onA)
+		drain(onB)
+
+		mustCancel(t, f, b.ID)
+		wantSignalled(t, onB, "approval B's subscriber after B's change")
+		wantSignalled(t, onAll, "the whole topic's subscriber after B's change")
+		select {
+		case <-onA:
+			t.Fatalf("approval A's subscriber: woken by B's change, want not")
+		default:
+		}
+
+		mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
+		wantSignalled(t, onA, "approval A's subscriber after A's change")
+		wantSignalled(t, onAll, "the whole topic's subscriber after A's change")
+		select {
+		case <-onB:
+			t.Fatalf("approval B's subscriber: woken by A's change, want not")
+		default:
+		}
+	})
+
 	// Close must end the listener the store started for its subscribers (or any goroutine a
 	// subscription owns) and return, even while subscriptions are open, and close every
 	// subscription's channel; ending a subscription after Close must not block either, and a
@@ -141,5 +183,26 @@ func drain(ch <-chan struct{}) {
 		default:
 			return
 		}
+	}
+}
+
+// wantSignalled waits for one signal that must come: the case has already seen the store's
+// listener deliver, so it is not lost.
+func wantSignalled(tb testing.TB, ch <-chan struct{}, what string) {
+	tb.Helper()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			tb.Fatalf("%s: channel closed, want a signal", what)
+		}
+	case <-time.After(signalDeadline):
+		tb.Fatalf("%s: no signal within %v", what, signalDeadline)
+	}
+}
+
+func mustCancel(tb testing.TB, f *fixture, id string) {
+	tb.Helper()
+	if _, err := f.service().Cancel(tb.Context(), id, "ci-bot", approval.HTTPCause("cancel-"+id)); err != nil {
+		tb.Fatalf("cancel %s: %v", id, err)
 	}
 }

@@ -274,8 +274,8 @@ type waitAnswer struct {
 
 // handleWait is GET /ui/approvals/{id}/wait?version=N, the long-poll of a pending approval's
 // page: it answers as soon as the approval's version exceeds N, or after the long-poll wait,
-// as GET /v1/approvals/{id}?wait= does: woken by the store's approvals signal and re-reading
-// at an interval, since signals can be lost.
+// as GET /v1/approvals/{id}?wait= does: woken by the store's signal of this approval
+// (approval.TopicApproval) and re-reading at an interval, since signals can be lost.
 func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("id")
 	var version int64
@@ -283,7 +283,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 		s.fail(w, r, approval.Errorf(approval.EINVALID, "version must be the non-negative version the page shows"))
 		return
 	}
-	changed, unsubscribe := s.store.Subscribe(approval.TopicApprovals)
+	changed, unsubscribe := s.store.Subscribe(approval.TopicApproval(id))
 	defer unsubscribe()
 	timeout := time.NewTimer(s.pollWait)
 	defer timeout.Stop()
