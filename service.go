@@ -28,6 +28,12 @@ type Service struct {
 	touchMu sync.Mutex
 	touched map[string]time.Time
 	touches sync.WaitGroup
+
+	// knownMu guards known: the tokens this process has authenticated, by the hash of their
+	// secret, which AuthenticateFirstTrip re-checks in the request's first round trip rather
+	// than looking them up first (see TokenCheck).
+	knownMu sync.Mutex
+	known   map[string]*Token
 }
 
 // Defaults of the Service.
@@ -38,6 +44,9 @@ const (
 	maxTouched = 10_000
 	// touchTimeout bounds one last-use write, which no request waits for.
 	touchTimeout = 10 * time.Second
+	// maxKnown bounds the memory of known tokens; past it the memory starts again empty (a
+	// token it forgot is looked up again on its next use).
+	maxKnown = 10_000
 )
 
 // CreatePath and CreateMethod are the route a create is fingerprinted under: the route, not
@@ -125,9 +134,10 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 
 // Authenticate returns the token whose secret is given, or EUNAUTHORIZED for an unknown,
 // revoked or expired one. It asks the store every time, one statement on the hash's unique
-// index (one round trip on PostgreSQL), and caches nothing: so a revocation or an expiry
+// index (one round trip on PostgreSQL), and trusts no memory: so a revocation or an expiry
 // holds on every replica from the moment it commits (docs/http-api.md, "Tokens"). Expiry is
-// compared with the Service's clock.
+// compared with the Service's clock. A token that authenticates is remembered for
+// AuthenticateFirstTrip, which re-checks it in the request's own first round trip instead.
 //
 // The token's last_used_at is brought up to date when it is older than TokenTouchEvery, by a
 // write no request waits for (Wait waits for those in flight).
@@ -140,10 +150,89 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (*Token, erro
 	}
 	now := s.now()
 	if why := t.Usable(now); why != "" {
+		s.forget(t.Hash)
 		return nil, Errorf(EUNAUTHORIZED, "%s", why)
 	}
+	s.remember(t)
 	s.touch(ctx, t, now)
 	return t, nil
+}
+
+// AuthenticateFirstTrip is Authenticate without a round trip of its own for a token this
+// process has authenticated before: it answers from memory (subject, role, expiry) and
+// returns ctx carrying a TokenCheck, which the store runs in the request's first round trip,
+// beside the request's own work, refusing that work when the token was revoked, has expired
+// or is gone (docs/architecture.md, "Round trips"). A token first seen is looked up as
+// Authenticate does, and ctx is returned as it is.
+//
+// The caller must let the check run before it answers: by a store call that honours it
+// (Store.Approval, Store.InsertApproval, Store.Begin), or else by ConfirmToken.
+func (s *Service) AuthenticateFirstTrip(ctx context.Context, secret string) (context.Context, *Token, error) {
+	hash := HashToken(secret)
+	s.knownMu.Lock()
+	t := s.known[string(hash)]
+	s.knownMu.Unlock()
+	if t == nil {
+		t, err := s.Authenticate(ctx, secret)
+		return ctx, t, err
+	}
+	now := s.now()
+	if why := t.Usable(now); why != "" {
+		s.forget(hash)
+		return ctx, nil, Errorf(EUNAUTHORIZED, "%s", why)
+	}
+	c := &TokenCheck{
+		ID: t.ID, Hash: hash, Now: now,
+		passed: func() { s.touch(ctx, t, now) },
+		forget: func() { s.forget(hash) },
+	}
+	return WithTokenCheck(ctx, c), t, nil
+}
+
+// ConfirmToken settles c when no store call ran it, or finds why a store refused it: one
+// lookup of the token, as Authenticate makes. It returns nil when the token is still good,
+// and otherwise the EUNAUTHORIZED error Authenticate would have answered.
+func (s *Service) ConfirmToken(ctx context.Context, c *TokenCheck) error {
+	if !c.Pending() && !c.Refused() {
+		return nil
+	}
+	t, err := s.Store.TokenByHash(ctx, c.Hash)
+	switch {
+	case ErrorCode(err) == ENOTFOUND || (err == nil && t.ID != c.ID):
+		s.forget(c.Hash)
+		c.Refuse()
+		return Errorf(EUNAUTHORIZED, "unknown bearer token")
+	case err != nil:
+		return err
+	}
+	if why := t.Usable(c.Now); why != "" {
+		c.Refuse()
+		return Errorf(EUNAUTHORIZED, "%s", why)
+	}
+	if c.Refused() {
+		// Refused by a store a moment ago, good now: only a token whose revocation was rolled
+		// back could be so. The refusal stands; the request changed nothing.
+		return Errorf(EUNAUTHORIZED, "the bearer token was revoked or has expired")
+	}
+	c.Pass()
+	return nil
+}
+
+// remember keeps a token that authenticated, for AuthenticateFirstTrip.
+func (s *Service) remember(t *Token) {
+	s.knownMu.Lock()
+	defer s.knownMu.Unlock()
+	if s.known == nil || len(s.known) >= maxKnown {
+		s.known = make(map[string]*Token)
+	}
+	s.known[string(t.Hash)] = t
+}
+
+// forget drops a token that no longer authenticates.
+func (s *Service) forget(hash []byte) {
+	s.knownMu.Lock()
+	delete(s.known, string(hash))
+	s.knownMu.Unlock()
 }
 
 // touch sends the token's last-use write in the background when the stored value is stale

@@ -38,6 +38,10 @@ type Store interface {
 
 	// Approval returns one approval with its decisions (oldest first) and execution, or
 	// ENOTFOUND.
+	//
+	// Approval, InsertApproval and Begin run the pending TokenCheck of ctx, if any, in their
+	// first round trip, and answer its refusal (EUNAUTHORIZED), having read and written
+	// nothing for the request, when the token is no longer good.
 	Approval(ctx context.Context, id string) (*Approval, error)
 
 	// Approvals lists approvals newest first (created_at, then id, descending) matching f, and
@@ -68,7 +72,7 @@ type Store interface {
 
 	// TokenByHash finds the token with the given hash, revoked or expired ones included, or
 	// ENOTFOUND. It is one statement on the unique index of the hash: Service.Authenticate
-	// runs it on every request. Tokens are written by Service.CreateToken, RotateToken,
+	// runs it on a token's first use, and whenever no TokenCheck can ride with the request. Tokens are written by Service.CreateToken, RotateToken,
 	// RevokeToken and Bootstrap.
 	TokenByHash(ctx context.Context, hash []byte) (*Token, error)
 	// Token returns one token, or ENOTFOUND.

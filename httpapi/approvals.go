@@ -25,8 +25,9 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	// Everything that can refuse the request runs before the one write, so a 400, 401, 403
-	// or 413 stores nothing and the caller may correct it and reuse the key.
-	p, err := s.authenticate(ctx, r)
+	// or 413 stores nothing and the caller may correct it and reuse the key. A known token is
+	// re-checked inside that write (authenticateFirstTrip).
+	ctx, p, err := s.authenticateFirstTrip(ctx, r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -61,6 +62,10 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		s.writeCreateError(w, r, err)
+		return
+	}
+	if err := s.settle(r); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	if res.Replayed {
@@ -114,13 +119,28 @@ func (s *Server) writeCreateError(w http.ResponseWriter, r *http.Request, err er
 // answers as soon as the approval's version exceeds N, or after D (at most maxWait) with the
 // approval as it is, 200 either way.
 func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticate(r.Context(), r)
-	if err != nil {
-		s.writeError(w, r, err)
+	wait, version, err := parseWait(r.URL.Query())
+	if wait == 0 && err == nil {
+		// One round trip: the token's check goes with the read (authenticateFirstTrip).
+		ctx, p, err := s.authenticateFirstTrip(r.Context(), r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		a, err := s.readableApproval(ctx, p, r.PathValue("id"))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeJSON(w, r, http.StatusOK, present(a))
+		return
+	}
+	p, err2 := s.authenticate(r.Context(), r)
+	if err2 != nil {
+		s.writeError(w, r, err2)
 		return
 	}
 	id := r.PathValue("id")
-	wait, version, err := parseWait(r.URL.Query())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -299,7 +319,8 @@ type decideRequest struct {
 // wins and the others get 409 with it.
 func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, err := s.authenticate(r.Context(), r)
+		// The token's check rides with the vote's first read (authenticateFirstTrip).
+		ctx, p, err := s.authenticateFirstTrip(r.Context(), r)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -322,7 +343,7 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 		}
 
 		id := r.PathValue("id")
-		v, err := s.svc.Vote(r.Context(), approval.DecideRequest{
+		v, err := s.svc.Vote(ctx, approval.DecideRequest{
 			ApprovalID: id,
 			Approver:   p.Subject,
 			Verdict:    verdict,

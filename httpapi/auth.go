@@ -14,24 +14,58 @@ type principal = approval.Principal
 // authenticate resolves the request's bearer token, reading the store with ctx. A missing, malformed or unknown token is
 // EUNAUTHORIZED; a store failure is passed on (503 when the database is down, never 401).
 func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, error) {
-	values := r.Header.Values("Authorization")
-	if len(values) == 0 {
-		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "missing Authorization header; send Authorization: Bearer <token>")
-	} else if len(values) > 1 {
-		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "send one Authorization header, not %d", len(values))
+	secret, err := bearer(r)
+	if err != nil {
+		return principal{}, err
 	}
-	scheme, secret, ok := strings.Cut(values[0], " ")
-	secret = strings.TrimSpace(secret)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return principal{}, approval.Errorf(approval.EUNAUTHORIZED, "Authorization must be a bearer token: Authorization: Bearer <token>")
-	}
-
 	t, err := s.svc.Authenticate(ctx, secret)
 	if err != nil {
 		return principal{}, err
 	}
 	s.info(r).subject = t.Subject
 	return principal{Subject: t.Subject, Role: t.Role}, nil
+}
+
+// authenticateFirstTrip is authenticate for the hot routes (create, GET of one approval,
+// vote): a token this process knows is not looked up first but re-checked by the store in the
+// request's first round trip, beside the request's own statement (approval.TokenCheck). It
+// returns the context to do the request's work with, which carries the check. Every answer
+// the request gives goes through writeError or writeJSON (or settle), which make sure the
+// check ran before anything is answered, and answer the 401 of a refused token.
+func (s *Server) authenticateFirstTrip(ctx context.Context, r *http.Request) (context.Context, principal, error) {
+	info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo)
+	if !ok {
+		p, err := s.authenticate(ctx, r)
+		return ctx, p, err
+	}
+	secret, err := bearer(r)
+	if err != nil {
+		return ctx, principal{}, err
+	}
+	ctx, t, err := s.svc.AuthenticateFirstTrip(ctx, secret)
+	if err != nil {
+		return ctx, principal{}, err
+	}
+	info.subject = t.Subject
+	info.check = approval.PendingTokenCheck(ctx)
+	return ctx, principal{Subject: t.Subject, Role: t.Role}, nil
+}
+
+// settle returns nil when the request's token check, if it has one, passed, running it now
+// when no store call has; otherwise the 401 to answer instead of whatever the request was
+// about to answer. A check a store refused is looked up once more for the reason
+// Authenticate would give (revoked, expired, unknown).
+func (s *Server) settle(r *http.Request) error {
+	info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo)
+	if !ok || info.check == nil {
+		return nil
+	}
+	c := info.check
+	info.check = nil
+	if !c.Pending() && !c.Refused() {
+		return nil
+	}
+	return s.svc.ConfirmToken(context.WithoutCancel(r.Context()), c)
 }
 
 // authenticateOperator authenticates the request and lets operators and admins through:
@@ -46,4 +80,21 @@ func (s *Server) authenticateOperator(r *http.Request) (principal, error) {
 		return principal{}, approval.Errorf(approval.EFORBIDDEN, "role %s may not manage executions or the inbox; use an operator or admin token", p.Role)
 	}
 	return p, nil
+}
+
+// bearer returns the secret of the request's one bearer token; a missing or malformed one is
+// EUNAUTHORIZED.
+func bearer(r *http.Request) (string, error) {
+	values := r.Header.Values("Authorization")
+	if len(values) == 0 {
+		return "", approval.Errorf(approval.EUNAUTHORIZED, "missing Authorization header; send Authorization: Bearer <token>")
+	} else if len(values) > 1 {
+		return "", approval.Errorf(approval.EUNAUTHORIZED, "send one Authorization header, not %d", len(values))
+	}
+	scheme, secret, ok := strings.Cut(values[0], " ")
+	secret = strings.TrimSpace(secret)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return "", approval.Errorf(approval.EUNAUTHORIZED, "Authorization must be a bearer token: Authorization: Bearer <token>")
+	}
+	return secret, nil
 }

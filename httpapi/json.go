@@ -164,6 +164,10 @@ func marshal(v any) ([]byte, error) {
 
 // writeJSON answers v as JSON with the status code.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	if err := s.settle(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	body, err := marshal(v)
 	if err != nil {
 		s.writeError(w, r, err)

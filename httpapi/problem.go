@@ -52,6 +52,9 @@ type problem struct {
 // writeError answers err as problem+json. Only *approval.Error messages reach the client;
 // anything else is logged with the request id and answered with a generic 500.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if cerr := s.settle(r); cerr != nil {
+		err = cerr // a refused token is answered 401 before anything else
+	}
 	info := s.info(r)
 	code := approval.ErrorCode(err)
 	entry, ok := errorStatus[code]

@@ -358,6 +358,9 @@ type requestInfo struct {
 	clientID string // the client's X-Request-Id, if it sent a sane one
 	subject  string
 	log      *slog.Logger
+	// check is the request's token check when it rides with the request's first round trip
+	// (authenticateFirstTrip); settle runs it before any answer if no store call did.
+	check *approval.TokenCheck
 }
 
 type requestInfoKey struct{}

@@ -146,3 +146,64 @@ func TestTokens(t *testing.T) {
 		}
 	})
 }
+
+// TestTokenRevokedOnAnotherReplica: a client's token, known to the server from its earlier
+// requests, is revoked on another replica between two of them. The server checks a known
+// token in the request's first round trip rather than looking it up first; the next
+// request is refused 401 all the same, whatever route and body it carries, with the reason a
+// lookup gives, and changes nothing.
+func TestTokenRevokedOnAnotherReplica(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci, sloppy, alice := f.token("ci-bot", approval.RoleRequester), f.token("ci-bot", approval.RoleRequester), f.token("alice", approval.RoleApprover)
+		body := createBody("Deploy api", "alice", "bob")
+
+		// Each token is used twice: first looked up, then known.
+		first := f.mustCreate(ci, "deploy-1", body)
+		f.mustCreate(ci, "deploy-2", body)
+		f.mustCreate(sloppy, "deploy-3", body)
+		f.mustCreate(sloppy, "deploy-4", body)
+		for range 2 {
+			if got := f.do("GET", "/v1/approvals/"+first.ID, alice, ""); got.status != http.StatusOK {
+				t.Fatalf("get: got %d %s, want 200", got.status, got.body)
+			}
+		}
+
+		other := f.service() // another replica
+		tokens, _, err := f.store.Tokens(t.Context(), approval.TokenFilter{})
+		if err != nil {
+			t.Fatalf("tokens: %v", err)
+		}
+		for _, tok := range tokens {
+			if _, err := other.RevokeToken(t.Context(), tok.ID); err != nil {
+				t.Fatalf("revoke: %v", err)
+			}
+		}
+
+		for _, c := range []struct {
+			name                string
+			method, path, token string
+			body                string
+			headers             []string
+		}{
+			{"replay", "POST", "/v1/approvals", ci, body, []string{"Idempotency-Key", "deploy-1"}},
+			{"create", "POST", "/v1/approvals", ci, body, []string{"Idempotency-Key", "deploy-5"}},
+			{"create of a bad body", "POST", "/v1/approvals", sloppy, `{"action":`, []string{"Idempotency-Key", "deploy-6"}},
+			{"vote", "POST", "/v1/approvals/" + first.ID + "/approve", alice, "", nil},
+			{"get", "GET", "/v1/approvals/" + first.ID, alice, "", nil},
+		} {
+			p := f.do(c.method, c.path, c.token, c.body, c.headers...).problem(t, http.StatusUnauthorized)
+			if p.Detail != "the bearer token was revoked" {
+				t.Errorf("%s: got %q, want the reason a lookup gives", c.name, p.Detail)
+			}
+		}
+		if n := f.count(); n != 4 {
+			t.Fatalf("approvals: got %d, want 4", n)
+		}
+		a, err := f.store.Approval(t.Context(), first.ID)
+		if err != nil || a.Status != approval.StatusPending || a.Version != 1 {
+			t.Fatalf("the approval voted on: got %+v, %v; want pending at version 1", a, err)
+		}
+	})
+}

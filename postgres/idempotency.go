@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // insertApprovalAttempts bounds how often InsertApproval looks again for the holder of a
@@ -73,9 +74,23 @@ WITH held AS (
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM app),
-	h.fingerprint, h.response_status, h.response_location, h.response_body, h.approval_id
+	h.fingerprint, h.response_status, h.response_location, h.response_body, h.approval_id`
+
+// insertApprovalFrom ends insertApprovalSQL.
+const insertApprovalFrom = `
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (SELECT * FROM held ORDER BY rank LIMIT 1) AS h ON true`
+
+// insertApprovalPlainSQL is the create of a request whose token has been checked already.
+// insertApprovalGuardedSQL carries the request's token check ($25 to $27) as one more column
+// of the one row the statement returns, so that it is evaluated whether the key is free or
+// held: when the token is no longer good it divides by zero, the statement fails as a whole
+// and nothing of it commits, nor is a held key's answer replayed.
+var (
+	insertApprovalPlainSQL   = insertApprovalSQL + insertApprovalFrom
+	insertApprovalGuardedSQL = insertApprovalSQL + `,
+	(SELECT 1 / (` + sqldb.TokenCheckSQL(dialect, 25) + `))` + insertApprovalFrom
+)
 
 // InsertApproval writes a new approval with its idempotency record in one statement, or
 // returns what holds its key (see approval.Store).
@@ -105,14 +120,23 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 		var fingerprint, location, approvalID *string
 		var status *int
 		var body []byte
-		err := conn.QueryRow(ctx, insertApprovalSQL,
-			a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
+		args := []any{a.Requester, a.OperationKey, a.Fingerprint, now, resp.StatusCode, resp.Location,
 			resp.Body, now.Add(retain), a.ID, a.Action, a.Title, []byte(a.Context),
 			a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
-			ids, keys, recipients, channels, events, payloads, a.CallbackURL,
-		).Scan(&inserted, &fingerprint, &status, &location, &body, &approvalID)
-		if err != nil {
+			ids, keys, recipients, channels, events, payloads, a.CallbackURL}
+		stmt, dest := insertApprovalPlainSQL, []any{&inserted, &fingerprint, &status, &location, &body, &approvalID}
+		check := approval.PendingTokenCheck(ctx)
+		if check != nil {
+			var one int
+			stmt, args, dest = insertApprovalGuardedSQL, append(args, sqldb.TokenCheckArgs(dialect, check)...), append(dest, &one)
+		}
+		err := conn.QueryRow(ctx, stmt, args...).Scan(dest...)
+		if check != nil && isDivisionByZero(err) {
+			return nil, check.Refuse()
+		} else if err != nil {
 			return nil, translate("insert approval", err)
+		} else if check != nil {
+			check.Pass()
 		}
 		switch {
 		case inserted == 1:

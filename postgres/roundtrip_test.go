@@ -17,7 +17,9 @@ import (
 // connection): the figures a user feels as latency on a distant database. A count is
 // deterministic, unlike a time, so it is asserted: a create, a replay, a decision and an
 // intake (new or redelivered) and a claim at most three, a read at most two, a token lookup
-// (every request's authentication: nothing is cached, so that a revocation holds at once) one,
+// (a token's first use) one, an authenticated create and an authenticated GET of a token
+// already seen one each (the token's check rides with the request's statement, so that a
+// revocation still holds at once),
 // an attempt's record at most two (read and lock, then the writes with COMMIT), and a lease's
 // renewal at most two (the guarded update with BEGIN, then COMMIT).
 func TestRoundTrips(t *testing.T) {
@@ -67,9 +69,17 @@ func TestRoundTrips(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// Counted with the token's check, which rides with BEGIN and the first read.
 		before := rt.Count()
+		ctx, _, err = svc.AuthenticateFirstTrip(ctx, secret)
+		if err != nil {
+			return err
+		}
 		_, err = svc.Decide(ctx, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")})
 		decideTrips = rt.Count() - before
+		if err == nil && approval.PendingTokenCheck(ctx) != nil {
+			return fmt.Errorf("decide: the token check did not run")
+		}
 		return err
 	}
 	deliveries := 0
@@ -93,6 +103,24 @@ func TestRoundTrips(t *testing.T) {
 		svc.Wait()
 		return err
 	}
+	// An authenticated request as httpapi makes it: the token, known to the Service, is
+	// checked in the request's own first round trip, so the whole request costs one.
+	authenticated := func(op func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			ctx, _, err := svc.AuthenticateFirstTrip(ctx, secret)
+			if err != nil {
+				return err
+			}
+			if err := op(ctx); err != nil {
+				return err
+			}
+			svc.Wait()
+			if approval.PendingTokenCheck(ctx) != nil {
+				return fmt.Errorf("the token check did not run")
+			}
+			return nil
+		}
+	}
 
 	for _, c := range []struct {
 		name string
@@ -103,6 +131,8 @@ func TestRoundTrips(t *testing.T) {
 		{"replay", replay, 3},
 		{"get", get, 2},
 		{"authenticate", authenticate, 1},
+		{"authenticated create", authenticated(create), 1},
+		{"authenticated get", authenticated(get), 1},
 		{"intake", intake, 3},
 		{"redelivery", redelivery, 3},
 	} {

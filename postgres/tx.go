@@ -24,12 +24,30 @@ var _ approval.Tx = (*ruleTx)(nil)
 // own: BEGIN travels with the first read, and the writes, which the rules never need an
 // answer from, travel together with the next read or with COMMIT. A decision is so one
 // round trip to read and lock the approval and one to write and commit.
+//
+// A pending approval.TokenCheck in ctx is queued first, so it rides with BEGIN and the first
+// read: a token revoked or expired by then aborts the transaction inside the database, and
+// that read answers its refusal.
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	t, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if c := approval.PendingTokenCheck(ctx); c != nil {
+		t.queue = append(t.queue, queued{op: "check token", sql: tokenGuardSQL,
+			args: sqldb.TokenCheckArgs(dialect, c), check: c})
+	}
 	return t, nil
+}
+
+// tokenGuardSQL is a pending approval.TokenCheck as a guard: it divides by zero, aborting the
+// transaction inside the database, when the token is no longer good.
+var tokenGuardSQL = `SELECT 1 / (` + sqldb.TokenCheckSQL(dialect, 1) + `)`
+
+// isDivisionByZero reports whether err is a guard's 1/count(*) that found no row.
+func isDivisionByZero(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
 
 // begin opens a read-committed transaction on a pooled connection for Begin and for the
@@ -68,6 +86,8 @@ type queued struct {
 	op   string
 	sql  string
 	args []any
+	// check, when set, is the token check this statement guards (see Begin).
+	check *approval.TokenCheck
 }
 
 func (t *ruleTx) Now() time.Time { return t.now }
@@ -109,7 +129,13 @@ func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queu
 	for _, q := range queue {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
+			if q.check != nil && isDivisionByZero(err) {
+				return nil, q.check.Refuse()
+			}
 			return nil, translate(q.op, err)
+		}
+		if q.check != nil {
+			q.check.Pass()
 		}
 	}
 	return br, nil

@@ -41,6 +41,9 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 	}
 	defer tx.Rollback()
 
+	if err := tx.checkToken(ctx); err != nil {
+		return nil, err
+	}
 	holder, err := keyHolder(ctx, tx, a.Requester, a.OperationKey)
 	if err != nil {
 		return nil, fail("insert approval", err)
@@ -62,6 +65,17 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 		return nil, fail("insert approval", err)
 	}
 	return nil, nil
+}
+
+// Approval returns one approval with its details; see approval.Store. A pending
+// approval.TokenCheck in ctx runs first, on the read pool: a refused token reads nothing.
+func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
+	if c := approval.PendingTokenCheck(ctx); c != nil {
+		if err := sqldb.CheckToken(ctx, s.Reads.DB, dialect, c); err != nil {
+			return nil, fail("read approval", err)
+		}
+	}
+	return s.Reads.Approval(ctx, id)
 }
 
 // keyHolder finds what holds (requester, key): a completed idempotency record, or the

@@ -313,6 +313,16 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	return &tx{Tx: t, now: s.now(), hub: s.hub}, nil
 }
 
+// checkToken runs the pending approval.TokenCheck of ctx, if any, as the transaction's first
+// statement: under the write lock, so no revocation commits between it and the writes.
+func (t *tx) checkToken(ctx context.Context) error {
+	c := approval.PendingTokenCheck(ctx)
+	if c == nil {
+		return nil
+	}
+	return fail("check token", sqldb.CheckToken(ctx, querier{t.Tx}, dialect, c))
+}
+
 // commit commits tx, classifying a failure, then signals the topics of its changes: a
 // subscriber woken by the signal finds the change already visible.
 func (t *tx) commit() error {

@@ -17,10 +17,17 @@ var _ approval.Tx = (*ruleTx)(nil)
 // Begin opens the write transaction the Service composes a rule in. It holds SQLite's one
 // write lock from its first statement (BEGIN IMMEDIATE), which is what every "ForUpdate"
 // read of approval.Tx relies on here: no other writer runs until it ends.
+//
+// A pending approval.TokenCheck in ctx is the transaction's first statement: a token revoked
+// or expired by then fails Begin, before anything is read or written.
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	t, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, fail("begin", err)
+	}
+	if err := t.checkToken(ctx); err != nil {
+		t.Rollback()
+		return nil, err
 	}
 	return &ruleTx{tx: t}, nil
 }

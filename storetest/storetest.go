@@ -54,6 +54,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Approvals", exerciseList},
 		{"Audit", exerciseAudit},
 		{"Tokens", exerciseTokens},
+		{"TokenCheck", exerciseTokenCheck},
 		{"Inbox", exerciseInbox},
 		{"Executions", exerciseExecutions},
 		{"Notifier", exerciseNotifier},

@@ -78,3 +78,35 @@ func TokenInsert(d Dialect, t approval.Token) (string, []any) {
 			d.Param(5) + `, ` + d.Param(6) + `, ` + d.Param(7) + `)`,
 		[]any{t.ID, t.Subject, string(t.Role), t.Hash, d.Time(t.CreatedAt), t.Name, expires}
 }
+
+// TokenCheckSQL is the statement of a pending approval.TokenCheck in d, from the given first
+// parameter on (hash, id, now): how many tokens have this hash and id, are unrevoked and
+// expire after now; 1 when the token is still good, 0 otherwise. It reads one row through the
+// hash's unique index.
+func TokenCheckSQL(d Dialect, from int) string {
+	return `SELECT count(*) FROM tokens WHERE hash = ` + d.Param(from) + ` AND id = ` + d.Param(from+1) +
+		` AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ` + d.Param(from+2) + `)`
+}
+
+// TokenCheckArgs are the arguments of TokenCheckSQL for c in d.
+func TokenCheckArgs(d Dialect, c *approval.TokenCheck) []any {
+	return []any{c.Hash, c.ID, d.Time(c.Now)}
+}
+
+// CheckToken runs the pending check c through q: nil when the token is still good (c passes),
+// else c's refusal.
+func CheckToken(ctx context.Context, q Querier, d Dialect, c *approval.TokenCheck) error {
+	rows, err := q.Query(ctx, TokenCheckSQL(d, 1), TokenCheckArgs(d, c)...)
+	n, err := first(Collect(rows, err, func(r Row) (int, error) {
+		var n int
+		return n, r.Scan(&n)
+	}))("no count")
+	if err != nil {
+		return fmt.Errorf("check token: %w", err)
+	}
+	if n != 1 {
+		return c.Refuse()
+	}
+	c.Pass()
+	return nil
+}
