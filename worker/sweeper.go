@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
 )
 
 // Defaults used when the corresponding Sweeper field is zero.
