@@ -155,6 +155,7 @@ func newConversation(t *testing.T, kind string) *conversation {
 	}
 	inbox := &worker.InboxProcessor{
 		Store:   f.store,
+		Rules:   f.service(),
 		Logger:  slog.New(slog.DiscardHandler),
 		Sources: map[string][]string{chat.Name: chat.Handlers},
 		Poll:    20 * time.Millisecond,
@@ -168,6 +169,7 @@ func newConversation(t *testing.T, kind string) *conversation {
 func (c *conversation) startRunner() {
 	r := &worker.Runner{
 		Store:  c.f.store,
+		Ledger: c.f.service(),
 		Logger: slog.New(slog.DiscardHandler),
 		Targets: map[string]worker.Target{targetedAction: {
 			Action: targetedAction, URL: c.down.URL(), Idempotent: true, LookupURL: c.down.LookupURL(), Timeout: 10 * time.Second,

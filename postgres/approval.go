@@ -16,6 +16,8 @@ var dialect = sqldb.Dialect{
 	Param:          sqldb.Positional,
 	Time:           func(t time.Time) any { return t },
 	ApprovalDetail: approvalDetailSQL,
+	ForUpdate:      " FOR UPDATE",
+	SkipLocked:     " FOR UPDATE SKIP LOCKED",
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement, so a

@@ -199,7 +199,7 @@ func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit i
 			FOR UPDATE SKIP LOCKED
 		) due
 		WHERE r.requester = due.requester AND r.key = due.key`,
-		tx.now, tx.now.Add(-grace), limit)
+		tx.At, tx.At.Add(-grace), limit)
 	if err != nil {
 		return 0, translate("purge idempotency records", err)
 	}

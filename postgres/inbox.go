@@ -152,7 +152,7 @@ func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) 
 		FROM due
 		WHERE i.id = due.id
 		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		tx.now, limit, approval.NewID("clm"), tx.now.Add(lease))
+		tx.At, limit, approval.NewID("clm"), tx.At.Add(lease))
 	if err != nil {
 		return nil, translate("claim inbox events", err)
 	}
@@ -197,7 +197,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 			FOR UPDATE SKIP LOCKED
 		)
 		DELETE FROM inbox_events i USING old WHERE i.id = old.id`,
-		tx.now.Add(-keepIDs), limit)
+		tx.At.Add(-keepIDs), limit)
 	if err != nil {
 		return 0, translate("purge inbox events", err)
 	}
@@ -210,7 +210,7 @@ func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duratio
 			FOR UPDATE SKIP LOCKED
 		)
 		UPDATE inbox_events i SET body = NULL FROM old WHERE i.id = old.id`,
-		tx.now.Add(-keepBodies), limit)
+		tx.At.Add(-keepBodies), limit)
 	if err != nil {
 		return 0, translate("purge inbox bodies", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -14,7 +13,7 @@ import (
 func (t *ruleTx) BootstrapInsert(ctx context.Context, tokenID string) (bool, error) {
 	tag, err := t.Exec(ctx, `
 		INSERT INTO bootstrap (token_id, created_at) VALUES ($1, $2)
-		ON CONFLICT (singleton) DO NOTHING`, tokenID, t.now)
+		ON CONFLICT (singleton) DO NOTHING`, tokenID, t.At)
 	return tag.RowsAffected() == 1, translate("claim bootstrap", err)
 }
 
@@ -27,30 +26,4 @@ func (s *Store) TokenSetLastUsedIfOlder(ctx context.Context, id string, every ti
 	defer conn.Release()
 	_, err = conn.Exec(ctx, sqldb.TokenTouchSQL(dialect), now, id, now.Add(-every))
 	return translate("touch token", err)
-}
-
-// TokenGetForUpdate locks the row in the statement that reads it.
-func (t *ruleTx) TokenGetForUpdate(ctx context.Context, id string) (*approval.Token, error) {
-	tok, err := sqldb.TokenByID(ctx, querier{t}, dialect, id, "FOR UPDATE")
-	return tok, translate("read token", err)
-}
-
-// TokenSetRevokedIfActive: 1/count(*) divides by zero when the guard matched no row, which
-// aborts the transaction inside the database.
-func (t *ruleTx) TokenSetRevokedIfActive(ctx context.Context, id string) error {
-	t.enqueue("revoke token", `
-		WITH changed AS (
-			UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL
-			RETURNING 1
-		)
-		SELECT 1 / count(*) FROM changed`, id, t.now)
-	return nil
-}
-
-// TokenInsert is queued: a duplicate id or hash surfaces, as ECONFLICT, from the next
-// statement or Commit.
-func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
-	sql, args := sqldb.TokenInsert(dialect, tok)
-	t.enqueue("insert token", sql, args...)
-	return nil
 }

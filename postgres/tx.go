@@ -60,7 +60,9 @@ func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ruleTx{conn: conn, now: now, log: s.logger}, nil
+	t := &ruleTx{conn: conn, log: s.logger}
+	t.Tx = sqldb.Tx{Run: runner{t}, Dialect: dialect, At: now, Translate: translate}
+	return t, nil
 }
 
 // HasTarget reports whether an action has a downstream target (the Targeted field).
@@ -69,10 +71,11 @@ func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Ta
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
 // and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
 // A guarded write whose guard fails raises an error inside the database, so the transaction
-// aborts there and a COMMIT sent behind it cannot commit the rest.
+// aborts there and a COMMIT sent behind it cannot commit the rest. The statements both
+// dialects share are sqldb.Tx's; its At is the transaction's clock (Now).
 type ruleTx struct {
+	sqldb.Tx
 	conn  *pgxpool.Conn
-	now   time.Time // the transaction's clock (Now)
 	begun bool
 	done  bool
 	queue []queued
@@ -90,7 +93,7 @@ type queued struct {
 	check *approval.TokenCheck
 }
 
-func (t *ruleTx) Now() time.Time { return t.now }
+func (t *ruleTx) Now() time.Time { return t.At }
 
 // enqueue adds a write to the next batch.
 func (t *ruleTx) enqueue(op, sql string, args ...any) {
@@ -253,7 +256,7 @@ func (t *ruleTx) end() {
 // the snapshot it started with, which misses the vote that held the lock.
 func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, id)
-	return readApproval(ctx, querier{t}, id)
+	return t.Tx.ApprovalGetForUpdate(ctx, id)
 }
 
 // ApprovalGetByIDMany reads the approvals and their details in one statement.
@@ -261,51 +264,6 @@ func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*appr
 	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
 	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	return list, translate("read approvals", err)
-}
-
-func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	return t.ids(ctx, "find approvals by operation key",
-		`SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
-}
-
-// ids runs a query of one text column and collects it.
-func (t *ruleTx) ids(ctx context.Context, op, sql string, args ...any) ([]string, error) {
-	rows, err := t.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, translate(op, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return ids, translate(op, err)
-}
-
-// ApprovalSetStatusIfPending: 1/count(*) divides by zero when the guard matched no row, which
-// aborts the transaction inside the database.
-func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
-	guard := `expires_at > $4`
-	if status == approval.StatusExpired {
-		guard = `expires_at <= $4`
-	}
-	t.enqueue("set approval status", `
-		WITH changed AS (
-			UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
-			WHERE id = $1 AND status = 'pending' AND `+guard+`
-			RETURNING 1
-		)
-		SELECT 1 / count(*) FROM changed`,
-		id, string(status), decidedAt, t.now)
-	return nil
-}
-
-// ApprovalIDsDueForUpdate: SKIP LOCKED lets several replicas sweep at once without waiting
-// on each other or on a vote in progress (which expires the approval itself if it is due).
-// Under read committed a row that a vote changed and committed since the statement began is
-// read again once locked, and left out if no longer pending; the writes that follow are
-// statements of their own, which see that vote's events.
-func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
-	return t.ids(ctx, "find due approvals", `
-		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1
-		ORDER BY expires_at, id LIMIT $2
-		FOR UPDATE SKIP LOCKED`, t.now, limit)
 }
 
 // DecisionInsert orders the decision by the approval.voted event just appended.
@@ -322,7 +280,7 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 	if err != nil {
 		return err
 	}
-	t.enqueue("append event", insertEventSQL, approvalID, typ, t.now, actor, causeJSON, detailJSON)
+	t.enqueue("append event", insertEventSQL, approvalID, typ, t.At, actor, causeJSON, detailJSON)
 	return nil
 }
 
@@ -352,27 +310,7 @@ func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, ap
 	// lookup go out in one batch.
 	t.enqueue("lock operation key", `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
 		operationKeyLock, action+"\n"+key)
-	var otherID, otherRequester string
-	err := t.QueryRow(ctx, `
-		SELECT x.approval_id, a.requester FROM executions x JOIN approvals a ON a.id = x.approval_id
-		WHERE x.operation_key = $1 AND x.action = $2 AND x.approval_id <> $3
-		ORDER BY x.created_at, x.id LIMIT 1`,
-		key, action, approvalID).Scan(&otherID, &otherRequester)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", approval.Errorf(approval.ENOTFOUND, "no other execution under operation key %q", key)
-	} else if err != nil {
-		return "", "", translate("find executions under the operation key", err)
-	}
-	return otherID, otherRequester, nil
-}
-
-func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRecord) error {
-	t.enqueue("insert execution", `
-		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status, last_error, next_attempt_at, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
-		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
-		rec.LastError, rec.NextAttemptAt, t.now)
-	return nil
+	return t.Tx.ExecutionGetByOperationKey(ctx, action, key, approvalID)
 }
 
 // ExecutionClaimDue is one statement. SKIP LOCKED on the execution and its approval: replicas
@@ -412,7 +350,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		FROM due
 		WHERE x.id = due.id
 		RETURNING `+sqldb.ExecutionColumns+`, due.recovered, due.due_at`,
-		t.now, limit, leaseUntil)
+		t.At, limit, leaseUntil)
 	if err != nil {
 		return nil, translate("claim executions", err)
 	}
@@ -444,15 +382,6 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	return claims, nil
 }
 
-// ExecutionSetLeaseIfAttempt runs at once, not queued: the Service needs its answer.
-func (t *ruleTx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error) {
-	tag, err := t.Exec(ctx, `
-		UPDATE executions SET lease_expires_at = $3
-		WHERE id = $1 AND attempts = $2 AND status = 'running' AND lease_expires_at IS NOT NULL`,
-		id, attempt, leaseUntil)
-	return tag.RowsAffected() == 1, translate("renew execution lease", err)
-}
-
 // ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
 // the approval's row, and the execution's is locked only after it, when the outer query
 // returns its row.
@@ -462,12 +391,7 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 	t.enqueue("lock approval of execution", `
 		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
 		FOR UPDATE`, id)
-	rec, err := sqldb.ScanExecution(t.QueryRow(ctx, `
-		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id = $1 FOR UPDATE OF x`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "execution %s not found", id)
-	}
-	return rec, translate("lock execution", err)
+	return t.Tx.ExecutionGetForUpdate(ctx, id)
 }
 
 // ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, two statements in one
@@ -475,101 +399,7 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 // held, so it sees the execution that the vote holding the lock before it created.
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
-	rec, err := sqldb.ScanExecution(t.QueryRow(ctx, `
-		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.approval_id = $1 FOR UPDATE OF x`, approvalID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
-	}
-	return rec, translate("lock execution of approval", err)
-}
-
-func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	return t.ids(ctx, "find executions by operation key",
-		`SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
-}
-
-// ExecutionUpdateIfAttempt is queued like every write; a failed guard divides by zero, as in
-// ApprovalSetStatusIfPending.
-func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
-	t.updateExecution("record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
-	return nil
-}
-
-func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
-	t.updateExecution("update execution", `status = $12`, rec, string(status))
-	return nil
-}
-
-// updateExecution queues the write of rec's state, guarded by guard on $12 (guardArg).
-func (t *ruleTx) updateExecution(op, guard string, rec *approval.ExecutionRecord, guardArg any) {
-	t.enqueue(op, `
-		WITH changed AS (
-			UPDATE executions
-			SET status = $2, attempts = $3, last_error = $4, result = $5, next_attempt_at = $6,
-				lease_expires_at = $7, applied_version = $8, uncertain = $9, attempt_base = $10,
-				updated_at = $11
-			WHERE id = $1 AND `+guard+`
-			RETURNING 1
-		)
-		SELECT 1 / count(*) FROM changed`,
-		rec.ID, string(rec.Status), rec.Attempts, rec.LastError, []byte(rec.Result), rec.NextAttemptAt,
-		rec.LeaseExpiresAt, rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, t.now, guardArg)
-}
-
-func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `SELECT `+sqldb.InboxColumns+`, NULL::bytea FROM inbox_events i WHERE i.id = $1 FOR UPDATE`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
-	}
-	return e, translate("lock inbox event", err)
-}
-
-func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
-	var ref *string
-	if approvalID != "" {
-		ref = &approvalID
-	}
-	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `
-		UPDATE inbox_events i
-		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
-			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
-		WHERE i.id = $1 AND i.status = 'pending'
-		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		id, string(status), outcome, ref, t.now))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
-	}
-	return e, translate("mark inbox event done", err)
-}
-
-// InboxSetAttemptFailed is queued like every write; a failed guard divides by zero, as in
-// ApprovalSetStatusIfPending.
-func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
-	t.enqueue("record failed inbox attempt", `
-		WITH changed AS (
-			UPDATE inbox_events
-			SET status = $2, last_error = $3, next_attempt_at = $4, processed_at = $5,
-				lease_token = '', lease_expires_at = NULL
-			WHERE id = $1 AND status = 'pending'
-			RETURNING 1
-		)
-		SELECT 1 / count(*) FROM changed`,
-		id, string(status), lastError, nextAttemptAt, processedAt)
-	return nil
-}
-
-func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	e, err := sqldb.ScanInbox(t.QueryRow(ctx, `
-		UPDATE inbox_events i
-		SET status = 'pending', next_attempt_at = $2, processed_at = NULL,
-			lease_token = '', lease_expires_at = NULL
-		WHERE i.id = $1 AND i.status = 'failed'
-		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		id, t.now))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("inbox event %s changed under its lock", id)
-	}
-	return e, translate("retry inbox event", err)
+	return t.Tx.ExecutionGetByApprovalForUpdate(ctx, approvalID)
 }
 
 // insertEventSQL appends an approval's next event; the caller holds the approval's lock,
@@ -618,4 +448,28 @@ func (r *batchRows) Err() error {
 		return err
 	}
 	return r.closeErr
+}
+
+// runner runs sqldb.Tx's statements on the transaction: reads at once, writes queued, a
+// guarded write made to abort the transaction inside the database when its guard fails (1
+// divided by the count of the rows it changed divides by zero).
+type runner struct{ t *ruleTx }
+
+func (r runner) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
+	return r.t.Query(ctx, sql, args...)
+}
+
+func (r runner) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := r.t.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+func (r runner) Write(ctx context.Context, op, sql string, args ...any) error {
+	r.t.enqueue(op, sql, args...)
+	return nil
+}
+
+func (r runner) WriteOne(ctx context.Context, op, sql string, args ...any) error {
+	r.t.enqueue(op, `WITH changed AS (`+sql+` RETURNING 1) SELECT 1 / count(*) FROM changed`, args...)
+	return nil
 }

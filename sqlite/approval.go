@@ -53,9 +53,10 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 	if err := insertApproval(ctx, tx, a, resp, retain, cause); err != nil {
 		return nil, fail("insert approval", err)
 	}
+	rt := newRuleTx(tx)
 	for _, m := range outbox {
-		if err := insertOutbox(ctx, tx, m); err != nil {
-			return nil, fail("insert outbox message", err)
+		if err := rt.OutboxInsert(ctx, m); err != nil {
+			return nil, err
 		}
 	}
 	if len(outbox) > 0 {

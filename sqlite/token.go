@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -36,23 +35,4 @@ func (s *Store) TokenSetLastUsedIfOlder(ctx context.Context, id string, every ti
 		return fail("touch token", err)
 	}
 	return fail("touch token", tx.commit())
-}
-
-// TokenGetForUpdate needs no lock of its own: the write lock is held.
-func (t *ruleTx) TokenGetForUpdate(ctx context.Context, id string) (*approval.Token, error) {
-	tok, err := sqldb.TokenByID(ctx, querier{t.tx.Tx}, dialect, id, "")
-	return tok, fail("read token", err)
-}
-
-func (t *ruleTx) TokenSetRevokedIfActive(ctx context.Context, id string) error {
-	res, err := t.tx.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`,
-		micros(t.tx.now), id)
-	return fail("revoke token", changedOne(res, err, "token", id))
-}
-
-// TokenInsert: a duplicate id or hash is a unique violation, ECONFLICT (classify).
-func (t *ruleTx) TokenInsert(ctx context.Context, tok approval.Token) error {
-	sql, args := sqldb.TokenInsert(dialect, tok)
-	_, err := t.tx.ExecContext(ctx, sql, args...)
-	return fail("insert token", err)
 }

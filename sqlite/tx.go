@@ -29,16 +29,21 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 		t.Rollback()
 		return nil, err
 	}
-	return &ruleTx{tx: t}, nil
+	return newRuleTx(t), nil
 }
 
 // HasTarget reports whether an action has a downstream target (the Targeted field).
 func (s *Store) HasTarget(action string) bool { return s.targeted(action) }
 
 // ruleTx is approval.Tx on the write connection. Its statements run at once: they cost no
-// network round trip.
+// network round trip. The statements both dialects share are sqldb.Tx's.
 type ruleTx struct {
+	sqldb.Tx
 	tx *tx
+}
+
+func newRuleTx(t *tx) *ruleTx {
+	return &ruleTx{tx: t, Tx: sqldb.Tx{Run: runner{t}, Dialect: dialect, At: t.now, Translate: fail}}
 }
 
 func (t *ruleTx) Now() time.Time { return t.tx.now }
@@ -52,11 +57,6 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 	return nil
 }
 
-func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
-	a, err := sqldb.ApprovalByID(ctx, querier{t.tx.Tx}, dialect, id)
-	return a, fail("read approval", err)
-}
-
 func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
 	idsJSON, err := json.Marshal(ids)
 	if err != nil {
@@ -65,48 +65,6 @@ func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*appr
 	rows, err := t.tx.query(ctx, approvalDetailSQL+` WHERE a.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
 	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	return list, fail("read approvals", err)
-}
-
-func (t *ruleTx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	return t.ids(ctx, "find approvals by operation key",
-		`SELECT id FROM approvals WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
-}
-
-// ids runs a query of one text column and collects it.
-func (t *ruleTx) ids(ctx context.Context, op, query string, args ...any) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fail(op, err)
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fail(op, err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, fail(op, rows.Err())
-}
-
-func (t *ruleTx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
-	guard := `expires_at > ?`
-	if status == approval.StatusExpired {
-		guard = `expires_at <= ?`
-	}
-	res, err := t.tx.ExecContext(ctx, `
-		UPDATE approvals SET status = ?, decided_at = ?, version = version + 1
-		WHERE id = ? AND status = 'pending' AND `+guard,
-		string(status), nullMicros(decidedAt), id, micros(t.tx.now))
-	return fail("set approval status", changedOne(res, err, "approval", id))
-}
-
-// ApprovalIDsDueForUpdate needs no lock of its own: the write lock is held.
-func (t *ruleTx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
-	return t.ids(ctx, "find due approvals", `
-		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ?
-		ORDER BY expires_at, id LIMIT ?`, micros(t.tx.now), limit)
 }
 
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
@@ -124,31 +82,6 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	t.tx.signal(topic)
 	return nil
-}
-
-// ExecutionGetByOperationKey needs no lock of its own: the write lock orders every approving
-// transaction.
-func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
-	var otherID, otherRequester string
-	err := t.tx.QueryRowContext(ctx, `
-		SELECT e.approval_id, a.requester FROM executions e JOIN approvals a ON a.id = e.approval_id
-		WHERE e.operation_key = ? AND e.action = ? AND e.approval_id <> ?
-		ORDER BY e.created_at, e.id LIMIT 1`,
-		key, action, approvalID).Scan(&otherID, &otherRequester)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", "", approval.Errorf(approval.ENOTFOUND, "no other execution under operation key %q", key)
-	}
-	return otherID, otherRequester, fail("find executions under the operation key", err)
-}
-
-func (t *ruleTx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRecord) error {
-	_, err := t.tx.ExecContext(ctx, `
-		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
-			last_error, next_attempt_at, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
-		rec.LastError, nullMicros(rec.NextAttemptAt), micros(t.tx.now), micros(t.tx.now))
-	return fail("insert execution", err)
 }
 
 // ExecutionClaimDue needs no lock of its own: the write lock orders every claim.
@@ -191,7 +124,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		return nil, fail("find due executions", err)
 	}
 	for _, c := range claims {
-		rec, err := getExecution(ctx, t.tx, `x.id = ?`, c.Record.ID)
+		rec, err := t.ExecutionGetForUpdate(ctx, c.Record.ID)
 		if err == nil {
 			err = t.claim(ctx, rec, leaseUntil)
 		}
@@ -216,142 +149,39 @@ func (t *ruleTx) claim(ctx context.Context, rec *approval.ExecutionRecord, lease
 	return err
 }
 
-func (t *ruleTx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error) {
-	res, err := t.tx.ExecContext(ctx, `
-		UPDATE executions SET lease_expires_at = ?
-		WHERE id = ? AND attempts = ? AND status = 'running' AND lease_expires_at IS NOT NULL`,
-		micros(leaseUntil), id, attempt)
+// ids runs a query of one text column and collects it.
+func (t *ruleTx) ids(ctx context.Context, op, query string, args ...any) ([]string, error) {
+	rows, err := t.tx.query(ctx, query, args...)
+	ids, err := sqldb.Collect(rows, err, func(row sqldb.Row) (id string, err error) { return id, row.Scan(&id) })
+	return ids, fail(op, err)
+}
+
+// runner runs sqldb.Tx's statements on the write transaction, each at once.
+type runner struct{ tx *tx }
+
+func (r runner) Query(ctx context.Context, query string, args ...any) (sqldb.Rows, error) {
+	return r.tx.query(ctx, query, args...)
+}
+
+func (r runner) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := r.tx.ExecContext(ctx, query, args...)
 	if err != nil {
-		return false, fail("renew execution lease", err)
+		return 0, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, fail("renew execution lease", err)
+	return res.RowsAffected()
 }
 
-// ExecutionGetForUpdate needs no lock of its own: the write lock is held.
-func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
-	rec, err := getExecution(ctx, t.tx, `x.id = ?`, id)
-	return rec, fail("read execution", err)
+func (r runner) Write(ctx context.Context, op, query string, args ...any) error {
+	_, err := r.tx.ExecContext(ctx, query, args...)
+	return err
 }
 
-func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
-	rec, err := getExecution(ctx, t.tx, `x.approval_id = ?`, approvalID)
-	if approval.ErrorCode(err) == approval.ENOTFOUND {
-		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s has no execution", approvalID)
+// WriteOne fails a guarded write that did not change its one row: the caller checked the
+// guard under the write lock, so that is a broken invariant.
+func (r runner) WriteOne(ctx context.Context, op, query string, args ...any) error {
+	n, err := r.Exec(ctx, query, args...)
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%d rows changed under the write lock, want 1", n)
 	}
-	return rec, fail("read execution of approval", err)
-}
-
-func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
-	return t.ids(ctx, "find executions by operation key",
-		`SELECT id FROM executions WHERE operation_key = ? ORDER BY created_at, id LIMIT ?`, key, limit)
-}
-
-func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
-	return t.updateExecution(ctx, `attempts = ? AND status = 'running'`, rec, attempt)
-}
-
-func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
-	return t.updateExecution(ctx, `status = ?`, rec, string(status))
-}
-
-// updateExecution writes rec's state, guarded by guard on guardArg.
-func (t *ruleTx) updateExecution(ctx context.Context, guard string, rec *approval.ExecutionRecord, guardArg any) error {
-	res, err := t.tx.ExecContext(ctx, `
-		UPDATE executions
-		SET status = ?, attempts = ?, last_error = ?, result = ?, next_attempt_at = ?,
-			lease_expires_at = ?, applied_version = ?, uncertain = ?, attempt_base = ?, updated_at = ?
-		WHERE id = ? AND `+guard,
-		string(rec.Status), rec.Attempts, rec.LastError, nullBytes(rec.Result), nullMicros(rec.NextAttemptAt),
-		nullMicros(rec.LeaseExpiresAt), rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, micros(t.tx.now),
-		rec.ID, guardArg)
-	return fail("update execution", changedOne(res, err, "execution", rec.ID))
-}
-
-func (t *ruleTx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	rows, err := t.tx.query(ctx, `SELECT `+sqldb.InboxColumns+`, NULL FROM inbox_events i WHERE i.id = ?`, id)
-	list, err := sqldb.Collect(rows, err, sqldb.ScanInbox)
-	if err == nil && len(list) == 0 {
-		return nil, approval.Errorf(approval.ENOTFOUND, "inbox event %s not found", id)
-	} else if err != nil {
-		return nil, fail("read inbox event", err)
-	}
-	return list[0], nil
-}
-
-func (t *ruleTx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
-	var ref sql.NullString
-	if approvalID != "" {
-		ref = sql.NullString{String: approvalID, Valid: true}
-	}
-	res, err := t.tx.ExecContext(ctx, `
-		UPDATE inbox_events
-		SET status = ?, outcome = ?, approval_id = ?, processed_at = ?, next_attempt_at = NULL,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND status = 'pending'`,
-		string(status), outcome, ref, micros(t.tx.now), id)
-	if err := changedOne(res, err, "inbox event", id); err != nil {
-		return nil, fail("mark inbox event done", err)
-	}
-	e, err := sqldb.InboxEventByID(ctx, querier{t.tx.Tx}, dialect, id)
-	return e, fail("read inbox event", err)
-}
-
-func (t *ruleTx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
-	res, err := t.tx.ExecContext(ctx, `
-		UPDATE inbox_events
-		SET status = ?, last_error = ?, next_attempt_at = ?, processed_at = ?,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND status = 'pending'`,
-		string(status), lastError, nullMicros(nextAttemptAt), nullMicros(processedAt), id)
-	return fail("record failed inbox attempt", changedOne(res, err, "inbox event", id))
-}
-
-func (t *ruleTx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
-	res, err := t.tx.ExecContext(ctx, `
-		UPDATE inbox_events
-		SET status = 'pending', next_attempt_at = ?, processed_at = NULL,
-			lease_token = '', lease_expires_at = NULL
-		WHERE id = ? AND status = 'failed'`,
-		micros(t.tx.now), id)
-	if err := changedOne(res, err, "inbox event", id); err != nil {
-		return nil, fail("retry inbox event", err)
-	}
-	e, err := sqldb.InboxEventByID(ctx, querier{t.tx.Tx}, dialect, id)
-	return e, fail("read inbox event", err)
-}
-
-// changedOne checks that a write the caller guarded under the write lock changed its one row:
-// anything else is a broken invariant, which fails the transaction.
-func changedOne(res sql.Result, err error, what, id string) error {
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n != 1 {
-		return fmt.Errorf("%s %s changed under the write lock", what, id)
-	}
-	return nil
-}
-
-// getExecution reads the execution matching where (with arg), or ENOTFOUND.
-func getExecution(ctx context.Context, tx *tx, where string, arg any) (*approval.ExecutionRecord, error) {
-	rows, err := tx.query(ctx, `SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE `+where, arg)
-	list, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionRecord, error) { return sqldb.ScanExecution(row) })
-	if err != nil {
-		return nil, err
-	}
-	if len(list) == 0 {
-		return nil, approval.Errorf(approval.ENOTFOUND, "execution %v not found", arg)
-	}
-	return list[0], nil
-}
-
-// nullBytes binds b as NULL when it is nil, and as a (possibly empty) BLOB otherwise.
-func nullBytes(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	return b
+	return err
 }

@@ -52,6 +52,9 @@ func setupRouted(tb testing.TB, kind string, routing approval.Routing, opts ...f
 	for _, o := range opts {
 		o(&cfg, base)
 	}
+	if cfg.Service == nil {
+		cfg.Service = &approval.Service{Store: f.store, Now: cfg.Now}
+	}
 	ui, err := web.New(cfg)
 	if err != nil {
 		tb.Fatalf("web.New: %v", err)

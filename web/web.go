@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -61,9 +62,9 @@ type Config struct {
 	// PublicURL is the address users reach the service at. When it is https, cookies are
 	// Secure even if TLS ends in front of approvald.
 	PublicURL string
-	// Service applies the rules; nil makes one over Store with the Now above. A process that
-	// also serves the API passes the API's, so both decide alike and share one memory of
-	// token uses.
+	// Service applies the rules; New refuses a Config without one. A process that also
+	// serves the API passes the API's, so both decide alike and share one memory of token
+	// uses.
 	Service *approval.Service
 	// OIDC enables sign-in with an OpenID Connect provider; nil leaves only the token form.
 	OIDC *OIDCConfig
@@ -127,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.svc = cfg.Service
 	if s.svc == nil {
-		s.svc = &approval.Service{Store: s.store, Now: s.now}
+		return nil, errors.New("web: no service (Config.Service) to apply the rules with")
 	}
 	switch {
 	case cfg.SessionKey == nil:

@@ -28,8 +28,7 @@ var DefaultInboxBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute, M
 // it, and an event whose processor died is taken over when its lease ends.
 type InboxProcessor struct {
 	Store InboxStore
-	// Rules applies an event by approvald's rules (an *approval.Service); a Service over
-	// Store when nil.
+	// Rules claims and applies events by approvald's rules (an *approval.Service); required.
 	Rules  InboxRules
 	Logger *slog.Logger // slog.Default() when nil
 
@@ -121,7 +120,7 @@ func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
 func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) error {
 	log := p.logger().With("inbox_event", e.ID, "source", e.Source, "event_id", e.EventID, "type", e.Type, "attempt", e.Attempts)
 	action := Handle(e, p.Sources[e.Source])
-	done, err := p.rules().ApplyInbox(ctx, e, action)
+	done, err := p.Rules.ApplyInbox(ctx, e, action)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "inbox event handled", "status", done.Status, "outcome", done.Outcome)
@@ -143,7 +142,7 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) err
 		retryAt = &at
 	}
 	msg := fmt.Sprintf("attempt %d of %d: apply: %v", e.Attempts, p.maxAttempts(), err)
-	if ferr := p.rules().FailInbox(ctx, e, msg, retryAt); ferr != nil {
+	if ferr := p.Rules.FailInbox(ctx, e, msg, retryAt); ferr != nil {
 		if approval.ErrorCode(ferr) == approval.ECONFLICT {
 			log.WarnContext(ctx, "inbox event claim lost before its failure was recorded", "error", err)
 			return nil
@@ -158,23 +157,12 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) err
 	return nil
 }
 
-// rules is Rules, or else the Service over Store: the rules the API decides with.
-func (p *InboxProcessor) rules() InboxRules {
-	if p.Rules != nil {
-		return p.Rules
-	}
-	if s, ok := p.Store.(approval.Store); ok {
-		return &approval.Service{Store: s}
-	}
-	return nil
-}
-
 // validate reports a misconfigured processor.
 func (p *InboxProcessor) validate() error {
 	switch {
 	case p.Store == nil:
 		return errors.New("inbox processor: no store")
-	case p.rules() == nil:
+	case p.Rules == nil:
 		return errors.New("inbox processor: no rules to apply events with")
 	case p.Lease < 0 || p.Poll < 0 || p.Batch < 0 || p.MaxAttempts < 0:
 		return fmt.Errorf("inbox processor: negative lease %s, poll %s, batch %d or max attempts %d", p.Lease, p.Poll, p.Batch, p.MaxAttempts)

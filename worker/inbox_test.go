@@ -27,7 +27,7 @@ var sources = map[string][]string{
 var inboxBackoff = worker.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
 
 func newProcessor(s approval.Store, clk *clock) *worker.InboxProcessor {
-	return &worker.InboxProcessor{Store: s, Logger: discard, Sources: sources, Lease: lease,
+	return &worker.InboxProcessor{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Sources: sources, Lease: lease,
 		Batch: 10, Backoff: inboxBackoff, MaxAttempts: 3, Now: clk.Now}
 }
 
@@ -335,12 +335,14 @@ func TestInboxProcessor_Run(t *testing.T) {
 func TestInboxProcessor_RunRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	s := testdb.Open(t, testdb.SQLite, nil)
+	r := &approval.Service{Store: s}
 	for _, p := range []*worker.InboxProcessor{
 		{},
-		{Store: s, Lease: -time.Second},
-		{Store: s, Batch: -1},
-		{Store: s, MaxAttempts: -1},
-		{Store: s, Backoff: worker.Backoff{Initial: time.Second, Max: time.Millisecond, Multiplier: 2}},
+		{Store: s},
+		{Store: s, Rules: r, Lease: -time.Second},
+		{Store: s, Rules: r, Batch: -1},
+		{Store: s, Rules: r, MaxAttempts: -1},
+		{Store: s, Rules: r, Backoff: worker.Backoff{Initial: time.Second, Max: time.Millisecond, Multiplier: 2}},
 	} {
 		if err := p.Run(context.Background()); err == nil {
 			t.Errorf("run %+v: got nil error, want one", p)

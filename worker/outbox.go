@@ -71,7 +71,7 @@ type Mailbox interface {
 // at most one resend per crash, never a lost message.
 type Outbox struct {
 	Store   approval.Store    // signals
-	Mailbox Mailbox           // nil: an *approval.Service over Store
+	Mailbox Mailbox           // claims and outcomes (an *approval.Service); required
 	Senders map[string]Sender // by channel
 	Logger  *slog.Logger      // slog.Default() when nil
 
@@ -127,7 +127,7 @@ func (o *Outbox) RunOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	lease := orDefault(o.Lease, DefaultLease)
-	msgs, err := o.mailbox().ClaimOutbox(ctx, lease, o.batch())
+	msgs, err := o.Mailbox.ClaimOutbox(ctx, lease, o.batch())
 	if err != nil {
 		return 0, err
 	}
@@ -165,7 +165,7 @@ func (o *Outbox) send(ctx context.Context, m *approval.OutboxMessage, lease time
 			out.Status, out.RetryAt = approval.OutboxPending, &at
 		}
 	}
-	if _, ferr := o.mailbox().FinishOutbox(ctx, m.ID, m.Attempts, out); ferr != nil {
+	if _, ferr := o.Mailbox.FinishOutbox(ctx, m.ID, m.Attempts, out); ferr != nil {
 		if approval.ErrorCode(ferr) == approval.ECONFLICT {
 			log.WarnContext(ctx, "outbox attempt lost its claim; its outcome is not recorded", "error", ferr)
 		} else {
@@ -187,17 +187,12 @@ func (o *Outbox) validate() error {
 	switch {
 	case o.Store == nil:
 		return errors.New("outbox: no store")
+	case o.Mailbox == nil:
+		return errors.New("outbox: no mailbox (an *approval.Service) to claim and finish messages with")
 	case o.Lease < 0 || o.Poll < 0 || o.Batch < 0 || o.MaxAttempts < 0:
 		return fmt.Errorf("outbox: negative lease %s, poll %s, batch %d or max attempts %d", o.Lease, o.Poll, o.Batch, o.MaxAttempts)
 	}
 	return (Policy{MaxAttempts: o.maxAttempts(), Backoff: o.backoff()}).Validate()
-}
-
-func (o *Outbox) mailbox() Mailbox {
-	if o.Mailbox != nil {
-		return o.Mailbox
-	}
-	return &approval.Service{Store: o.Store}
 }
 
 func (o *Outbox) logger() *slog.Logger {

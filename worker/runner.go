@@ -76,7 +76,7 @@ type Ledger interface {
 // owns the execution. Every replica runs one.
 type Runner struct {
 	Store   approval.Store    // signals and lease renewals
-	Ledger  Ledger            // claims, outcomes and releases; nil: an *approval.Service over Store
+	Ledger  Ledger            // claims, outcomes and releases (an *approval.Service); required
 	Logger  *slog.Logger      // slog.Default() when nil
 	Targets map[string]Target // by action
 
@@ -205,7 +205,7 @@ func (r *Runner) RunOnce(ctx context.Context) (int, error) {
 // no sooner than a lease after that.
 func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, askedAt, error) {
 	asked := r.askedAt()
-	claims, err := r.ledger().ClaimExecutions(ctx, r.lease(), limit)
+	claims, err := r.Ledger.ClaimExecutions(ctx, r.lease(), limit)
 	if err != nil {
 		return nil, asked, fmt.Errorf("claim executions: %w", err)
 	}
@@ -470,7 +470,7 @@ func (a *attempt) noTarget() approval.AttemptOutcome {
 func (a *attempt) record(o approval.AttemptOutcome) {
 	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
 	defer cancel()
-	rec, err := a.r.ledger().FinishAttempt(ctx, a.c.Record.ID, a.c.Attempt, o)
+	rec, err := a.r.Ledger.FinishAttempt(ctx, a.c.Record.ID, a.c.Attempt, o)
 	switch {
 	case approval.ErrorCode(err) == approval.ECONFLICT:
 		a.log.WarnContext(ctx, "attempt outcome not recorded: a newer attempt owns the execution", "status", o.Status, "reason", o.Reason, "error", err)
@@ -491,7 +491,7 @@ func (a *attempt) record(o approval.AttemptOutcome) {
 func (a *attempt) release() {
 	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
 	defer cancel()
-	if err := a.r.ledger().ReleaseExecution(ctx, a.c.Record.ID, a.c.Attempt); err != nil {
+	if err := a.r.Ledger.ReleaseExecution(ctx, a.c.Record.ID, a.c.Attempt); err != nil {
 		// Not released: the lease runs out and the next claim recovers it, uncertain. That
 		// is slower and more cautious than needed, never wrong.
 		a.log.ErrorContext(ctx, "release execution claim failed", "error", err)
@@ -565,7 +565,7 @@ func (a *attempt) renewBeforeSend(t Target) error {
 // errClaimLost.
 func (a *attempt) renew(ctx context.Context) error {
 	asked := a.r.askedAt()
-	err := a.r.ledger().RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, a.r.lease())
+	err := a.r.Ledger.RenewExecution(ctx, a.c.Record.ID, a.c.Attempt, a.r.lease())
 	switch {
 	case err == nil:
 		a.leaseFrom(asked)
@@ -752,19 +752,13 @@ func jsonResult(body []byte) json.RawMessage {
 	return s
 }
 
-// ledger is Ledger, or else the Service over Store: the rules the API records outcomes with.
-func (r *Runner) ledger() Ledger {
-	if r.Ledger != nil {
-		return r.Ledger
-	}
-	return &approval.Service{Store: r.Store}
-}
-
 // validate reports a misconfigured runner.
 func (r *Runner) validate() error {
 	switch {
 	case r.Store == nil:
 		return errors.New("runner: no store")
+	case r.Ledger == nil:
+		return errors.New("runner: no ledger (an *approval.Service) to claim and record executions with")
 	case r.Lease < 0 || r.Poll < 0 || r.Batch < 0 || r.Concurrency < 0:
 		return fmt.Errorf("runner: negative lease %s, poll %s, batch %d or concurrency %d", r.Lease, r.Poll, r.Batch, r.Concurrency)
 	case r.lease() < 3*time.Millisecond:

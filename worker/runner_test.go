@@ -997,6 +997,7 @@ func TestRunner_RejectsBadConfig(t *testing.T) {
 	good := worker.Target{URL: "http://127.0.0.1:9/deploy"}
 	for _, r := range []*worker.Runner{
 		{},
+		{Store: s},
 		{Store: s, Ledger: l, Lease: -time.Second},
 		{Store: s, Ledger: l, Concurrency: -1},
 		{Store: s, Ledger: l, Lease: time.Millisecond},

@@ -22,7 +22,7 @@ const (
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
 	Store SweepStore
-	// Rules expires due approvals (an *approval.Service); a Service over Store when nil.
+	// Rules expires due approvals (an *approval.Service); required.
 	Rules  SweepRules
 	Logger *slog.Logger // slog.Default() when nil
 
@@ -54,25 +54,13 @@ type SweepRules interface {
 	ExpireDue(ctx context.Context, limit int) (int, error)
 }
 
-// rules is Rules, or else the Service over Store: the rules that expire an approval when a
-// vote finds it due.
-func (s *Sweeper) rules() SweepRules {
-	if s.Rules != nil {
-		return s.Rules
-	}
-	if st, ok := s.Store.(approval.Store); ok {
-		return &approval.Service{Store: st}
-	}
-	return nil
-}
-
 // Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
 // pass is logged and the next one tried: a database that is down for a while must not stop
 // the sweeper for good. Run returns an error only when the Sweeper is misconfigured.
 func (s *Sweeper) Run(ctx context.Context) error {
 	if s.Store == nil {
 		return errors.New("sweeper: no store")
-	} else if s.rules() == nil {
+	} else if s.Rules == nil {
 		return errors.New("sweeper: no rules to expire approvals with")
 	} else if s.Interval < 0 || s.Batch < 0 || s.Grace < 0 || s.InboxIDs < 0 || s.InboxBodies < 0 {
 		return fmt.Errorf("sweeper: negative interval %s, batch %d, grace %s or inbox retention %s/%s",
@@ -105,7 +93,7 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 		batch = DefaultSweepBatch
 	}
 	expired, expireErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
-		return s.rules().ExpireDue(ctx, batch)
+		return s.Rules.ExpireDue(ctx, batch)
 	})
 	if expireErr != nil {
 		expireErr = fmt.Errorf("expire due approvals: %w", expireErr)

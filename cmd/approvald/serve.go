@@ -275,6 +275,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 
 	startWorker("outbox", (&worker.Outbox{
 		Store:      st,
+		Mailbox:    rules,
 		Logger:     svc.logger.With("worker", "outbox"),
 		Senders:    svc.config.senders(),
 		Lease:      svc.config.Workers.Lease,

@@ -26,6 +26,29 @@ type Dialect struct {
 	// ApprovalDetail is the dialect's SELECT of an approval with everything its answer shows,
 	// from approvals a, read by ScanApprovalDetail; callers add WHERE, ORDER BY and LIMIT.
 	ApprovalDetail string
+	// ForUpdate ends a SELECT of one table that locks its rows until the transaction ends
+	// (" FOR UPDATE"), or is empty where the transaction holds the database's write lock.
+	ForUpdate string
+	// SkipLocked is ForUpdate for a claim: rows another transaction holds are skipped, not
+	// waited for (" FOR UPDATE SKIP LOCKED"), or empty.
+	SkipLocked string
+}
+
+// NullTime returns an optional time as the dialect stores it, nil for NULL.
+func (d Dialect) NullTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return d.Time(*t)
+}
+
+// SQL returns a statement written with PostgreSQL's $n placeholders in the dialect: SQLite
+// reads them as ?n, numbered, so that one argument may appear twice there too.
+func (d Dialect) SQL(s string) string {
+	if d.Param(1) == "?" {
+		return strings.ReplaceAll(s, "$", "?")
+	}
+	return s
 }
 
 // Rows are a query's rows: *sql.Rows (adapted, its Close returns nothing) or pgx.Rows.

@@ -1,0 +1,331 @@
+package sqldb
+
+import (
+	"context"
+	"time"
+
+	"github.com/approvald/approval"
+)
+
+// Runner is a driver's transaction as the shared statements of Tx run on it. Statements are
+// written with PostgreSQL's $n placeholders; Tx rewrites them for the dialect (Dialect.SQL).
+type Runner interface {
+	// Query runs a statement now and returns its rows.
+	Query(ctx context.Context, sql string, args ...any) (Rows, error)
+	// Exec runs a statement now and returns how many rows it changed.
+	Exec(ctx context.Context, sql string, args ...any) (int64, error)
+	// Write runs a statement whose answer the caller does not need. PostgreSQL queues it for
+	// the next round trip, so its failure may surface from a later statement or the commit.
+	Write(ctx context.Context, op, sql string, args ...any) error
+	// WriteOne is Write of an UPDATE whose guard the caller has checked under a lock: it must
+	// change exactly one row, and anything else fails the transaction (PostgreSQL wraps it
+	// so that the database aborts the transaction; SQLite counts the rows).
+	WriteOne(ctx context.Context, op, sql string, args ...any) error
+}
+
+// Tx is the part of approval.Tx that both dialects run alike: one statement per method, the
+// same SQL but for the placeholders, the stored form of a time and the lock clauses the
+// Dialect gives. A driver's transaction embeds it and adds, or replaces, the methods whose
+// SQL is its own (the claims, the locks PostgreSQL takes before a read, RETURNING where
+// SQLite has no equivalent). It decides nothing.
+type Tx struct {
+	// Run runs the statements: the driver's transaction, adapted.
+	Run Runner
+	// Dialect is the driver's SQL dialect.
+	Dialect Dialect
+	// At is the transaction's clock (approval.Tx's Now).
+	At time.Time
+	// Translate turns a driver error into the application's, naming op.
+	Translate func(op string, err error) error
+}
+
+// query runs a statement now, in the dialect, and collects its rows with scan.
+func query[T any](ctx context.Context, t Tx, sql string, scan func(Row) (T, error), args ...any) ([]T, error) {
+	rows, err := t.Run.Query(ctx, t.Dialect.SQL(sql), args...)
+	return Collect(rows, err, scan)
+}
+
+// ids runs a query of one text column and collects it.
+func (t Tx) ids(ctx context.Context, op, sql string, args ...any) ([]string, error) {
+	ids, err := query(ctx, t, sql, func(row Row) (id string, err error) { return id, row.Scan(&id) }, args...)
+	return ids, t.Translate(op, err)
+}
+
+func (t Tx) write(ctx context.Context, op, sql string, args ...any) error {
+	return t.Translate(op, t.Run.Write(ctx, op, t.Dialect.SQL(sql), args...))
+}
+
+func (t Tx) writeOne(ctx context.Context, op, sql string, args ...any) error {
+	return t.Translate(op, t.Run.WriteOne(ctx, op, t.Dialect.SQL(sql), args...))
+}
+
+func (t Tx) exec(ctx context.Context, op, sql string, args ...any) (int64, error) {
+	n, err := t.Run.Exec(ctx, t.Dialect.SQL(sql), args...)
+	return n, t.Translate(op, err)
+}
+
+// TokenGetForUpdate reads and locks one token, or ENOTFOUND.
+func (t Tx) TokenGetForUpdate(ctx context.Context, id string) (*approval.Token, error) {
+	list, err := query(ctx, t, `SELECT `+TokenColumns+` FROM tokens t WHERE t.id = $1`+t.Dialect.ForUpdate, ScanToken, id)
+	tok, err := first(list, err)("token %s not found", id)
+	return tok, t.Translate("read token", err)
+}
+
+// TokenSetRevokedIfActive revokes a token the caller holds unrevoked.
+func (t Tx) TokenSetRevokedIfActive(ctx context.Context, id string) error {
+	return t.writeOne(ctx, "revoke token", `UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`,
+		id, t.Dialect.Time(t.At))
+}
+
+// TokenInsert inserts a token; a duplicate id or hash is ECONFLICT (on PostgreSQL, from the
+// next statement or the commit).
+func (t Tx) TokenInsert(ctx context.Context, tok approval.Token) error {
+	sql, args := TokenInsert(t.Dialect, tok)
+	return t.Translate("insert token", t.Run.Write(ctx, "insert token", sql, args...))
+}
+
+// ApprovalGetForUpdate reads one approval with its details. It takes no lock: SQLite's
+// writer holds the database's, and PostgreSQL replaces it with one that locks the row first.
+func (t Tx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
+	a, err := ApprovalByID(ctx, t.Run, t.Dialect, id)
+	return a, t.Translate("read approval", err)
+}
+
+func (t Tx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	return t.ids(ctx, "find approvals by operation key",
+		`SELECT id FROM approvals WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+}
+
+// ApprovalSetStatusIfPending is guarded by the status and, by the status set, the expiry.
+func (t Tx) ApprovalSetStatusIfPending(ctx context.Context, id string, status approval.Status, decidedAt *time.Time) error {
+	guard := `expires_at > $4`
+	if status == approval.StatusExpired {
+		guard = `expires_at <= $4`
+	}
+	return t.writeOne(ctx, "set approval status", `
+		UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
+		WHERE id = $1 AND status = 'pending' AND `+guard,
+		id, string(status), t.Dialect.NullTime(decidedAt), t.Dialect.Time(t.At))
+}
+
+// ApprovalIDsDueForUpdate: SKIP LOCKED lets several PostgreSQL replicas sweep at once without
+// waiting on each other or on a vote in progress (which expires the approval itself if it is
+// due). Under read committed a row that a vote changed and committed since the statement
+// began is read again once locked, and left out if no longer pending.
+func (t Tx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error) {
+	return t.ids(ctx, "find due approvals", `
+		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1
+		ORDER BY expires_at, id LIMIT $2`+t.Dialect.SkipLocked, t.Dialect.Time(t.At), limit)
+}
+
+// ExecutionGetByOperationKey finds the oldest other execution under (action, key). It takes
+// no lock: PostgreSQL takes one on the pair first, SQLite's writer orders every approval.
+func (t Tx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
+	type other struct{ id, requester string }
+	list, err := query(ctx, t, `
+		SELECT x.approval_id, a.requester FROM executions x JOIN approvals a ON a.id = x.approval_id
+		WHERE x.operation_key = $1 AND x.action = $2 AND x.approval_id <> $3
+		ORDER BY x.created_at, x.id LIMIT 1`,
+		func(row Row) (o other, err error) { return o, row.Scan(&o.id, &o.requester) },
+		key, action, approvalID)
+	o, err := first(list, err)("no other execution under operation key %q", key)
+	return o.id, o.requester, t.Translate("find executions under the operation key", err)
+}
+
+func (t Tx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRecord) error {
+	return t.write(ctx, "insert execution", `
+		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
+			last_error, next_attempt_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
+		rec.LastError, t.Dialect.NullTime(rec.NextAttemptAt), t.Dialect.Time(t.At))
+}
+
+// ExecutionSetLeaseIfAttempt runs at once, not queued: the Service needs its answer.
+func (t Tx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error) {
+	n, err := t.exec(ctx, "renew execution lease", `
+		UPDATE executions SET lease_expires_at = $3
+		WHERE id = $1 AND attempts = $2 AND status = 'running' AND lease_expires_at IS NOT NULL`,
+		id, attempt, t.Dialect.Time(leaseUntil))
+	return n == 1, err
+}
+
+// ExecutionGetForUpdate reads and locks one execution. The approval's lock, which comes
+// first in the lock order, is the driver's: PostgreSQL takes it in a statement before this
+// one, SQLite's writer holds the database's.
+func (t Tx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	rec, err := t.execution(ctx, `x.id = $1`, id)("execution %s not found", id)
+	return rec, t.Translate("lock execution", err)
+}
+
+// ExecutionGetByApprovalForUpdate is ExecutionGetForUpdate by approval.
+func (t Tx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	rec, err := t.execution(ctx, `x.approval_id = $1`, approvalID)("approval %s has no execution", approvalID)
+	return rec, t.Translate("lock execution of approval", err)
+}
+
+// execution reads and locks the execution matching where (with arg).
+func (t Tx) execution(ctx context.Context, where string, arg any) func(string, ...any) (*approval.ExecutionRecord, error) {
+	return first(query(ctx, t, `SELECT `+ExecutionColumns+` FROM executions x WHERE `+where+t.Dialect.ForUpdate,
+		func(row Row) (*approval.ExecutionRecord, error) { return ScanExecution(row) }, arg))
+}
+
+func (t Tx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
+	return t.ids(ctx, "find executions by operation key",
+		`SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
+}
+
+func (t Tx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
+	return t.updateExecution(ctx, "record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
+}
+
+func (t Tx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
+	return t.updateExecution(ctx, "update execution", `status = $12`, rec, string(status))
+}
+
+// updateExecution writes rec's state, guarded by guard on $12 (guardArg).
+func (t Tx) updateExecution(ctx context.Context, op, guard string, rec *approval.ExecutionRecord, guardArg any) error {
+	d := t.Dialect
+	return t.writeOne(ctx, op, `
+		UPDATE executions
+		SET status = $2, attempts = $3, last_error = $4, result = $5, next_attempt_at = $6,
+			lease_expires_at = $7, applied_version = $8, uncertain = $9, attempt_base = $10,
+			updated_at = $11
+		WHERE id = $1 AND `+guard,
+		rec.ID, string(rec.Status), rec.Attempts, rec.LastError, nullBytes(rec.Result), d.NullTime(rec.NextAttemptAt),
+		d.NullTime(rec.LeaseExpiresAt), rec.AppliedVersion, rec.Uncertain, rec.AttemptBase, d.Time(t.At), guardArg)
+}
+
+// InboxGetForUpdate reads and locks one event, without its body.
+func (t Tx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	list, err := query(ctx, t, `SELECT `+InboxColumns+`, CAST(NULL AS bytea) FROM inbox_events i WHERE i.id = $1`+t.Dialect.ForUpdate, ScanInbox, id)
+	e, err := first(list, err)("inbox event %s not found", id)
+	return e, t.Translate("lock inbox event", err)
+}
+
+// InboxSetDone writes and then reads the event: on PostgreSQL the write travels with the read,
+// in one round trip.
+func (t Tx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
+	var ref any
+	if approvalID != "" {
+		ref = approvalID
+	}
+	if err := t.writeOne(ctx, "mark inbox event done", `
+		UPDATE inbox_events
+		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
+			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
+		WHERE id = $1 AND status = 'pending'`,
+		id, string(status), outcome, ref, t.Dialect.Time(t.At)); err != nil {
+		return nil, err
+	}
+	e, err := InboxEventByID(ctx, t.Run, t.Dialect, id)
+	return e, t.Translate("read inbox event", err)
+}
+
+func (t Tx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
+	return t.writeOne(ctx, "record failed inbox attempt", `
+		UPDATE inbox_events
+		SET status = $2, last_error = $3, next_attempt_at = $4, processed_at = $5,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = $1 AND status = 'pending'`,
+		id, string(status), lastError, t.Dialect.NullTime(nextAttemptAt), t.Dialect.NullTime(processedAt))
+}
+
+func (t Tx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.InboxEvent, error) {
+	if err := t.writeOne(ctx, "retry inbox event", `
+		UPDATE inbox_events
+		SET status = 'pending', next_attempt_at = $2, processed_at = NULL,
+			lease_token = '', lease_expires_at = NULL
+		WHERE id = $1 AND status = 'failed'`,
+		id, t.Dialect.Time(t.At)); err != nil {
+		return nil, err
+	}
+	e, err := InboxEventByID(ctx, t.Run, t.Dialect, id)
+	return e, t.Translate("read inbox event", err)
+}
+
+// OutboxInsert: ON CONFLICT DO NOTHING on the natural key; a racing insert of the same key
+// waits for the other transaction (or, on SQLite, for the write lock) and inserts nothing.
+func (t Tx) OutboxInsert(ctx context.Context, m *approval.OutboxMessage) error {
+	var approvalID any
+	if m.ApprovalID != "" {
+		approvalID = m.ApprovalID
+	}
+	d := t.Dialect
+	return t.write(ctx, "insert outbox message", `
+		INSERT INTO outbox (id, natural_key, kind, approval_id, recipient, channel, event, payload,
+			status, next_attempt_at, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		ON CONFLICT (natural_key) DO NOTHING`,
+		m.ID, m.NaturalKey, string(m.Kind), approvalID, m.Recipient, m.Channel, m.Event,
+		string(m.Payload), string(m.Status), d.NullTime(m.NextAttemptAt), d.Time(m.CreatedAt), d.Time(m.UpdatedAt))
+}
+
+// OutboxGetForUpdate reads and locks one message.
+func (t Tx) OutboxGetForUpdate(ctx context.Context, id string) (*approval.OutboxMessage, error) {
+	list, err := query(ctx, t, `SELECT `+OutboxColumns+` FROM outbox o WHERE o.id = $1`+t.Dialect.ForUpdate, ScanOutbox, id)
+	m, err := first(list, err)("outbox message %s not found", id)
+	return m, t.Translate("lock outbox message", err)
+}
+
+func (t Tx) OutboxUpdateIfAttempt(ctx context.Context, m *approval.OutboxMessage, attempt int) error {
+	return t.updateOutbox(ctx, "record outbox attempt", `attempts = $9 AND status = 'sending'`, m, attempt)
+}
+
+func (t Tx) OutboxUpdateIfStatus(ctx context.Context, m *approval.OutboxMessage, status approval.OutboxStatus) error {
+	return t.updateOutbox(ctx, "update outbox message", `status = $9`, m, string(status))
+}
+
+// updateOutbox writes m's state, guarded by guard on $9 (guardArg).
+func (t Tx) updateOutbox(ctx context.Context, op, guard string, m *approval.OutboxMessage, guardArg any) error {
+	d := t.Dialect
+	return t.writeOne(ctx, op, `
+		UPDATE outbox
+		SET status = $2, payload = $3, last_error = $4, next_attempt_at = $5,
+			lease_expires_at = $6, sent_at = $7, updated_at = $8
+		WHERE id = $1 AND `+guard,
+		m.ID, string(m.Status), string(m.Payload), m.LastError, d.NullTime(m.NextAttemptAt),
+		d.NullTime(m.LeaseExpiresAt), d.NullTime(m.SentAt), d.Time(t.At), guardArg)
+}
+
+func (t Tx) OutboxAttemptFinish(ctx context.Context, id string, attempt int, outcome, errText string) error {
+	return t.write(ctx, "finish outbox attempt", `
+		UPDATE outbox_attempts SET finished_at = $3, outcome = $4, error = $5
+		WHERE message_id = $1 AND attempt = $2`,
+		id, attempt, t.Dialect.Time(t.At), outcome, errText)
+}
+
+// SigninTokenCountSinceForUpdate counts the subject's recent links. It takes no lock:
+// PostgreSQL takes one on the subject first, SQLite's writer orders every request.
+func (t Tx) SigninTokenCountSinceForUpdate(ctx context.Context, subject string, since time.Time) (int, error) {
+	list, err := query(ctx, t, `SELECT count(*) FROM signin_tokens WHERE subject = $1 AND created_at >= $2`,
+		func(row Row) (n int, err error) { return n, row.Scan(&n) }, subject, t.Dialect.Time(since))
+	n, err := first(list, err)("no count")
+	return n, t.Translate("count sign-in links", err)
+}
+
+func (t Tx) SigninTokenInsert(ctx context.Context, hash []byte, subject string, expiresAt time.Time) error {
+	return t.write(ctx, "insert sign-in link", `
+		INSERT INTO signin_tokens (hash, subject, created_at, expires_at) VALUES ($1, $2, $3, $4)`,
+		hash, subject, t.Dialect.Time(t.At), t.Dialect.Time(expiresAt))
+}
+
+// SigninTokenUseIfValid runs at once: its answer decides the sign-in. Racing uses wait on the
+// row's lock (or SQLite's writer), and the losers find used_at set and update nothing.
+func (t Tx) SigninTokenUseIfValid(ctx context.Context, hash []byte) (string, error) {
+	list, err := query(ctx, t, `
+		UPDATE signin_tokens SET used_at = $1
+		WHERE hash = $2 AND used_at IS NULL AND expires_at > $1
+		RETURNING subject`,
+		func(row Row) (s string, err error) { return s, row.Scan(&s) }, t.Dialect.Time(t.At), hash)
+	subject, err := first(list, err)("no unused, unexpired sign-in link has this token")
+	return subject, t.Translate("use sign-in link", err)
+}
+
+// nullBytes binds b as NULL when it is nil, and as a (possibly empty) blob otherwise.
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
