@@ -16,6 +16,7 @@ var dialect = sqldb.Dialect{
 	Param:          sqldb.Positional,
 	Time:           func(t time.Time) any { return t },
 	ApprovalDetail: approvalDetailSQL,
+	LowerASCII:     func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement, so a

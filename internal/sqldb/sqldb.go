@@ -26,6 +26,9 @@ type Dialect struct {
 	// ApprovalDetail is the dialect's SELECT of an approval with everything its answer shows,
 	// from approvals a, read by ScanApprovalDetail; callers add WHERE, ORDER BY and LIMIT.
 	ApprovalDetail string
+	// LowerASCII returns the SQL of the text expr with its ASCII letters, and only those,
+	// lower-cased: what SQLite's lower() does; PostgreSQL's does so under the "C" collation.
+	LowerASCII func(expr string) string
 }
 
 // Rows are a query's rows: *sql.Rows (adapted, its Close returns nothing) or pgx.Rows.
