@@ -32,9 +32,25 @@ var (
 )
 
 // Check validates the filter of Approvals and returns its page size.
+// Names given to filter by are only checked for what no store could compare (NUL, invalid
+// UTF-8): a name stored before a limit existed stays listable. A search text is checked as the
+// title it searches.
 func (f ApprovalFilter) Check() (int, error) {
 	if f.Status != "" && !f.Status.Valid() {
 		return 0, Errorf(EINVALID, "unknown status %q", f.Status)
+	}
+	for _, name := range []struct{ field, value string }{
+		{"approver", f.Approver}, {"visible_to", f.VisibleTo}, {"not_voted_by", f.NotVotedBy},
+		{"requester", f.Requester}, {"action", f.Action},
+	} {
+		if err := CheckText(name.field, name.value); err != nil {
+			return 0, err
+		}
+	}
+	if f.Query != "" {
+		if err := CheckName("q", f.Query, MaxTitleLength); err != nil {
+			return 0, err
+		}
 	}
 	return PageLimit(f.Limit)
 }

@@ -99,8 +99,17 @@ type ApprovalFilter struct {
 	// VisibleTo, when set, keeps only approvals whose requester is VisibleTo or which list
 	// VisibleTo as an approver.
 	VisibleTo string
-	Limit     int    // 1..MaxPageSize; 0 means DefaultPageSize
-	Cursor    string // from a previous page; a malformed cursor is InvalidCursor
+	// NotVotedBy, when set, keeps only approvals on which NotVotedBy has cast no vote ("waiting
+	// for me" is Status pending, Approver and NotVotedBy the viewer).
+	NotVotedBy string
+	Requester  string // "" for any: approvals this requester made
+	Action     string // "" for any: approvals of exactly this action
+	// Query, when set, keeps only approvals whose title contains it. ASCII letters match
+	// whatever their case; every other character matches only itself (so % and _ too), on
+	// both stores alike. It is at most MaxTitleLength characters of one line.
+	Query  string
+	Limit  int    // 1..MaxPageSize; 0 means DefaultPageSize
+	Cursor string // from a previous page; a malformed cursor is InvalidCursor
 }
 
 // DecideRequest is one approver's vote.

@@ -271,8 +271,8 @@ type approvalList struct {
 	NextCursor string               `json:"next_cursor"`
 }
 
-// handleListApprovals is GET /v1/approvals?status=&approver=&limit=&cursor=, newest first.
-// Requesters and approvers see the approvals they requested or are listed on.
+// handleListApprovals is GET /v1/approvals?status=&approver=&requester=&action=&q=&limit=&cursor=,
+// newest first. Requesters and approvers see the approvals they requested or are listed on.
 func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
@@ -281,9 +281,12 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	f := approval.ApprovalFilter{
-		Status:   approval.Status(q.Get("status")),
-		Approver: q.Get("approver"),
-		Cursor:   q.Get("cursor"),
+		Status:    approval.Status(q.Get("status")),
+		Approver:  q.Get("approver"),
+		Requester: q.Get("requester"),
+		Action:    q.Get("action"),
+		Query:     q.Get("q"),
+		Cursor:    q.Get("cursor"),
 	}
 	if f.Status != "" && !f.Status.Valid() {
 		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of pending, approved, rejected, expired, cancelled", f.Status))

@@ -313,6 +313,65 @@ func TestList(t *testing.T) {
 	})
 }
 
+// TestListSearch: requester=, action= and q= narrow a listing, within what the caller may see,
+// and a search text the input policy refuses is a 400 that names it.
+func TestListSearch(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		other := f.token("other-bot", approval.RoleRequester)
+		alice := f.token("alice", approval.RoleApprover)
+		olga := f.token("olga", approval.RoleOperator)
+		f.clock.Advance(time.Second)
+		deploy := f.mustCreate(ci, "s-1", createBody("Deploy API 50% canary", "alice")).ID
+		f.clock.Advance(time.Second)
+		refund := f.mustCreate(ci, "s-2", actionBody("refund", "Refund order_7", "alice")).ID
+		f.clock.Advance(time.Second)
+		hidden := f.mustCreate(other, "s-3", createBody("Deploy api 50x canary", "bob")).ID
+
+		list := func(path, token string) []string {
+			t.Helper()
+			var p struct {
+				Approvals []*approval.Approval `json:"approvals"`
+			}
+			f.do("GET", path, token, "").decode(t, &p)
+			var ids []string
+			for _, a := range p.Approvals {
+				ids = append(ids, a.ID)
+			}
+			return ids
+		}
+		for _, tc := range []struct {
+			path, token string
+			want        []string
+		}{
+			{"/v1/approvals?q=deploy+api", olga, []string{hidden, deploy}},
+			{"/v1/approvals?q=deploy+api", alice, []string{deploy}}, // bob's is not hers to see
+			{"/v1/approvals?q=50%25", olga, []string{deploy}},
+			{"/v1/approvals?q=50_", olga, nil}, // _ is no wildcard
+			{"/v1/approvals?q=50_&limit=1", ci, nil},
+			{"/v1/approvals?q=order_7", ci, []string{refund}},
+			{"/v1/approvals?action=refund", olga, []string{refund}},
+			{"/v1/approvals?action=deploy&requester=ci-bot", olga, []string{deploy}},
+			{"/v1/approvals?requester=other-bot", olga, []string{hidden}},
+			{"/v1/approvals?requester=other-bot", ci, nil},
+			{"/v1/approvals?requester=ci-bot&approver=alice&q=canary&status=pending", alice, []string{deploy}},
+		} {
+			if got := list(tc.path, tc.token); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("%s: got %v, want %v", tc.path, got, tc.want)
+			}
+		}
+		for _, q := range []string{"?q=%01", "?q=a%0Ab", "?q=+++", "?q=" + strings.Repeat("x", approval.MaxTitleLength+1),
+			"?q=%FF", "?action=%00", "?requester=%FF", "?approver=a%00b"} {
+			p := f.do("GET", "/v1/approvals"+q, olga, "").problem(t, http.StatusBadRequest)
+			if p.Detail == "" {
+				t.Fatalf("%s: got a problem without detail", q)
+			}
+		}
+	})
+}
+
 // TestEvents: the audit trail lists every change oldest first, each naming the request that
 // caused it by the server's request id (the one answered in X-Request-Id), with the client's
 // X-Request-Id beside it as client_request_id: a client cannot pass its change off as

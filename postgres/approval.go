@@ -18,6 +18,7 @@ var dialect = sqldb.Dialect{
 	ApprovalDetail: approvalDetailSQL,
 	ForUpdate:      " FOR UPDATE",
 	SkipLocked:     " FOR UPDATE SKIP LOCKED",
+	LowerASCII:     func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement, so a

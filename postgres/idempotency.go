@@ -56,8 +56,8 @@ WITH held AS (
 	FROM rec
 	RETURNING id
 ), approvers AS (
-	INSERT INTO approval_approvers (approval_id, position, approver)
-	SELECT app.id, x.position, x.approver
+	INSERT INTO approval_approvers (approval_id, position, approver, created_at)
+	SELECT app.id, x.position, x.approver, $15::timestamptz
 	FROM app, unnest($16::text[]) WITH ORDINALITY AS x(approver, position)
 ), created AS (
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)

@@ -16,6 +16,7 @@ var dialect = sqldb.Dialect{
 	Param:          sqldb.Question,
 	Time:           func(t time.Time) any { return micros(t) },
 	ApprovalDetail: approvalDetailSQL,
+	LowerASCII:     func(expr string) string { return "lower(" + expr + ")" },
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement: the
@@ -153,8 +154,8 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp appr
 	}
 	for i, name := range a.Approvers {
 		if _, err := tx.ExecContext(ctx, `
-			INSERT INTO approval_approvers (approval_id, position, approver) VALUES (?, ?, ?)`,
-			a.ID, i, name,
+			INSERT INTO approval_approvers (approval_id, position, approver, created_at) VALUES (?, ?, ?, ?)`,
+			a.ID, i, name, micros(a.CreatedAt),
 		); err != nil {
 			if isUnique(err) {
 				return approval.Errorf(approval.EINVALID, "approver %q is listed twice", name)

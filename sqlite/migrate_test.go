@@ -34,6 +34,14 @@ func TestMigrate_UpgradesFromPhaseOne(t *testing.T) {
 	if got, want := appliedMigrations(t, path), migrationFiles(t); got != want {
 		t.Fatalf("schema_migrations rows after the upgrade: got %d, want %d", got, want)
 	}
+	// 0009 gave the old approver row its approval's created_at: the approver's and the
+	// requester's listings, read from their indexes, find it.
+	for _, f := range []approval.ApprovalFilter{{Approver: "alice"}, {VisibleTo: "alice"}, {VisibleTo: "ci-bot"}, {Requester: "ci-bot"}} {
+		list, _, err := s.Approvals(ctx, f)
+		if err != nil || len(list) != 1 || list[0].ID != "apr_old" {
+			t.Fatalf("approvals %+v after the upgrade: got %d (%v), want apr_old", f, len(list), err)
+		}
+	}
 	s.Targeted = func(string) bool { return true }
 	a, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
 	if err != nil {

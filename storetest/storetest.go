@@ -52,6 +52,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Decide", exerciseDecide},
 		{"Race", exerciseRace},
 		{"Approvals", exerciseList},
+		{"ApprovalFilters", exerciseListFilters},
 		{"Audit", exerciseAudit},
 		{"Tokens", exerciseTokens},
 		{"TokenCheck", exerciseTokenCheck},

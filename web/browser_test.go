@@ -314,6 +314,34 @@ func TestBrowser_ScriptTitleIsText(t *testing.T) {
 	})
 }
 
+// TestBrowser_Search: a search typed into the waiting page's form lists the matching
+// approvals only, and the title's markup stays text.
+func TestBrowser_Search(t *testing.T) {
+	needBrowser(t)
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		f.create("Deploy api v1.42 to prod", []string{"alice"}, 1, "")
+		refund := f.create("Refund <b>order</b> 7731", []string{"alice"}, 1, "")
+		alice := f.newTab(t)
+		alice.signIn(f.token("alice", approval.RoleApprover))
+		alice.do(
+			chromedp.SendKeys(chromedp.CSS(`form.search input[name="q"]`), "REFUND"),
+			chromedp.Click(chromedp.CSS(`form.search button`)),
+			chromedp.WaitVisible(chromedp.CSS(`form.search a`)), // "Clear", shown once a search is active
+		)
+		if got := alice.text(".cards"); !strings.Contains(got, "Refund <b>order</b> 7731") || strings.Contains(got, "Deploy") {
+			t.Fatalf("search REFUND lists %q, want the refund alone", got)
+		}
+		href, err := chromedp.Run(alice.ctx, chromedp.Evaluate[string](`document.querySelector(".cards a.title").getAttribute("href")`))
+		if err != nil || href != "/ui/approvals/"+refund.ID {
+			t.Fatalf("search result links to %q (%v), want the refund's page", href, err)
+		}
+		if kind == testdb.SQLite {
+			alice.screenshot("search")
+		}
+	})
+}
+
 // TestBrowser_PendingPageUpdates: the page of a pending approval shows the outcome by itself
 // when someone else decides through the API.
 func TestBrowser_PendingPageUpdates(t *testing.T) {

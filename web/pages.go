@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/approvald/approval"
@@ -24,6 +25,7 @@ type row struct {
 
 // waitingPage is the data of the "waiting for me" page.
 type waitingPage struct {
+	Search       search
 	Waiting      []row
 	WaitingNext  string // the link to the next page of Waiting, "" on the last
 	Decided      []row
@@ -31,37 +33,73 @@ type waitingPage struct {
 	ShowingLater bool // a later page of a list is shown: offer the way back
 }
 
+// search is what the search form on the waiting page narrows both lists by: a text in the
+// title (?q=), an exact action (?action=) and an exact requester (?from=). Blank fields do
+// not filter.
+type search struct {
+	Query, Action, Requester string
+}
+
+// searchOf reads the search form's fields from a query, trimmed of the spaces a form keeps.
+func searchOf(q url.Values) search {
+	return search{
+		Query:     strings.TrimSpace(q.Get("q")),
+		Action:    strings.TrimSpace(q.Get("action")),
+		Requester: strings.TrimSpace(q.Get("from")),
+	}
+}
+
+// Active tells whether the search narrows the lists.
+func (s search) Active() bool { return s != search{} }
+
+// filter returns f narrowed by the search.
+func (s search) filter(f approval.ApprovalFilter) approval.ApprovalFilter {
+	f.Query, f.Action, f.Requester = s.Query, s.Action, s.Requester
+	return f
+}
+
+// Link returns the link to the waiting page with the search and the two lists'
+// cursors, w and d.
+func (s search) Link(w, d string) string {
+	v := url.Values{}
+	for _, kv := range [][2]string{{"q", s.Query}, {"action", s.Action}, {"from", s.Requester}, {"w", w}, {"d", d}} {
+		if kv[1] != "" {
+			v.Set(kv[0], kv[1])
+		}
+	}
+	if len(v) == 0 {
+		return "/ui/"
+	}
+	return "/ui/?" + v.Encode()
+}
+
 // handleWaiting is GET /ui/: the pending approvals listing the viewer that the viewer has not
-// voted on, newest first, and the approvals listing the viewer that are decided. Each list
-// pages with the store's cursor (?w= and ?d=).
+// voted on, newest first, and the approvals listing the viewer that are decided, both
+// narrowed by the search form's fields. Each list pages with the store's cursor (?w= and ?d=).
+// A search the input policy refuses is a 400 page saying why.
 func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	now := s.now()
-	page := &waitingPage{ShowingLater: q.Get("w") != "" || q.Get("d") != ""}
+	page := &waitingPage{Search: searchOf(q), ShowingLater: q.Get("w") != "" || q.Get("d") != ""}
 
-	pending, next, err := s.store.Approvals(r.Context(), approval.ApprovalFilter{
-		Status: approval.StatusPending, Approver: sess.Subject, Limit: waitingPageSize, Cursor: q.Get("w"),
-	})
+	pending, next, err := s.store.Approvals(r.Context(), page.Search.filter(approval.ApprovalFilter{
+		Status: approval.StatusPending, Approver: sess.Subject, NotVotedBy: sess.Subject,
+		Limit: waitingPageSize, Cursor: q.Get("w"),
+	}))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	for _, a := range pending {
-		// The ones the viewer already voted on wait for others, not for the viewer. They are
-		// dropped here, so a page may show fewer than waitingPageSize; a store filter
-		// ("not voted by") will replace this when the listings move up into the Service.
-		if _, voted := a.DecisionBy(sess.Subject); voted {
-			continue
-		}
 		page.Waiting = append(page.Waiting, row{A: a, TimeLeft: timeLeft(a.ExpiresAt, now)})
 	}
 	if next != "" {
-		page.WaitingNext = "?" + url.Values{"w": {next}, "d": {q.Get("d")}}.Encode()
+		page.WaitingNext = page.Search.Link(next, q.Get("d"))
 	}
 
-	listed, next, err := s.store.Approvals(r.Context(), approval.ApprovalFilter{
+	listed, next, err := s.store.Approvals(r.Context(), page.Search.filter(approval.ApprovalFilter{
 		Approver: sess.Subject, Limit: waitingPageSize, Cursor: q.Get("d"),
-	})
+	}))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -72,7 +110,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *ses
 		}
 	}
 	if next != "" {
-		page.DecidedNext = "?" + url.Values{"w": {q.Get("w")}, "d": {next}}.Encode()
+		page.DecidedNext = page.Search.Link(q.Get("w"), next)
 	}
 	s.render(w, r, http.StatusOK, "waiting", sess, page)
 }

@@ -3,8 +3,11 @@ package web_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -285,5 +288,54 @@ func TestSignIn_Token(t *testing.T) {
 		if p := other.do(http.MethodPost, "/ui/signin/token", url.Values{"csrf": {csrf}, "token": {f.token("alice", approval.RoleApprover)}}); p.status != http.StatusForbidden {
 			t.Fatalf("sign-in with another browser's form token: %d, want 403", p.status)
 		}
+	})
+}
+
+// TestPages_WaitingIsFullAndSearchable: "waiting for me" leaves out what the viewer voted on in
+// the store's listing, so each page but the last is full; the search form narrows it, is kept
+// in the next page's link, and a search the input policy refuses is a 400 that changes nothing.
+func TestPages_WaitingIsFullAndSearchable(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		aliceAPI := f.token("alice", approval.RoleApprover)
+		var created []*approval.Approval
+		for i := range 32 {
+			created = append(created, f.create(fmt.Sprintf("Deploy build %d", i), []string{"alice", "bob"}, 2, ""))
+		}
+		f.create("Refund 50% of order 7731", []string{"alice"}, 1, "")
+		f.create("Refund 50 of order 7732", []string{"alice"}, 1, "")
+		for _, a := range created[len(created)-5:] { // the newest: they would fill the first page
+			if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", aliceAPI, "", nil); code != http.StatusOK {
+				t.Fatalf("alice approves: %d", code)
+			}
+		}
+		alice := f.browser()
+		alice.signIn(f.token("alice", approval.RoleApprover))
+		cards := func(body string) int { return strings.Count(body, `<li class="card">`) }
+
+		first := alice.get("/ui/")
+		must(t, first.status == http.StatusOK, "waiting: status %d", first.status)
+		must(t, cards(first.body) == 25, "first page: %d approvals, want a full page of 25", cards(first.body))
+		for _, a := range created[len(created)-5:] {
+			must(t, !strings.Contains(first.body, a.ID), "first page lists %s, which alice voted on", a.ID)
+		}
+		next := regexp.MustCompile(`href="(/ui/\?[^"]*w=[^"]*)"`).FindStringSubmatch(first.body)
+		must(t, next != nil, "first page: no link to the next page")
+		second := alice.get(html.UnescapeString(next[1]))
+		must(t, cards(second.body) == 2, "second page: %d approvals, want 2 (27 wait for alice)", cards(second.body))
+
+		found := alice.get("/ui/?q=50%25")
+		must(t, cards(found.body) == 1 && strings.Contains(found.body, "Refund 50% of order 7731"),
+			"search 50%%: %d approvals, want the 50%% refund alone", cards(found.body))
+		must(t, strings.Contains(found.body, `value="50%"`), "search 50%%: the form does not keep the text")
+		deploys := alice.get("/ui/?q=DEPLOY+build")
+		must(t, cards(deploys.body) == 25, "search DEPLOY build: %d approvals, want a full page", cards(deploys.body))
+		link := regexp.MustCompile(`href="(/ui/\?[^"]*w=[^"]*)"`).FindStringSubmatch(deploys.body)
+		must(t, link != nil && strings.Contains(html.UnescapeString(link[1]), "q=DEPLOY+build"), "search: the next page's link %v loses the search", link)
+		none := alice.get("/ui/?from=nobody")
+		must(t, cards(none.body) == 0 && strings.Contains(none.body, "matches the search"), "search from=nobody: %d approvals", cards(none.body))
+
+		bad := alice.get("/ui/?q=%01")
+		must(t, bad.status == http.StatusBadRequest, "search with a control character: status %d, want 400", bad.status)
 	})
 }

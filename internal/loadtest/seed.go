@@ -93,6 +93,7 @@ type (
 		approvalID string
 		position   int
 		approver   string
+		createdAt  time.Time // the approval's, as the stores copy it
 	}
 	seedDecisionRow struct {
 		approvalID, approver, verdict, comment string
@@ -264,7 +265,7 @@ func (s *Seed) add(r *seedRows, i int) error {
 		action: action, title: a.Title, context: a.Context, status: a.Status, decidedAt: a.DecidedAt,
 		expiresAt: expires, createdAt: created, version: a.Version})
 	for p, name := range approvers {
-		r.approvers = append(r.approvers, seedApproverRow{approvalID: id, position: p, approver: name})
+		r.approvers = append(r.approvers, seedApproverRow{approvalID: id, position: p, approver: name, createdAt: created})
 	}
 	r.events = append(r.events, events...)
 	return nil

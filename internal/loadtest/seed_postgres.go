@@ -70,9 +70,9 @@ func copyRows(ctx context.Context, tx pgx.Tx, r *seedRows) error {
 			a := r.approvals[i]
 			return []any{a.id, a.requester, a.key, a.fingerprint, a.action, a.title, a.context, 1, string(a.status), a.decidedAt, a.expiresAt, a.createdAt, a.version}
 		}},
-		{"approval_approvers", []string{"approval_id", "position", "approver"}, len(r.approvers), func(i int) []any {
+		{"approval_approvers", []string{"approval_id", "position", "approver", "created_at"}, len(r.approvers), func(i int) []any {
 			p := r.approvers[i]
-			return []any{p.approvalID, p.position, p.approver}
+			return []any{p.approvalID, p.position, p.approver, p.createdAt}
 		}},
 		{"decisions", []string{"approval_id", "approver", "verdict", "comment", "decided_at", "event_seq"}, len(r.decisions), func(i int) []any {
 			d := r.decisions[i]

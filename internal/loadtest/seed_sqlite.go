@@ -76,9 +76,9 @@ func insertRows(ctx context.Context, tx *sql.Tx, r *seedRows) error {
 			}
 			return []any{a.id, a.requester, a.key, a.fingerprint, a.action, a.title, string(a.context), 1, string(a.status), decided, us(a.expiresAt), us(a.createdAt), a.version}
 		}},
-		{"approval_approvers", []string{"approval_id", "position", "approver"}, len(r.approvers), func(i int) []any {
+		{"approval_approvers", []string{"approval_id", "position", "approver", "created_at"}, len(r.approvers), func(i int) []any {
 			p := r.approvers[i]
-			return []any{p.approvalID, p.position, p.approver}
+			return []any{p.approvalID, p.position, p.approver, us(p.createdAt)}
 		}},
 		{"decisions", []string{"approval_id", "approver", "verdict", "comment", "decided_at"}, len(r.decisions), func(i int) []any {
 			d := r.decisions[i]

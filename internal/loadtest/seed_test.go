@@ -107,6 +107,13 @@ func TestSeed(t *testing.T) {
 		if mine != 250 {
 			t.Errorf("ci-bot sees %d approvals, want 250 (every other one)", mine)
 		}
+		// The approvers' rows carry their approval's created_at: the listing reads them.
+		listed := walk(t, func(cursor string) ([]*approval.Approval, string, error) {
+			return st.Approvals(ctx, approval.ApprovalFilter{Approver: "alice", Limit: 50, Cursor: cursor})
+		})
+		if listed != 333 {
+			t.Errorf("alice is listed on %d approvals, want 333 (two of every three)", listed)
+		}
 
 		// The oldest approved approval of the targeted action reads whole, with its trail.
 		var targeted *approval.Approval

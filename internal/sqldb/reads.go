@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/approvald/approval"
@@ -36,26 +37,140 @@ func ApprovalByID(ctx context.Context, q Querier, d Dialect, id string) (*approv
 }
 
 // Approvals lists approvals newest first; see approval.Store.
+//
+// A listing by approver, by requester or by visibility reads the page from an index ordered
+// as the listing is, (subject, created_at, id), from the cursor on: the approvers' (whose rows
+// carry their approval's created_at, migration 0009) or the requesters'. Visibility, requester
+// or approver, is the union of the two, each read no further than a page. The page's ids are
+// then read whole. So a page costs what it holds, however many approvals the subject has
+// (docs/query-plans.md, "Listings by approver and by visibility"); the other filters are
+// applied to each row as the index gives it.
 func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
 	limit, err := f.Check()
 	if err != nil {
 		return nil, "", err
 	}
+	var c *cursorAt
+	if f.Cursor != "" {
+		at, id, err := approval.DecodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		c = &cursorAt{at: at, id: id}
+	}
 	q := Query{Dialect: r.Dialect}
-	if f.Status != "" {
-		q.And("a.status = " + q.Arg(string(f.Status)))
-	}
-	if f.Approver != "" {
-		q.And("EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = " + q.Arg(f.Approver) + ")")
-	}
-	if f.VisibleTo != "" {
-		q.And("(a.requester = " + q.Arg(f.VisibleTo) + " OR EXISTS (SELECT 1 FROM approval_approvers p WHERE p.approval_id = a.id AND p.approver = " + q.Arg(f.VisibleTo) + "))")
-	}
-	if err := q.After(f.Cursor, "a.created_at", "a.id"); err != nil {
-		return nil, "", err
+	switch {
+	case f.Approver != "":
+		q.And("a.id IN (" + approverRange(&q, f.Approver, c, f, limit, "approver") + ")")
+	case f.Requester != "":
+		q.And("a.id IN (" + requesterRange(&q, f.Requester, c, f, limit, "requester") + ")")
+	case f.VisibleTo != "":
+		// Each half in an aliased derived table: a compound SELECT's parts cannot carry their
+		// own ORDER BY and LIMIT otherwise.
+		q.And("a.id IN (SELECT id FROM (" + requesterRange(&q, f.VisibleTo, c, f, limit, "visible") +
+			") mine UNION SELECT id FROM (" + approverRange(&q, f.VisibleTo, c, f, limit, "visible") + ") listing_me)")
+	default:
+		filter(&q, f, "")
+		if c != nil {
+			q.And("(a.created_at, a.id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")")
+		}
 	}
 	return page(ctx, r, "list approvals", r.Dialect.ApprovalDetail, &q, "a.created_at", "a.id", limit, ScanApprovalDetail,
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
+}
+
+// cursorAt is a decoded cursor: the position of the last row of the previous page.
+type cursorAt struct {
+	at time.Time
+	id string
+}
+
+// approverRange returns a SELECT of the ids (as id) of the first limit+1 approvals listing
+// approver after c that pass f's other filters, newest first, read from the approvers' index.
+// driver is the filter the range stands for, which filter then leaves out.
+func approverRange(q *Query, approver string, c *cursorAt, f approval.ApprovalFilter, limit int, driver string) string {
+	s := "SELECT p.approval_id AS id FROM approval_approvers p"
+	if hasFilter(f, driver) {
+		s += " JOIN approvals a ON a.id = p.approval_id"
+	}
+	s += " WHERE p.approver = " + q.Arg(approver)
+	if c != nil {
+		s += " AND (p.created_at, p.approval_id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")"
+	}
+	return s + filter(q, f, driver) + " ORDER BY p.created_at DESC, p.approval_id DESC LIMIT " + q.Arg(limit+1)
+}
+
+// requesterRange is approverRange over the approvals requester made, from the requesters'
+// index.
+func requesterRange(q *Query, requester string, c *cursorAt, f approval.ApprovalFilter, limit int, driver string) string {
+	s := "SELECT a.id AS id FROM approvals a WHERE a.requester = " + q.Arg(requester)
+	if c != nil {
+		s += " AND (a.created_at, a.id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")"
+	}
+	return s + filter(q, f, driver) + " ORDER BY a.created_at DESC, a.id DESC LIMIT " + q.Arg(limit+1)
+}
+
+// hasFilter tells whether f filters on more than driver, the filter a range already applies.
+func hasFilter(f approval.ApprovalFilter, driver string) bool {
+	return f.Status != "" || f.NotVotedBy != "" || f.Action != "" || f.Query != "" ||
+		(f.Requester != "" && driver != "requester") ||
+		(f.VisibleTo != "" && driver != "visible") ||
+		(f.Approver != "" && driver != "approver")
+}
+
+// filter adds f's conditions on the approval a, but for driver's (see approverRange), to q:
+// as " AND ..." conditions that it returns when driver is set, else to q's WHERE clause.
+func filter(q *Query, f approval.ApprovalFilter, driver string) string {
+	var conds []string
+	if f.Approver != "" && driver != "approver" {
+		conds = append(conds, "EXISTS (SELECT 1 FROM approval_approvers o WHERE o.approval_id = a.id AND o.approver = "+q.Arg(f.Approver)+")")
+	}
+	if f.Requester != "" && driver != "requester" {
+		conds = append(conds, "a.requester = "+q.Arg(f.Requester))
+	}
+	if f.VisibleTo != "" && driver != "visible" {
+		conds = append(conds, "(a.requester = "+q.Arg(f.VisibleTo)+" OR EXISTS (SELECT 1 FROM approval_approvers v WHERE v.approval_id = a.id AND v.approver = "+q.Arg(f.VisibleTo)+"))")
+	}
+	if f.Status != "" {
+		conds = append(conds, "a.status = "+q.Arg(string(f.Status)))
+	}
+	if f.Action != "" {
+		conds = append(conds, "a.action = "+q.Arg(f.Action))
+	}
+	if f.NotVotedBy != "" {
+		conds = append(conds, "NOT EXISTS (SELECT 1 FROM decisions d WHERE d.approval_id = a.id AND d.approver = "+q.Arg(f.NotVotedBy)+")")
+	}
+	if f.Query != "" {
+		// Both sides lower-cased in ASCII only, as SQLite's lower() does, so that the stores
+		// agree on every title; the search text's own % and _ are escaped.
+		conds = append(conds, q.Dialect.LowerASCII("a.title")+" LIKE "+q.Arg("%"+escapeLike(lowerASCII(f.Query))+"%")+` ESCAPE '\'`)
+	}
+	if driver == "" {
+		for _, c := range conds {
+			q.And(c)
+		}
+		return ""
+	}
+	s := ""
+	for _, c := range conds {
+		s += " AND " + c
+	}
+	return s
+}
+
+// escapeLike escapes LIKE's wildcards and its escape character, backslash, in s.
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// lowerASCII lower-cases the ASCII letters of s, and only those.
+func lowerASCII(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + ('a' - 'A')
+		}
+		return r
+	}, s)
 }
 
 // Events returns an approval's audit trail, oldest first, or ENOTFOUND. The approval is

@@ -32,6 +32,9 @@ type Dialect struct {
 	// SkipLocked is ForUpdate for a claim: rows another transaction holds are skipped, not
 	// waited for (" FOR UPDATE SKIP LOCKED"), or empty.
 	SkipLocked string
+	// LowerASCII returns the SQL of the text expr with its ASCII letters, and only those,
+	// lower-cased: what SQLite's lower() does; PostgreSQL's does so under the "C" collation.
+	LowerASCII func(expr string) string
 }
 
 // NullTime returns an optional time as the dialect stores it, nil for NULL.
