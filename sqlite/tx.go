@@ -114,6 +114,17 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 	return fail("append event", appendEvent(ctx, t.tx, approvalID, typ, actor, cause, detail))
 }
 
+// EventInsertMany appends the events one statement each: in process, a statement costs no
+// round trip.
+func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+	for _, e := range events {
+		if err := appendEvent(ctx, t.tx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
+			return fail("append event", err)
+		}
+	}
+	return nil
+}
+
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	t.tx.signal(topic)
 	return nil
@@ -227,6 +238,17 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 	return rec, fail("read execution", err)
 }
 
+// ExecutionGetForUpdateMany needs no lock of its own: the transaction holds the write lock.
+func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode execution ids: %w", err)
+	}
+	rows, err := t.tx.query(ctx, `SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
+	list, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionRecord, error) { return sqldb.ScanExecution(row) })
+	return list, fail("read executions", err)
+}
+
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
 	rec, err := getExecution(ctx, t.tx, `x.approval_id = ?`, approvalID)
 	if approval.ErrorCode(err) == approval.ENOTFOUND {
@@ -242,6 +264,20 @@ func (t *ruleTx) ExecutionIDsByOperationKey(ctx context.Context, key string, lim
 
 func (t *ruleTx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
 	return t.updateExecution(ctx, `attempts = ? AND status = 'running'`, rec, attempt)
+}
+
+// ExecutionUpdateIfAttemptMany writes the executions one statement each, under the write
+// lock.
+func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
+	if len(recs) != len(attempts) {
+		return fmt.Errorf("update executions: %d records for %d attempts", len(recs), len(attempts))
+	}
+	for i, rec := range recs {
+		if err := t.ExecutionUpdateIfAttempt(ctx, rec, attempts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *ruleTx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
