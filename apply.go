@@ -173,8 +173,5 @@ func (s *Service) RetryInbox(ctx context.Context, id string) (*InboxEvent, error
 // now is (cur): another claim took it over after the lease ran out, or it is no longer
 // pending.
 func holdsClaim(e, cur *InboxEvent) error {
-	if e.LeaseToken == "" || cur.LeaseToken != e.LeaseToken || cur.Status != InboxPending {
-		return Errorf(ECONFLICT, "the claim on inbox event %s was lost", e.ID)
-	}
-	return nil
+	return holds("inbox event", e.ID, e.LeaseToken, cur.LeaseToken, cur.Status == InboxPending)
 }

@@ -38,6 +38,7 @@ func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limi
 		return nil, err
 	}
 	ids := make([]string, 0, len(claims))
+	trail := make([]Event, 0, len(claims))
 	for _, c := range claims {
 		// A recovered claim's predecessor may have sent its call: from now on the outcome
 		// is uncertain, until an operator settles it.
@@ -47,14 +48,15 @@ func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limi
 				return nil, err
 			}
 		}
-		cause := Cause{Kind: CauseWorker, Attempt: c.Attempt}
-		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
-		if err := tx.EventInsert(ctx, c.Record.ApprovalID, EventExecutionAttempt, ActorSystem, cause, detail); err != nil {
-			return nil, err
-		}
+		trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
+			Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
+			Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
 		ids = append(ids, c.Record.ApprovalID)
 	}
 	if len(claims) > 0 {
+		if err := tx.EventInsertMany(ctx, trail); err != nil {
+			return nil, err
+		}
 		approvals, err := tx.ApprovalGetByIDMany(ctx, ids)
 		if err != nil {
 			return nil, err
@@ -108,25 +110,56 @@ func (s *Service) RenewExecution(ctx context.Context, id string, attempt int, le
 // claimed again, for ReportExecution. A nil o.Result keeps the result stored. o.Uncertain
 // sets Uncertain; nothing here clears it. The event (succeeded, failed, needs_review,
 // retry_scheduled or accepted) names the worker's attempt and says why; a retry signals
-// TopicExecutions.
+// TopicExecutions. It is FinishAttempts with one attempt.
 func (s *Service) FinishAttempt(ctx context.Context, id string, attempt int, o AttemptOutcome) (*ExecutionRecord, error) {
-	var event string
-	switch o.Status {
-	case ExecutionSucceeded:
-		event = EventExecutionSucceeded
-	case ExecutionFailed:
-		event = EventExecutionFailed
-	case ExecutionNeedsReview:
-		event = EventExecutionNeedsReview
-	case ExecutionQueued:
-		if o.RetryAt == nil {
-			return nil, Errorf(EINVALID, "a retry needs a time to retry at")
+	done, err := s.FinishAttempts(ctx, []AttemptFinish{{ID: id, Attempt: attempt, Outcome: o}})
+	if err != nil {
+		return nil, err
+	}
+	return done[0].Record, done[0].Err
+}
+
+// AttemptFinish is one attempt's outcome, for FinishAttempts.
+type AttemptFinish struct {
+	ID      string // the execution
+	Attempt int    // the attempt's number: its fence
+	Outcome AttemptOutcome
+}
+
+// AttemptFinished is what FinishAttempts did with one AttemptFinish: the execution as
+// recorded, or why nothing was recorded for it (EINVALID for an outcome no attempt can have,
+// ENOTFOUND for an unknown execution, ECONFLICT when the attempt no longer holds it).
+type AttemptFinished struct {
+	Record *ExecutionRecord
+	Err    error
+}
+
+// FinishAttempts records several attempts' outcomes, each under the rules of FinishAttempt,
+// in one transaction: one commit for all of them, and on PostgreSQL one statement each to
+// lock and read them, write them and append their events, whatever their number. Each is
+// still fenced by its own attempt: an attempt that lost its claim is refused (ECONFLICT in
+// its AttemptFinished) and the others are recorded, each with its own event. The answers
+// come in the order of fs. An error is the transaction's: then nothing was recorded, and
+// every attempt still holds (or lost) its claim as before, so a runner that cannot record
+// leaves its claims to run out and be recovered as uncertain, exactly as after a crash.
+// Several finishes of one execution in fs are EINVALID, all but the first.
+func (s *Service) FinishAttempts(ctx context.Context, fs []AttemptFinish) ([]AttemptFinished, error) {
+	done := make([]AttemptFinished, len(fs))
+	events := make([]string, len(fs))
+	ids := make([]string, 0, len(fs))
+	seen := make(map[string]bool, len(fs))
+	for i, f := range fs {
+		events[i], done[i].Err = attemptEvent(f.Outcome)
+		if done[i].Err == nil && seen[f.ID] {
+			done[i].Err = Errorf(EINVALID, "execution %s is finished twice in one batch", f.ID)
 		}
-		event = EventExecutionRetry
-	case ExecutionRunning:
-		event = EventExecutionAccepted
-	default:
-		return nil, Errorf(EINVALID, "an attempt cannot end in status %q", o.Status)
+		if done[i].Err == nil {
+			seen[f.ID] = true
+			ids = append(ids, f.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return done, nil
 	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
@@ -134,36 +167,100 @@ func (s *Service) FinishAttempt(ctx context.Context, id string, attempt int, o A
 	}
 	defer tx.Rollback(ctx)
 
-	rec, err := tx.ExecutionGetForUpdate(ctx, id)
+	locked, err := tx.ExecutionGetForUpdateMany(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	// The fence: a runner whose lease expired and whose execution was claimed again
-	// (attempts+1), or settled by a report or an operator, writes nothing.
-	if rec.Attempts != attempt || rec.Status != ExecutionRunning {
-		return nil, lostClaim(id, attempt)
+	byID := make(map[string]*ExecutionRecord, len(locked))
+	for _, rec := range locked {
+		byID[rec.ID] = rec
 	}
 	now := tx.Now()
-	detail := map[string]any{"reason": o.Reason, "error": o.Error}
-	rec.Status, rec.LastError, rec.NextAttemptAt, rec.LeaseExpiresAt, rec.UpdatedAt = o.Status, o.Error, nil, nil, now
-	if o.Result != nil {
-		rec.Result = o.Result
+	var (
+		recs     []*ExecutionRecord
+		attempts []int
+		trail    []Event
+		requeued bool
+	)
+	for i, f := range fs {
+		if done[i].Err != nil {
+			continue
+		}
+		rec := byID[f.ID]
+		if rec == nil {
+			done[i].Err = Errorf(ENOTFOUND, "execution %s not found", f.ID)
+			continue
+		}
+		// The fence: a runner whose lease expired and whose execution was claimed again
+		// (attempts+1), or settled by a report or an operator, writes nothing.
+		if err := attemptHolds(rec, f.Attempt); err != nil {
+			done[i].Err = err
+			continue
+		}
+		o := f.Outcome
+		detail := map[string]any{"reason": o.Reason, "error": o.Error}
+		rec.Status, rec.LastError, rec.NextAttemptAt, rec.LeaseExpiresAt, rec.UpdatedAt = o.Status, o.Error, nil, nil, now
+		if o.Result != nil {
+			rec.Result = o.Result
+		}
+		rec.Uncertain = rec.Uncertain || o.Uncertain // once recorded, it stays
+		if o.Status == ExecutionQueued {
+			at := o.RetryAt.UTC().Truncate(Precision)
+			rec.NextAttemptAt = &at
+			detail["retry_at"] = at
+			requeued = true
+		}
+		recs, attempts = append(recs, rec), append(attempts, f.Attempt)
+		trail = append(trail, Event{ApprovalID: rec.ApprovalID, Type: events[i], Actor: ActorSystem,
+			Cause: Cause{Kind: CauseWorker, Attempt: f.Attempt}, Detail: detail})
+		done[i].Record = rec
 	}
-	rec.Uncertain = rec.Uncertain || o.Uncertain // once recorded, it stays
-	if o.Status == ExecutionQueued {
-		at := o.RetryAt.UTC().Truncate(Precision)
-		rec.NextAttemptAt = &at
-		detail["retry_at"] = at
+	if len(recs) == 0 {
+		return done, nil
 	}
-	if err := tx.ExecutionUpdateIfAttempt(ctx, rec, attempt); err != nil {
+	if err := tx.ExecutionUpdateIfAttemptMany(ctx, recs, attempts); err != nil {
 		return nil, err
 	}
-	if o.Status == ExecutionNeedsReview {
-		if err := s.queueReview(ctx, tx, rec); err != nil {
+	for _, rec := range recs {
+		if rec.Status == ExecutionNeedsReview {
+			if err := s.queueReview(ctx, tx, rec); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tx.EventInsertMany(ctx, trail); err != nil {
+		return nil, err
+	}
+	if requeued {
+		if err := tx.Notify(ctx, TopicExecutions); err != nil {
 			return nil, err
 		}
 	}
-	return commitExecution(ctx, tx, rec, event, ActorSystem, Cause{Kind: CauseWorker, Attempt: attempt}, detail)
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// attemptEvent is the event that records an attempt ending in o, or EINVALID for an outcome
+// no attempt can have.
+func attemptEvent(o AttemptOutcome) (string, error) {
+	switch o.Status {
+	case ExecutionSucceeded:
+		return EventExecutionSucceeded, nil
+	case ExecutionFailed:
+		return EventExecutionFailed, nil
+	case ExecutionNeedsReview:
+		return EventExecutionNeedsReview, nil
+	case ExecutionQueued:
+		if o.RetryAt == nil {
+			return "", Errorf(EINVALID, "a retry needs a time to retry at")
+		}
+		return EventExecutionRetry, nil
+	case ExecutionRunning:
+		return EventExecutionAccepted, nil
+	}
+	return "", Errorf(EINVALID, "an attempt cannot end in status %q", o.Status)
 }
 
 // ReleaseExecution gives a claim back on graceful shutdown before its call was sent: queued,
@@ -183,7 +280,10 @@ func (s *Service) ReleaseExecution(ctx context.Context, id string, attempt int) 
 	if err != nil {
 		return err
 	}
-	if rec.Attempts != attempt || rec.Status != ExecutionRunning || rec.LeaseExpiresAt == nil {
+	if err := attemptHolds(rec, attempt); err != nil {
+		return err
+	}
+	if rec.LeaseExpiresAt == nil {
 		return lostClaim(id, attempt)
 	}
 	now := tx.Now()
@@ -428,7 +528,14 @@ func (s *Service) report(ctx context.Context, tx Tx, r ExecutionReport) (reporte
 	return reported{applied: true, rec: rec}, nil
 }
 
+// attemptHolds is the fence of a runner's attempt on the execution rec, as read under its
+// lock: nil while attempt is its current attempt and it is running, the lost claim's
+// ECONFLICT otherwise.
+func attemptHolds(rec *ExecutionRecord, attempt int) error {
+	return holds("execution", rec.ID, attempt, rec.Attempts, rec.Status == ExecutionRunning)
+}
+
 // lostClaim is the answer to a runner whose attempt no longer holds the execution.
 func lostClaim(id string, attempt int) error {
-	return Errorf(ECONFLICT, "attempt %d no longer holds execution %s", attempt, id)
+	return claimLost("execution", id, attempt)
 }

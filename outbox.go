@@ -396,8 +396,8 @@ func (s *Service) FinishOutbox(ctx context.Context, id string, attempt int, o Ou
 	if err != nil {
 		return nil, err
 	}
-	if m.Attempts != attempt || m.Status != OutboxSending {
-		return nil, Errorf(ECONFLICT, "attempt %d no longer holds outbox message %s", attempt, id)
+	if err := holds("outbox message", id, attempt, m.Attempts, m.Status == OutboxSending); err != nil {
+		return nil, err
 	}
 	now := tx.Now()
 	m.Status, m.LastError, m.NextAttemptAt, m.LeaseExpiresAt, m.UpdatedAt = o.Status, o.Error, nil, nil, now

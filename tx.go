@@ -60,6 +60,11 @@ type Tx interface {
 	DecisionInsert(ctx context.Context, approvalID string, d Decision) error
 	// EventInsert appends the approval's next event (seq max+1, at Now).
 	EventInsert(ctx context.Context, approvalID, typ, actor string, cause Cause, detail map[string]any) error
+	// EventInsertMany appends one event per element of events (ApprovalID, Type, Actor,
+	// Cause and Detail; Seq and At are the store's): each the next of its approval's trail
+	// (seq max+1, at Now), several of one approval in the order given. The caller holds
+	// every approval's lock.
+	EventInsertMany(ctx context.Context, events []Event) error
 	// Notify signals topic to every subscriber once the transaction commits.
 	Notify(ctx context.Context, topic string) error
 
@@ -92,6 +97,12 @@ type Tx interface {
 	// its approval's row first (the lock that makes the events' seq safe), then the
 	// execution's. ENOTFOUND if there is none.
 	ExecutionGetForUpdate(ctx context.Context, id string) (*ExecutionRecord, error)
+	// ExecutionGetForUpdateMany is ExecutionGetForUpdate for several executions at once: it
+	// returns those of ids that exist, in no particular order, locked with their approvals in
+	// the lock order, the approvals' rows first, and within each kind in the order of their
+	// ids, so that transactions locking overlapping sets wait for each other and never
+	// deadlock.
+	ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*ExecutionRecord, error)
 	// ExecutionGetByApprovalForUpdate is ExecutionGetForUpdate for the execution of an
 	// approval: ENOTFOUND if the approval does not exist or has none.
 	ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*ExecutionRecord, error)
@@ -105,6 +116,10 @@ type Tx interface {
 	// (ExecutionGetForUpdate) and has checked the fence, so a guard that fails is a broken
 	// invariant: the transaction fails.
 	ExecutionUpdateIfAttempt(ctx context.Context, rec *ExecutionRecord, attempt int) error
+	// ExecutionUpdateIfAttemptMany is ExecutionUpdateIfAttempt for several executions, recs[i]
+	// fenced by attempts[i], distinct executions all: the caller holds every lock and has
+	// checked every fence, so one guard that fails fails the transaction.
+	ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*ExecutionRecord, attempts []int) error
 	// ExecutionUpdateIfStatus writes rec's state as ExecutionUpdateIfAttempt does, only while
 	// the execution is in status, as the caller read it under its lock; the transaction fails
 	// otherwise.

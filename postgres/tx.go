@@ -284,6 +284,37 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 	return nil
 }
 
+// EventInsertMany appends every event in one statement: each approval's next seq is its
+// max+1, plus the event's place among that approval's events in the batch.
+func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	ids, types, actors := make([]string, len(events)), make([]string, len(events)), make([]string, len(events))
+	causes, details := make([]string, len(events)), make([]*string, len(events))
+	for i, e := range events {
+		causeJSON, detailJSON, err := sqldb.EventJSON(e.Cause, e.Detail)
+		if err != nil {
+			return err
+		}
+		ids[i], types[i], actors[i], causes[i] = e.ApprovalID, e.Type, e.Actor, string(causeJSON)
+		if detailJSON != nil {
+			d := string(detailJSON)
+			details[i] = &d
+		}
+	}
+	t.enqueue("append events", `
+		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+		SELECT v.approval_id,
+			COALESCE((SELECT max(seq) FROM events e WHERE e.approval_id = v.approval_id), 0)
+				+ row_number() OVER (PARTITION BY v.approval_id ORDER BY v.ord),
+			v.type, $6::timestamptz, v.actor, v.cause::jsonb, v.detail::jsonb
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+			WITH ORDINALITY AS v(approval_id, type, actor, cause, detail, ord)`,
+		ids, types, actors, causes, details, t.At)
+	return nil
+}
+
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	if !slices.Contains(t.signals, topic) {
 		t.signals = append(t.signals, topic)
@@ -394,12 +425,72 @@ func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approva
 	return t.Tx.ExecutionGetForUpdate(ctx, id)
 }
 
+// ExecutionGetForUpdateMany locks as ExecutionGetForUpdate does, for every execution at
+// once: two statements in one round trip, each locking its rows in id order.
+func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
+	t.enqueue("lock approvals of executions", `
+		SELECT 1 FROM approvals
+		WHERE id IN (SELECT approval_id FROM executions WHERE id = ANY($1))
+		ORDER BY id FOR UPDATE`, ids)
+	rows, err := t.Query(ctx, `
+		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id = ANY($1)
+		ORDER BY x.id FOR UPDATE OF x`, ids)
+	if err != nil {
+		return nil, translate("lock executions", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionRecord, error) {
+		return sqldb.ScanExecution(row)
+	})
+	return list, translate("lock executions", err)
+}
+
 // ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, two statements in one
 // round trip. The execution is read by a statement that starts after the approval's lock is
 // held, so it sees the execution that the vote holding the lock before it created.
 func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
 	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
 	return t.Tx.ExecutionGetByApprovalForUpdate(ctx, approvalID)
+}
+
+// ExecutionUpdateIfAttemptMany writes every execution in one statement over arrays; a failed
+// guard (fewer rows changed than given) divides by zero, as in ApprovalSetStatusIfPending.
+func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
+	if len(recs) != len(attempts) {
+		return fmt.Errorf("update executions: %d records for %d attempts", len(recs), len(attempts))
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	n := len(recs)
+	ids, statuses, lastErrors := make([]string, n), make([]string, n), make([]string, n)
+	counts, bases, fences := make([]int32, n), make([]int32, n), make([]int32, n)
+	results := make([][]byte, n)
+	nexts, leases := make([]*time.Time, n), make([]*time.Time, n)
+	versions := make([]int64, n)
+	uncertain := make([]bool, n)
+	for i, rec := range recs {
+		ids[i], statuses[i], lastErrors[i] = rec.ID, string(rec.Status), rec.LastError
+		counts[i], bases[i], fences[i] = int32(rec.Attempts), int32(rec.AttemptBase), int32(attempts[i])
+		results[i], nexts[i], leases[i] = rec.Result, rec.NextAttemptAt, rec.LeaseExpiresAt
+		versions[i], uncertain[i] = rec.AppliedVersion, rec.Uncertain
+	}
+	t.enqueue("record execution attempts", `
+		WITH changed AS (
+			UPDATE executions x
+			SET status = v.status, attempts = v.attempts, last_error = v.last_error,
+				result = v.result, next_attempt_at = v.next_attempt_at,
+				lease_expires_at = v.lease_expires_at, applied_version = v.applied_version,
+				uncertain = v.uncertain, attempt_base = v.attempt_base, updated_at = $12
+			FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bytea[],
+				$6::timestamptz[], $7::timestamptz[], $8::bigint[], $9::bool[], $10::int[], $11::int[])
+				AS v(id, status, attempts, last_error, result, next_attempt_at, lease_expires_at,
+					applied_version, uncertain, attempt_base, fence)
+			WHERE x.id = v.id AND x.attempts = v.fence AND x.status = 'running'
+			RETURNING 1
+		)
+		SELECT 1 / (count(*) = $13)::int FROM changed`,
+		ids, statuses, counts, lastErrors, results, nexts, leases, versions, uncertain, bases, fences, t.At, n)
+	return nil
 }
 
 // insertEventSQL appends an approval's next event; the caller holds the approval's lock,

@@ -79,6 +79,17 @@ func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string,
 	return fail("append event", appendEvent(ctx, t.tx, approvalID, typ, actor, cause, detail))
 }
 
+// EventInsertMany appends the events one statement each: in process, a statement costs no
+// round trip.
+func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+	for _, e := range events {
+		if err := appendEvent(ctx, t.tx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
+			return fail("append event", err)
+		}
+	}
+	return nil
+}
+
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	t.tx.signal(topic)
 	return nil
@@ -184,4 +195,15 @@ func (r runner) WriteOne(ctx context.Context, op, query string, args ...any) err
 		err = fmt.Errorf("%d rows changed under the write lock, want 1", n)
 	}
 	return err
+}
+
+// ExecutionGetForUpdateMany needs no lock of its own: the transaction holds the write lock.
+func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("encode execution ids: %w", err)
+	}
+	rows, err := t.tx.query(ctx, `SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
+	list, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionRecord, error) { return sqldb.ScanExecution(row) })
+	return list, fail("read executions", err)
 }

@@ -336,6 +336,142 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 	})
 
+	// Several attempts' outcomes in one transaction, each fenced by its own attempt: the one
+	// whose claim was lost to a re-claim is refused and changes nothing, the others are
+	// recorded, each with its own event; an unknown execution, an outcome no attempt can have
+	// and a second outcome of one execution are refused alone.
+	s.run(t, "FinishAttemptsBatch", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		var recs []*approval.ExecutionRecord
+		var approvals []*approval.Approval
+		for range 4 {
+			a, rec := mustApprovedExecution(t, f)
+			approvals, recs = append(approvals, a), append(recs, rec)
+			f.clock.Advance(time.Second)
+		}
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
+		// The first attempt's lease runs out and it is claimed again (attempt 2); the others
+		// renew theirs in time.
+		f.clock.Advance(workLease / 2)
+		for _, rec := range recs[1:] {
+			if err := f.service().RenewExecution(ctx, rec.ID, 1, workLease); err != nil {
+				t.Fatalf("renew %s: %v", rec.ID, err)
+			}
+		}
+		f.clock.Advance(workLease/2 + time.Second)
+		wantClaims(t, "re-claim", mustClaimExecutions(t, f.service(), 10), 2, recs[0])
+
+		retryAt := f.clock.Now().Add(time.Minute)
+		done, err := f.service().FinishAttempts(ctx, []approval.AttemptFinish{
+			{ID: recs[0].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"late": true}`), Reason: "late"}},
+			{ID: recs[1].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"ok": 1}`), Reason: "200 from target"}},
+			{ID: "exe_unknown", Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded}},
+			{ID: recs[2].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionQueued, RetryAt: &retryAt, Error: "503", Reason: "503 from target"}},
+			{ID: recs[3].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionQueued, Reason: "no retry time"}},
+			{ID: recs[3].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "400", Reason: "400 from target"}},
+			{ID: recs[1].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionFailed, Reason: "twice"}},
+		})
+		if err != nil {
+			t.Fatalf("finish attempts: %v", err)
+		}
+		if len(done) != 7 {
+			t.Fatalf("finish attempts: got %d answers, want 7", len(done))
+		}
+		for i, code := range []string{approval.ECONFLICT, "", approval.ENOTFOUND, "", approval.EINVALID, "", approval.EINVALID} {
+			wantCode(t, done[i].Err, code)
+			if (done[i].Record == nil) != (code != "") {
+				t.Fatalf("answer %d: got record %+v with error %v, want a record exactly when recorded", i, done[i].Record, done[i].Err)
+			}
+		}
+
+		// Refused: the re-claimed execution is still attempt 2's, with no event of attempt 1.
+		lost := mustExecution(t, f.store, recs[0].ID)
+		wantExecution(t, lost, approval.ExecutionRunning, 0, "")
+		if lost.Attempts != 2 {
+			t.Fatalf("re-claimed execution: got %d attempts, want 2", lost.Attempts)
+		}
+		wantExecutionEvents(t, f.store, approvals[0].ID, approval.EventExecutionAttempt, approval.EventExecutionAttempt)
+
+		// Recorded, one event each, naming its attempt.
+		for _, tc := range []struct {
+			i      int
+			status approval.ExecutionStatus
+			result string
+			event  string
+		}{
+			{1, approval.ExecutionSucceeded, `{"ok": 1}`, approval.EventExecutionSucceeded},
+			{2, approval.ExecutionQueued, "", approval.EventExecutionRetry},
+			{3, approval.ExecutionFailed, "", approval.EventExecutionFailed},
+		} {
+			got := mustExecution(t, f.store, recs[tc.i].ID)
+			wantExecution(t, got, tc.status, 0, tc.result)
+			if got.Attempts != 1 || got.LeaseExpiresAt != nil {
+				t.Fatalf("execution %d: got %d attempts, lease until %v; want 1, none", tc.i, got.Attempts, got.LeaseExpiresAt)
+			}
+			evs := wantExecutionEvents(t, f.store, approvals[tc.i].ID, approval.EventExecutionAttempt, tc.event)
+			wantWorkerCause(t, evs[1], 1)
+			wantTime(t, "event", evs[1].At, f.clock.Now())
+		}
+		queued := mustExecution(t, f.store, recs[2].ID)
+		if queued.NextAttemptAt == nil {
+			t.Fatalf("retry: got no next attempt, want %v", retryAt)
+		}
+		wantTime(t, "next_attempt_at", *queued.NextAttemptAt, retryAt)
+
+		// A batch with nothing left to record writes nothing and is no error.
+		done, err = f.service().FinishAttempts(ctx, []approval.AttemptFinish{{ID: recs[1].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionFailed}}})
+		if err != nil || len(done) != 1 {
+			t.Fatalf("finish a finished attempt: got %d answers, %v; want 1", len(done), err)
+		}
+		wantCode(t, done[0].Err, approval.ECONFLICT)
+		wantExecutionEvents(t, f.store, approvals[1].ID, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
+	})
+
+	// Batches of outcomes racing over the same executions, each listing them in another
+	// order: each attempt is recorded once, by one batch, and the others are refused; the
+	// batches lock in one order, so none deadlocks.
+	s.run(t, "FinishAttemptsRace", func(t *testing.T, f *fixture) {
+		const executions, racers = 8, 8
+		var recs []*approval.ExecutionRecord
+		for range executions {
+			_, rec := mustApprovedExecution(t, f)
+			recs = append(recs, rec)
+		}
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), executions), 1, recs...)
+		answers := make([][]approval.AttemptFinished, racers)
+		errs := make([]error, racers)
+		race(racers, func(i int) {
+			fs := make([]approval.AttemptFinish, executions)
+			for j := range executions {
+				rec := recs[(i*3+j*(1+2*(i%2)))%executions] // another order per racer
+				fs[j] = approval.AttemptFinish{ID: rec.ID, Attempt: 1, Outcome: approval.AttemptOutcome{
+					Status: approval.ExecutionSucceeded, Result: []byte(fmt.Sprintf(`{"racer": %d}`, i)), Reason: "200"}}
+			}
+			answers[i], errs[i] = f.service().FinishAttempts(t.Context(), fs)
+		})
+		recorded := make(map[string]int)
+		for i := range racers {
+			if errs[i] != nil {
+				t.Fatalf("racer %d: %v", i, errs[i])
+			}
+			for _, d := range answers[i] {
+				switch {
+				case d.Err == nil:
+					recorded[d.Record.ID]++
+				case approval.ErrorCode(d.Err) != approval.ECONFLICT:
+					t.Fatalf("racer %d: got %v, want recorded or ECONFLICT", i, d.Err)
+				}
+			}
+		}
+		for _, rec := range recs {
+			if recorded[rec.ID] != 1 {
+				t.Fatalf("execution %s: recorded %d times, want once", rec.ID, recorded[rec.ID])
+			}
+			wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 0, string(mustExecution(t, f.store, rec.ID).Result))
+			wantExecutionEvents(t, f.store, rec.ApprovalID, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
+		}
+	})
+
 	s.run(t, "Renew", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		_, rec := mustApprovedExecution(t, f)

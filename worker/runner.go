@@ -60,9 +60,10 @@ type Target struct {
 type Ledger interface {
 	// ClaimExecutions claims up to limit due executions, each for one attempt.
 	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error)
-	// FinishAttempt records the outcome of a claimed attempt; ECONFLICT when a newer attempt
-	// owns the execution.
-	FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error)
+	// FinishAttempts records the outcomes of several claimed attempts in one transaction,
+	// each fenced by its attempt: ECONFLICT in its answer when a newer attempt owns the
+	// execution.
+	FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error)
 	// ReleaseExecution gives back a claim whose call was never sent.
 	ReleaseExecution(ctx context.Context, id string, attempt int) error
 	// RenewExecution extends a claim's lease; ECONFLICT when the attempt no longer holds it.
@@ -143,6 +144,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	conc := r.concurrency()
 	slots := make(chan struct{}, conc)
 	finished := make(chan struct{}, conc) // one value per ended execution; never more than conc pending
+	rec := r.startRecorder()
+	defer rec.stop() // after every attempt has ended (deferred calls run last first)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	running := 0
@@ -159,8 +162,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			for _, c := range claims {
 				running++
 				wg.Go(func() {
-					defer func() { finished <- struct{}{} }()
-					r.execute(ctx, c, claimedAt, slots)
+					r.execute(ctx, c, claimedAt, slots, rec, func() { finished <- struct{}{} })
 				})
 			}
 			if err == nil && len(claims) == free {
@@ -193,11 +195,13 @@ func (r *Runner) RunOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	slots := make(chan struct{}, r.concurrency())
+	rec := r.startRecorder()
 	var wg sync.WaitGroup
 	for _, c := range claims {
-		wg.Go(func() { r.execute(ctx, c, claimedAt, slots) })
+		wg.Go(func() { r.execute(ctx, c, claimedAt, slots, rec, func() {}) })
 	}
 	wg.Wait()
+	rec.stop()
 	return len(claims), nil
 }
 
@@ -225,10 +229,12 @@ func (r *Runner) askedAt() askedAt { return askedAt{wall: time.Now(), clock: r.n
 // execute runs one claimed attempt to its recorded end. ctx is the runner's: when it ends
 // before the call is sent the claim is released, but a call already sent runs on, on a
 // context of its own, so that its outcome is recorded rather than lost. claimedAt is when the
-// claim was asked for.
-func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claimedAt askedAt, slots chan struct{}) {
+// claim was asked for; rec records the outcome. freed is called once, when the attempt no
+// longer needs its slot: as soon as its outcome is handed to rec, so that the runner claims
+// the next execution while the outcome's batch commits, or else when execute returns.
+func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claimedAt askedAt, slots chan struct{}, rec *recorder, freed func()) {
 	a := &attempt{
-		r: r, c: c,
+		r: r, c: c, rec: rec,
 		log: r.logger().With("execution", c.Record.ID, "approval", c.Record.ApprovalID,
 			"action", c.Record.Action, "attempt", c.Attempt),
 	}
@@ -239,9 +245,21 @@ func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claime
 	stopKeeper := a.keepLease()
 	defer stopKeeper()
 
+	held, done := false, false
+	leave := func() {
+		if held {
+			<-slots
+			held = false
+		}
+		if !done {
+			done = true
+			freed()
+		}
+	}
+	defer leave()
 	select {
 	case slots <- struct{}{}:
-		defer func() { <-slots }()
+		held = true
 	case <-ctx.Done():
 	}
 	// Checked again after a slot was won: the select picks at random when both are ready.
@@ -256,13 +274,14 @@ func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claime
 	if !ok {
 		return
 	}
-	a.record(o)
+	a.record(o, leave)
 }
 
 // attempt is one claimed attempt of an execution, from the claim to the record.
 type attempt struct {
 	r      *Runner
 	c      *approval.ExecutionClaim
+	rec    *recorder
 	work   context.Context // outlives the runner's ctx; cancelled when the claim is lost
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
@@ -466,11 +485,14 @@ func (a *attempt) noTarget() approval.AttemptOutcome {
 	}
 }
 
-// record writes the outcome, fenced by the attempt number.
-func (a *attempt) record(o approval.AttemptOutcome) {
-	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
-	defer cancel()
-	rec, err := a.r.Ledger.FinishAttempt(ctx, a.c.Record.ID, a.c.Attempt, o)
+// record writes the outcome, fenced by the attempt number, in the recorder's next batch, and
+// returns once that batch has committed (or failed): only then is the outcome logged as
+// recorded, and the failpoint after the record reached.
+//
+// handed is called once the outcome is in the recorder's hands.
+func (a *attempt) record(o approval.AttemptOutcome, handed func()) {
+	ctx := a.work
+	rec, err := a.rec.finish(approval.AttemptFinish{ID: a.c.Record.ID, Attempt: a.c.Attempt, Outcome: o}, handed)
 	switch {
 	case approval.ErrorCode(err) == approval.ECONFLICT:
 		a.log.WarnContext(ctx, "attempt outcome not recorded: a newer attempt owns the execution", "status", o.Status, "reason", o.Reason, "error", err)
@@ -484,6 +506,102 @@ func (a *attempt) record(o approval.AttemptOutcome) {
 	a.log.InfoContext(ctx, "execution attempt recorded", "status", rec.Status, "reason", o.Reason)
 	if err := a.r.Failpoints.Inject(fpAfterRecord); err != nil {
 		a.log.ErrorContext(ctx, "after recording the attempt", "error", err)
+	}
+}
+
+// recorder records the outcomes of a runner's attempts in batches: the outcomes of
+// attempts that end while a batch is being recorded wait and go together in the next one,
+// one transaction (approval.Service.FinishAttempts) in which each is still fenced by its own
+// attempt and gets its own event. A batch goes as soon as the recorder is free: one attempt
+// ending alone is recorded at once, and under load a batch is as large as the attempts that
+// ended during the last one's commit (at most Concurrency). Each attempt waits for its
+// batch's commit before anything treats its outcome as recorded; an outcome that has not
+// been committed when the process dies leaves its execution claimed, to be recovered as
+// uncertain once the lease runs out, as if the attempt had died before recording it.
+type recorder struct {
+	r  *Runner
+	in chan recording
+	// room holds a value for each outcome handed to the recorder and not yet answered: at
+	// most Concurrency, so that a runner holds no more than Concurrency calls and as many
+	// outcomes on their way to a batch.
+	room chan struct{}
+	done chan struct{} // closed when the loop has recorded the last batch and returned
+}
+
+// recording is one outcome on its way to a batch, and where its answer goes.
+type recording struct {
+	f      approval.AttemptFinish
+	answer chan approval.AttemptFinished
+}
+
+// startRecorder starts a recorder's loop; stop ends it once every outcome sent to it has been
+// recorded.
+func (r *Runner) startRecorder() *recorder {
+	n := r.concurrency()
+	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n), done: make(chan struct{})}
+	go rec.loop()
+	return rec
+}
+
+// stop waits for the batches still under way and ends the loop. No attempt may call finish
+// after it.
+func (rec *recorder) stop() {
+	close(rec.in)
+	<-rec.done
+}
+
+// finish hands f to the next batch, calls handed, and returns what was recorded for f once
+// that batch has committed, or why nothing was.
+func (rec *recorder) finish(f approval.AttemptFinish, handed func()) (*approval.ExecutionRecord, error) {
+	rec.room <- struct{}{}
+	defer func() { <-rec.room }()
+	answer := make(chan approval.AttemptFinished, 1)
+	rec.in <- recording{f: f, answer: answer}
+	handed()
+	res := <-answer
+	return res.Record, res.Err
+}
+
+func (rec *recorder) loop() {
+	defer close(rec.done)
+	limit := rec.r.concurrency()
+	for first := range rec.in {
+		batch := []recording{first}
+	more:
+		for len(batch) < limit {
+			select {
+			case next, ok := <-rec.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		rec.record(batch)
+	}
+}
+
+// record records one batch and answers each of its attempts.
+func (rec *recorder) record(batch []recording) {
+	// The attempts' work outlives the runner's context; so does the record of their outcome.
+	ctx, cancel := context.WithTimeout(context.Background(), rec.r.lease())
+	defer cancel()
+	fs := make([]approval.AttemptFinish, len(batch))
+	for i, b := range batch {
+		fs[i] = b.f
+	}
+	done, err := rec.r.Ledger.FinishAttempts(ctx, fs)
+	for i, b := range batch {
+		switch {
+		case err != nil:
+			b.answer <- approval.AttemptFinished{Err: err}
+		case i < len(done):
+			b.answer <- done[i]
+		default:
+			b.answer <- approval.AttemptFinished{Err: fmt.Errorf("record attempts: %d answers for %d outcomes", len(done), len(fs))}
+		}
 	}
 }
 

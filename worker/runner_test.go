@@ -581,9 +581,9 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 }
 
 // observedStore is a real store, and the Service's ledger over it, that watches a runner use
-// them: the leases it renews, and whether it ever claims more than slots executions at once.
-// It sees a claim end when FinishAttempt returns, before the runner does, so its count never
-// exceeds the runner's.
+// them: the leases it renews, whether it ever holds more than twice slots executions at once
+// (slots calls, and as many outcomes waiting for their batch), and the size of each batch of
+// outcomes. It sees a claim end when FinishAttempts returns, after the runner freed its slot.
 type observedStore struct {
 	approval.Store
 	ledger *approval.Service
@@ -597,6 +597,7 @@ type observedStore struct {
 	claimed   int
 	finished  int
 	overdrawn []string
+	batches   []int // the size of each FinishAttempts
 }
 
 // observe watches s and the Service's ledger over it.
@@ -606,7 +607,10 @@ func observe(s approval.Store) *observedStore {
 
 func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
 	s.mu.Lock()
-	if s.slots > 0 && s.holding+limit > s.slots {
+	// A slot is free again once its attempt's outcome is handed to the recorder, before the
+	// outcome's batch commits: at most Concurrency calls and Concurrency outcomes on their
+	// way to a batch are held at once.
+	if s.slots > 0 && s.holding+limit > 2*s.slots {
 		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
 	}
 	s.mu.Unlock()
@@ -625,17 +629,24 @@ func (s *observedStore) RenewExecution(ctx context.Context, id string, attempt i
 	return s.ledger.RenewExecution(ctx, id, attempt, lease)
 }
 
-func (s *observedStore) FinishAttempt(ctx context.Context, id string, attempt int, o approval.AttemptOutcome) (*approval.ExecutionRecord, error) {
-	rec, err := s.ledger.FinishAttempt(ctx, id, attempt, o)
-	if err == nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+func (s *observedStore) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
+	done, err := s.ledger.FinishAttempts(ctx, fs)
+	if err != nil {
+		return done, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches = append(s.batches, len(fs))
+	for _, d := range done {
+		if d.Err != nil {
+			continue
+		}
 		s.holding--
 		if s.finished++; s.finished == s.want {
 			close(s.done)
 		}
 	}
-	return rec, err
+	return done, nil
 }
 
 func (s *observedStore) ReleaseExecution(ctx context.Context, id string, attempt int) error {

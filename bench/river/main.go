@@ -31,6 +31,7 @@
 // Usage (from bench/river):
 //
 //	go run . -n 3000 -workers 10 -rounds 3
+//	go run . -n 3000 -workers 1,10,50 -systems river-tuned,approvald   (a sweep)
 package main
 
 import (
@@ -42,6 +43,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,7 +100,7 @@ func run(ctx context.Context, args []string) error {
 	var cfg runConfig
 	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL `URL` both systems use (each run makes and drops its own schema)")
 	fs.IntVar(&cfg.N, "n", 3000, "units of work (downstream calls) per run")
-	fs.IntVar(&cfg.Workers, "workers", 10, "concurrent workers on each side")
+	workerList := fs.String("workers", "10", "concurrent workers on each side; a comma-separated `LIST` (1,10,50) sweeps them, each with its own rounds")
 	rounds := fs.Int("rounds", 3, "runs of each system, alternating")
 	systems := fs.String("systems", "river,river-tuned,approvald", "comma-separated systems to run: river (River's defaults), river-tuned (fetch cooldown 1ms), approvald")
 	repo := fs.String("repo", "../..", "`DIR` of the approvald module, to build cmd/approvald from")
@@ -107,8 +109,16 @@ func run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if cfg.N <= 0 || cfg.Workers <= 0 || *rounds <= 0 || cfg.Loaders <= 0 {
-		return errors.New("-n, -workers, -rounds and -loaders must be positive")
+	var sweep []int
+	for w := range strings.SplitSeq(*workerList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-workers: %q is not a positive number", w)
+		}
+		sweep = append(sweep, n)
+	}
+	if cfg.N <= 0 || *rounds <= 0 || cfg.Loaders <= 0 {
+		return errors.New("-n, -rounds and -loaders must be positive")
 	}
 	var order []string
 	for s := range strings.SplitSeq(*systems, ",") {
@@ -137,10 +147,31 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer admin.Close(context.WithoutCancel(ctx))
 
-	fmt.Printf("N=%d workers=%d rounds=%d, gate-held start, completion polled every %s\n\n", cfg.N, cfg.Workers, *rounds, pollInterval)
+	var summary []string
+	for _, workers := range sweep {
+		cfg.Workers = workers
+		lines, err := runSweepStep(ctx, cfg, admin, order, *rounds)
+		if err != nil {
+			return err
+		}
+		summary = append(summary, lines...)
+	}
+	if len(sweep) > 1 {
+		fmt.Println("\nSummary (medians):")
+		for _, l := range summary {
+			fmt.Println(l)
+		}
+	}
+	return nil
+}
+
+// runSweepStep runs every system rounds times, alternating, with cfg.Workers workers, prints
+// each run and the medians, and returns one summary line per system.
+func runSweepStep(ctx context.Context, cfg runConfig, admin *pgx.Conn, order []string, rounds int) ([]string, error) {
+	fmt.Printf("N=%d workers=%d rounds=%d, gate-held start, completion polled every %s\n\n", cfg.N, cfg.Workers, rounds, pollInterval)
 	printHeader()
 	results := make(map[string][]runResult)
-	for round := range *rounds {
+	for round := range rounds {
 		for _, system := range order {
 			var res runResult
 			var err error
@@ -153,7 +184,7 @@ func run(ctx context.Context, args []string) error {
 				res, err = runApprovald(ctx, cfg, admin)
 			}
 			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", system, round+1, err)
+				return nil, fmt.Errorf("%s, %d workers, round %d: %w", system, cfg.Workers, round+1, err)
 			}
 			printRow(fmt.Sprintf("%s #%d", system, round+1), res)
 			results[system] = append(results[system], res)
@@ -163,20 +194,25 @@ func run(ctx context.Context, args []string) error {
 	fmt.Println()
 	printHeader()
 	medians := make(map[string]runResult)
+	var summary []string
 	for _, system := range order {
 		m := median(results[system])
 		medians[system] = m
 		printRow(system+" (median)", m)
+		summary = append(summary, fmt.Sprintf("workers %3d  %-12s %10.1f executions/s  p50 %s  p99 %s", cfg.Workers, system, m.Rate(), ms(m.P50), ms(m.P99)))
 	}
 	if a := medians["approvald"]; a.N > 0 {
 		fmt.Println()
 		for _, system := range order {
 			if r := medians[system]; system != "approvald" {
-				fmt.Printf("approvald/%s executions per second: %.2f\n", system, a.Rate()/r.Rate())
+				line := fmt.Sprintf("approvald/%s executions per second: %.2f", system, a.Rate()/r.Rate())
+				fmt.Println(line)
+				summary = append(summary, fmt.Sprintf("workers %3d  %s", cfg.Workers, line))
 			}
 		}
 	}
-	return nil
+	fmt.Println()
+	return summary, nil
 }
 
 // checkCalls confirms that a run made exactly N calls, one per key, each with a key, and

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/approvald/approval"
@@ -177,6 +178,20 @@ func (t Tx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit in
 
 func (t Tx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
 	return t.updateExecution(ctx, "record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
+}
+
+// ExecutionUpdateIfAttemptMany writes the executions one guarded statement each; PostgreSQL's
+// driver replaces it with one statement over arrays.
+func (t Tx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
+	if len(recs) != len(attempts) {
+		return fmt.Errorf("update executions: %d records for %d attempts", len(recs), len(attempts))
+	}
+	for i, rec := range recs {
+		if err := t.ExecutionUpdateIfAttempt(ctx, rec, attempts[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t Tx) ExecutionUpdateIfStatus(ctx context.Context, rec *approval.ExecutionRecord, status approval.ExecutionStatus) error {
