@@ -70,7 +70,7 @@ type Config struct {
 	Registry         *prometheus.Registry // nil = a new one; served at /metrics
 	Now              func() time.Time     // nil = approval.Now; the Service has its own
 	IdempotencyLease time.Duration        // deadline of a create's work; 0 = 30s
-	LongPollInterval time.Duration        // how often ?wait= re-reads the store; 0 = 200ms
+	LongPollInterval time.Duration        // how often ?wait= re-reads the store; 0 = 1s
 	Sources          []Source             // webhook sources, served at POST /v1/inbox/{name}
 	Failpoints       *failpoint.Set       // nil = none
 }
@@ -92,7 +92,7 @@ type Source struct {
 // Defaults of Config.
 const (
 	DefaultIdempotencyLease = 30 * time.Second
-	DefaultLongPollInterval = 200 * time.Millisecond
+	DefaultLongPollInterval = time.Second
 	DefaultMaxWebhookBody   = 1 << 20
 )
 

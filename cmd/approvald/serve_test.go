@@ -122,3 +122,16 @@ func TestServe_ShutdownEndsLongPolls(t *testing.T) {
 		t.Errorf("no \"stopped\" log line:\n%s", stderr)
 	}
 }
+
+// TestDefaultMemoryLimit: serve sets its soft memory limit only when GOMEMLIMIT does not
+// name one.
+func TestDefaultMemoryLimit(t *testing.T) {
+	unset := func(string) (string, bool) { return "", false }
+	if limit, ok := defaultMemoryLimit(unset); !ok || limit != DefaultMemoryLimit {
+		t.Errorf("GOMEMLIMIT unset: got %d, %v; want %d, true", limit, ok, DefaultMemoryLimit)
+	}
+	set := func(k string) (string, bool) { return "256MiB", k == "GOMEMLIMIT" }
+	if limit, ok := defaultMemoryLimit(set); ok {
+		t.Errorf("GOMEMLIMIT=256MiB: got %d, true; want the runtime's own limit left alone", limit)
+	}
+}
