@@ -109,8 +109,8 @@ func (s *Server) session(r *http.Request) (*session, error) {
 		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session has expired; sign in again")
 	}
 	if sess.Via == viaToken {
-		// Service.Authenticate caches tokens for a few seconds; the page asks the store
-		// each time, so that a deleted token ends its sessions at once.
+		// The page asks the store on each request, so that a revoked or deleted token
+		// ends its sessions at once.
 		t, err := s.store.TokenByHash(r.Context(), sess.TokenHash)
 		if approval.ErrorCode(err) == approval.ENOTFOUND {
 			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the token this session signed in with no longer exists; sign in again")
