@@ -102,8 +102,11 @@ type ApprovalFilter struct {
 	// NotVotedBy, when set, keeps only approvals on which NotVotedBy has cast no vote ("waiting
 	// for me" is Status pending, Approver and NotVotedBy the viewer).
 	NotVotedBy string
-	Requester  string // "" for any: approvals this requester made
-	Action     string // "" for any: approvals of exactly this action
+	// Decided, when true, keeps only approvals that are no longer pending ("decided
+	// recently" on the approver's page).
+	Decided   bool
+	Requester string // "" for any: approvals this requester made
+	Action    string // "" for any: approvals of exactly this action
 	// Query, when set, keeps only approvals whose title contains it. ASCII letters match
 	// whatever their case; every other character matches only itself (so % and _ too), on
 	// both stores alike. It is at most MaxTitleLength characters of one line.

@@ -69,6 +69,9 @@ func exerciseListFilters(t *testing.T, s suite) {
 			{Action: "deploy"},
 			{Action: "refund", Status: approval.StatusRejected},
 			{NotVotedBy: "bob"},
+			{Approver: "alice", Decided: true},
+			{VisibleTo: "carol", Decided: true, Query: "#1"},
+			{Decided: true, Status: approval.StatusRejected},
 			{Query: "#1"},
 			{Query: "DEPLOY #2"},
 			{Query: "nothing like it"},
@@ -175,6 +178,7 @@ func matches(a *approval.Approval, f approval.ApprovalFilter) bool {
 	_, voted := a.DecisionBy(f.NotVotedBy)
 	switch {
 	case f.Status != "" && a.Status != f.Status,
+		f.Decided && a.Status == approval.StatusPending,
 		f.Approver != "" && !slices.Contains(a.Approvers, f.Approver),
 		f.Requester != "" && a.Requester != f.Requester,
 		f.VisibleTo != "" && a.Requester != f.VisibleTo && !slices.Contains(a.Approvers, f.VisibleTo),

@@ -98,16 +98,14 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *ses
 	}
 
 	listed, next, err := s.store.Approvals(r.Context(), page.Search.filter(approval.ApprovalFilter{
-		Approver: sess.Subject, Limit: waitingPageSize, Cursor: q.Get("d"),
+		Approver: sess.Subject, Decided: true, Limit: waitingPageSize, Cursor: q.Get("d"),
 	}))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	for _, a := range listed {
-		if a.Status.Terminal() { // pending ones are in the list above, or wait for others
-			page.Decided = append(page.Decided, row{A: a})
-		}
+	for _, a := range listed { // pending ones are in the list above, or wait for others
+		page.Decided = append(page.Decided, row{A: a})
 	}
 	if next != "" {
 		page.DecidedNext = page.Search.Link(q.Get("w"), next)

@@ -112,7 +112,7 @@ func requesterRange(q *Query, requester string, c *cursorAt, f approval.Approval
 
 // hasFilter tells whether f filters on more than driver, the filter a range already applies.
 func hasFilter(f approval.ApprovalFilter, driver string) bool {
-	return f.Status != "" || f.NotVotedBy != "" || f.Action != "" || f.Query != "" ||
+	return f.Status != "" || f.Decided || f.NotVotedBy != "" || f.Action != "" || f.Query != "" ||
 		(f.Requester != "" && driver != "requester") ||
 		(f.VisibleTo != "" && driver != "visible") ||
 		(f.Approver != "" && driver != "approver")
@@ -133,6 +133,9 @@ func filter(q *Query, f approval.ApprovalFilter, driver string) string {
 	}
 	if f.Status != "" {
 		conds = append(conds, "a.status = "+q.Arg(string(f.Status)))
+	}
+	if f.Decided {
+		conds = append(conds, "a.status <> "+q.Arg(string(approval.StatusPending)))
 	}
 	if f.Action != "" {
 		conds = append(conds, "a.action = "+q.Arg(f.Action))
