@@ -281,14 +281,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 	s.run(t, "AttemptOutcomes", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		var recs []*approval.ExecutionRecord
-		var approvals []*approval.Approval
-		for range 4 {
-			a, rec := mustApprovedExecution(t, f)
-			approvals, recs = append(approvals, a), append(recs, rec)
-			f.clock.Advance(time.Second)
-		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
+		approvals, recs := claimedExecutions(t, f, 4)
 		f.clock.Advance(time.Second)
 		retryAt := f.clock.Now().Add(time.Minute)
 		for i, tc := range []struct {
@@ -342,14 +335,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 	// and a second outcome of one execution are refused alone.
 	s.run(t, "FinishAttemptsBatch", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		var recs []*approval.ExecutionRecord
-		var approvals []*approval.Approval
-		for range 4 {
-			a, rec := mustApprovedExecution(t, f)
-			approvals, recs = append(approvals, a), append(recs, rec)
-			f.clock.Advance(time.Second)
-		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
+		approvals, recs := claimedExecutions(t, f, 4)
 		// The first attempt's lease runs out and it is claimed again (attempt 2); the others
 		// renew theirs in time.
 		f.clock.Advance(workLease / 2)
@@ -1389,4 +1375,19 @@ func walkExecutionPages(tb testing.TB, s approval.Store, f approval.ExecutionFil
 		}
 		f.Cursor = next
 	}
+}
+
+// claimedExecutions makes n approved approvals with executions, a second apart, and claims
+// them all (attempt 1 each).
+func claimedExecutions(t *testing.T, f *fixture, n int) ([]*approval.Approval, []*approval.ExecutionRecord) {
+	t.Helper()
+	var recs []*approval.ExecutionRecord
+	var approvals []*approval.Approval
+	for range n {
+		a, rec := mustApprovedExecution(t, f)
+		approvals, recs = append(approvals, a), append(recs, rec)
+		f.clock.Advance(time.Second)
+	}
+	wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
+	return approvals, recs
 }
