@@ -146,26 +146,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		for i := range events {
 			events[i] = newInboxEvent(f.clock.Now(), "chat", "evt_race", approval.TypeApprovalDecision, `{"type": "approval.decision"}`)
 		}
-		dups := make([]bool, racers)
-		errs := make([]error, racers)
-		race(racers, func(i int) {
-			dups[i], errs[i] = f.store.RecordInbox(t.Context(), events[i])
-		})
-		winner := -1
-		for i := range racers {
-			if errs[i] != nil {
-				t.Fatalf("racer %d: record inbox: %v", i, errs[i])
-			}
-			if !dups[i] {
-				if winner >= 0 {
-					t.Fatalf("racers %d and %d both stored evt_race", winner, i)
-				}
-				winner = i
-			}
-		}
-		if winner < 0 {
-			t.Fatalf("no racer stored evt_race: all %d got duplicate", racers)
-		}
+		winner := recordRace(t, f, events, "evt_race")
 		wantInboxList(t, f.store, approval.InboxFilter{}, events[winner])
 	})
 
@@ -244,26 +225,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		for i := range events {
 			events[i] = newGitHubEvent(f.clock.Now(), "gh", fmt.Sprintf("del_%d", i), `{"action": "opened"}`)
 		}
-		dups := make([]bool, racers)
-		errs := make([]error, racers)
-		race(racers, func(i int) {
-			dups[i], errs[i] = f.store.RecordInbox(t.Context(), events[i])
-		})
-		winner := -1
-		for i := range racers {
-			if errs[i] != nil {
-				t.Fatalf("racer %d: record inbox: %v", i, errs[i])
-			}
-			if !dups[i] {
-				if winner >= 0 {
-					t.Fatalf("racers %d and %d both stored the body", winner, i)
-				}
-				winner = i
-			}
-		}
-		if winner < 0 {
-			t.Fatalf("no racer stored the body: all %d got duplicate", racers)
-		}
+		winner := recordRace(t, f, events, "the body")
 		for i := range racers {
 			if events[i].ID != events[winner].ID {
 				t.Fatalf("racer %d: got event %s, want the stored %s", i, events[i].ID, events[winner].ID)
@@ -1041,4 +1003,32 @@ func withComment(a approval.InboxAction, comment string) approval.InboxAction {
 	d.Comment = comment
 	a.Decide = &d
 	return a
+}
+
+// recordRace records every event at once, one goroutine each behind a barrier, and returns
+// the index of the one racer that stored its event: every other must get duplicate.
+func recordRace(t *testing.T, f *fixture, events []*approval.InboxEvent, what string) int {
+	t.Helper()
+	racers := len(events)
+	dups := make([]bool, racers)
+	errs := make([]error, racers)
+	race(racers, func(i int) {
+		dups[i], errs[i] = f.store.RecordInbox(t.Context(), events[i])
+	})
+	winner := -1
+	for i := range racers {
+		if errs[i] != nil {
+			t.Fatalf("racer %d: record inbox: %v", i, errs[i])
+		}
+		if !dups[i] {
+			if winner >= 0 {
+				t.Fatalf("racers %d and %d both stored %s", winner, i, what)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no racer stored %s: all %d got duplicate", what, racers)
+	}
+	return winner
 }
