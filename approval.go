@@ -68,6 +68,15 @@ type Approval struct {
 	Fingerprint string `json:"-"`
 }
 
+// AsCreated returns a copy of a as its create made it, the state its create answered with:
+// pending, no decisions, version 1, no execution. Everything else an approval shows is
+// fixed at its create. A replayed create is rendered from it (Service.Create).
+func (a *Approval) AsCreated() *Approval {
+	c := *a
+	c.Status, c.Decisions, c.DecidedAt, c.Version, c.Execution = StatusPending, []Decision{}, nil, 1, nil
+	return &c
+}
+
 // IsApprover reports whether subject is listed as an approver.
 func (a *Approval) IsApprover(subject string) bool { return slices.Contains(a.Approvers, subject) }
 

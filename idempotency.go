@@ -11,15 +11,12 @@ import (
 type KeyHolder struct {
 	// Fingerprint is the fingerprint of the request that took the key.
 	Fingerprint string
-	// Response is the stored response of the create that took the key, or nil once its
-	// retention has ended and the record was purged.
-	Response *StoredResponse
-	// Approval is the approval made under the key, in its current state, when Response is
-	// nil.
+	// Approval is the approval made under the key, in its current state.
 	Approval *Approval
 }
 
-// StoredResponse is a response kept so that a retry can be answered byte for byte.
+// StoredResponse is the answer to a create: what a retry of it is answered with, byte for
+// byte, rendered again from the approval as it was created (Approval.AsCreated).
 type StoredResponse struct {
 	StatusCode int
 	Location   string

@@ -19,8 +19,9 @@ type Service struct {
 	// reads its own clock for everything decided inside a transaction.
 	Now func() time.Time
 
-	// Retention is how long a create's stored response is replayed byte for byte; after it
-	// a retry is answered from the approval itself. DefaultRetention when zero.
+	// Retention is how long after a create a retry of it is answered with the original
+	// answer, byte for byte; after it a retry is answered with the approval as it is then.
+	// DefaultRetention when zero.
 	Retention time.Duration
 
 	// touchMu guards touched: when this process last sent each token's last_used_at, so
@@ -75,24 +76,26 @@ type CreateResult struct {
 	// Replayed reports that the key was already taken by this same request: the answer is
 	// the original one, not a new approval.
 	Replayed bool
-	// Response is the answer to give: the new approval's, or the stored one replayed. It is
-	// nil when the stored response outlived its retention; Approval is then the current
-	// state of the approval the key made, to answer with instead.
+	// Response is the answer to give: the new approval's, or the original one replayed. It
+	// is nil when the create is older than Retention; Approval is then the current state of
+	// the approval the key made, to answer with instead.
 	Response *StoredResponse
-	// Approval is the new approval, or the one the key made when Response is nil.
+	// Approval is the new approval, or the one the key made in its current state.
 	Approval *Approval
 }
 
 // Create runs the idempotent create (docs/invariants.md, invariant 2). The request is
 // validated before anything is written, so a refused request stores nothing and the caller
-// may correct it and reuse the key. Then one store transaction writes the approval with its
-// idempotency record, unless the key is taken; and the rule is:
+// may correct it and reuse the key. Then one store statement or transaction writes the
+// approval, unless the key is taken; and the rule is:
 //
 //   - the key was free: the new approval, with Respond's answer;
 //   - the key is held by a request with another fingerprint: EMISMATCH (422);
-//   - the key is held by this same request: its stored answer, Replayed; a concurrent
-//     create under the key waited for the first one's commit and gets this too;
-//   - the stored answer was purged after Retention: the approval's current state, Replayed.
+//   - the key is held by this same request, made less than Retention ago: the original
+//     answer, Replayed, rendered again by Respond from the approval as it was created (the
+//     same bytes: the approval row keeps every field the answer shows); a concurrent create
+//     under the key waited for the first one's commit and gets this too;
+//   - the same, made Retention ago or more: the approval's current state, Replayed.
 func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, error) {
 	fingerprint, err := Fingerprint(c.Requester, CreateMethod, CreatePath, c.Body)
 	if err != nil {
@@ -107,6 +110,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 			return CreateResult{}, err
 		}
 	}
+	// Rendered before the write, so that an answer that cannot be rendered writes nothing.
 	resp, err := c.Respond(a)
 	if err != nil {
 		return CreateResult{}, err
@@ -115,21 +119,25 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	if err != nil {
 		return CreateResult{}, err
 	}
-	holder, err := s.Store.InsertApproval(ctx, a, resp, s.retention(), c.Cause, outbox)
+	holder, err := s.Store.InsertApproval(ctx, a, c.Cause, outbox)
 	if err != nil {
 		return CreateResult{}, err
 	}
 	switch {
 	case holder == nil:
 		return CreateResult{Response: &resp, Approval: a}, nil
+	case holder.Approval == nil:
+		return CreateResult{}, Errorf(EINTERNAL, "the store found the key %q held by nothing", c.Key)
 	case holder.Fingerprint != fingerprint:
 		return CreateResult{}, Errorf(EMISMATCH, "the Idempotency-Key was already used for a different request")
-	case holder.Response != nil:
-		return CreateResult{Replayed: true, Response: holder.Response}, nil
-	case holder.Approval != nil:
-		return CreateResult{Replayed: true, Approval: holder.Approval}, nil
+	case s.now().Before(holder.Approval.CreatedAt.Add(s.retention())):
+		again, err := c.Respond(holder.Approval.AsCreated())
+		if err != nil {
+			return CreateResult{}, err
+		}
+		return CreateResult{Replayed: true, Response: &again, Approval: holder.Approval}, nil
 	}
-	return CreateResult{}, Errorf(EINTERNAL, "the store found the key %q held by nothing", c.Key)
+	return CreateResult{Replayed: true, Approval: holder.Approval}, nil
 }
 
 // Authenticate returns the token whose secret is given, or EUNAUTHORIZED for an unknown,

@@ -24,17 +24,18 @@ type Store interface {
 	// InsertApproval writes a new approval under its operation key, all in one transaction:
 	// a (ID, Version 1, Status pending, CreatedAt, ExpiresAt, OperationKey and Fingerprint
 	// filled in by the caller), its approvers, an EventCreated event (seq 1, actor =
-	// requester, cause) and the idempotency record of (a.Requester, a.OperationKey) holding
-	// a.Fingerprint and resp, kept until now+retain, and the outbox messages (the approvers'
-	// notifications; see Tx.OutboxInsert). A crash leaves all of it or none.
+	// requester, cause) and the outbox messages (the approvers' notifications; see
+	// Tx.OutboxInsert). A crash leaves all of it or none. The approval row is the key's
+	// record: it keeps the fingerprint, and the create's answer is rendered again from it
+	// (Approval.AsCreated), so no response is stored beside it (docs/architecture.md, "What a
+	// create writes").
 	//
 	// It writes nothing when the key is already held, and returns the holder instead: the
-	// idempotency record (its fingerprint and stored response), or, once that record has been
-	// purged, the approval made under the key (its fingerprint and current state). Of
-	// concurrent inserts under one key exactly one writes; the others wait for its commit and
-	// return it as the holder. The store makes no decision about the holder: comparing
-	// fingerprints is the Service's rule (see Service.Create).
-	InsertApproval(ctx context.Context, a *Approval, resp StoredResponse, retain time.Duration, cause Cause, outbox []*OutboxMessage) (*KeyHolder, error)
+	// approval made under the key, its fingerprint and current state. Of concurrent inserts
+	// under one key exactly one writes; the others wait for its commit and return it as the
+	// holder. The store makes no decision about the holder: comparing fingerprints is the
+	// Service's rule (see Service.Create).
+	InsertApproval(ctx context.Context, a *Approval, cause Cause, outbox []*OutboxMessage) (*KeyHolder, error)
 
 	// Approval returns one approval with its decisions (oldest first) and execution, or
 	// ENOTFOUND.
@@ -54,11 +55,6 @@ type Store interface {
 	// HasTarget reports whether an action has a downstream target, which decides whether
 	// approving queues its execution or records it as not_configured.
 	HasTarget(action string) bool
-
-	// PurgeResponses deletes up to limit completed idempotency records whose retention has
-	// ended, and in-flight records whose lease ended more than grace ago, returning the count.
-	// The approvals keep their operation key and fingerprint.
-	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
 
 	// PurgeSigninTokens deletes up to limit sign-in links made more than keep ago whose
 	// expiry has passed, used or not, returning the count (the sweeper passes SigninKeep).

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
@@ -228,7 +227,7 @@ func TestStoredBeforeThePolicy(t *testing.T) {
 		}
 		a.Title = "two\nlines \x1b[1mbold"
 		a.Approvers = append(a.Approvers, "tab\tbed")
-		if _, err := f.store.InsertApproval(context.Background(), a, approval.StoredResponse{StatusCode: 201, Body: []byte("{}")}, time.Hour, approval.HTTPCause("req_old"), nil); err != nil {
+		if _, err := f.store.InsertApproval(context.Background(), a, approval.HTTPCause("req_old"), nil); err != nil {
 			t.Fatalf("store an old approval: %v", err)
 		}
 		if got := f.do("GET", "/v1/approvals/"+a.ID, ci, "").approval(t); got.Title != a.Title || got.Approvers[1] != "tab\tbed" {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/postgres"
@@ -116,7 +114,7 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 			return err
 		},
 		"insert approval": func() error {
-			_, err := s.InsertApproval(ctx, newApproval(t, "k"), approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"), nil)
+			_, err := s.InsertApproval(ctx, newApproval(t, "k"), approval.HTTPCause("r"), nil)
 			return err
 		},
 		"expire due": func() error {
@@ -141,7 +139,7 @@ func TestTextPostgresCannotHoldIsInvalid(t *testing.T) {
 	// reaches it anyway is the caller's error (400), not an internal one.
 	a := newApproval(t, "k")
 	a.OperationKey = "k\x00"
-	_, err := s.InsertApproval(t.Context(), a, approval.StoredResponse{StatusCode: 201}, time.Minute, approval.HTTPCause("r"), nil)
+	_, err := s.InsertApproval(t.Context(), a, approval.HTTPCause("r"), nil)
 	if code := approval.ErrorCode(err); code != approval.EINVALID {
 		t.Fatalf("key with a NUL byte: got error code %q (%v), want %q", code, err, approval.EINVALID)
 	}
@@ -176,8 +174,8 @@ func mustWork(tb testing.TB, s *postgres.Store) {
 	if _, err := s.TokenByHash(ctx, []byte("none")); approval.ErrorCode(err) != approval.ENOTFOUND {
 		tb.Fatalf("token by hash: got %v, want %s", err, approval.ENOTFOUND)
 	}
-	if _, err := s.PurgeResponses(ctx, time.Minute, 10); err != nil {
-		tb.Fatalf("purge responses: %v", err)
+	if _, err := s.PurgeSigninTokens(ctx, time.Minute, 10); err != nil {
+		tb.Fatalf("purge sign-in links: %v", err)
 	}
 }
 
@@ -205,46 +203,4 @@ func newApproval(tb testing.TB, key string) *approval.Approval {
 		tb.Fatalf("new approval: %v", err)
 	}
 	return a
-}
-
-// An in-flight record left by the two-transaction create of earlier versions (a claim whose
-// process died before its approval committed) blocks its key while its lease runs, as it
-// did then, and is taken over by the first create after the lease.
-func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	dsn := testdb.DSN(t, testdb.Postgres)
-	s := mustOpen(t, dsn)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `
-		INSERT INTO idempotency_records (requester, key, fingerprint, state, token, lease_expires_at, created_at)
-		VALUES ('ci-bot', 'deploy-live', 'fp-old', 'in_flight', 'clm_old', now() + interval '1 hour', now()),
-			('ci-bot', 'deploy-dead', 'fp-old', 'in_flight', 'clm_old', now() - interval '1 second', now())`); err != nil {
-		t.Fatalf("insert legacy claims: %v", err)
-	}
-	resp := approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}
-	if _, err := s.InsertApproval(ctx, newApproval(t, "deploy-live"), resp, time.Hour, approval.HTTPCause("r"), nil); approval.ErrorCode(err) != approval.ECONFLICT {
-		t.Fatalf("insert under a live legacy claim: got %v, want code %s", err, approval.ECONFLICT)
-	}
-	a := newApproval(t, "deploy-dead")
-	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("r"), nil); err != nil || h != nil {
-		t.Fatalf("insert over a dead legacy claim: got holder %+v, error %v, want neither", h, err)
-	}
-	var state, fingerprint string
-	if err := conn.QueryRow(ctx, `SELECT state, fingerprint FROM idempotency_records WHERE key = 'deploy-dead'`).Scan(&state, &fingerprint); err != nil {
-		t.Fatal(err)
-	}
-	if state != "completed" || fingerprint != a.Fingerprint {
-		t.Fatalf("record after the takeover: got %s %s, want completed %s", state, fingerprint, a.Fingerprint)
-	}
-	if _, err := s.Approval(ctx, a.ID); err != nil {
-		t.Fatalf("approval after the takeover: %v", err)
-	}
 }

@@ -362,8 +362,7 @@ func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
 	if err != nil {
 		tb.Fatalf("new approval: %v", err)
 	}
-	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte("{}")}
-	if h, err := s.InsertApproval(ctx, a, resp, time.Hour, approval.HTTPCause("create"), nil); err != nil || h != nil {
+	if h, err := s.InsertApproval(ctx, a, approval.HTTPCause("create"), nil); err != nil || h != nil {
 		tb.Fatalf("create approval: got holder %+v, error %v, want neither", h, err)
 	}
 	approved, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})

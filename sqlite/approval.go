@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,10 +31,10 @@ const approvalDetailSQL = `SELECT ` + sqldb.ApprovalColumns + `,
 	` + sqldb.ApprovalDetailColumns + `
 FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 
-// InsertApproval writes a new approval with its idempotency record in one write transaction,
-// or returns what holds its key; see approval.Store. SQLite's single writer orders concurrent
-// inserts of one key: the second finds the first's record.
-func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
+// InsertApproval writes a new approval in one write transaction, or returns the approval that
+// holds its key; see approval.Store. SQLite's single writer orders concurrent inserts of one
+// key: the second finds the first's approval.
+func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, fail("insert approval", err)
@@ -51,7 +50,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 	} else if holder != nil {
 		return holder, nil
 	}
-	if err := insertApproval(ctx, tx, a, resp, retain, cause); err != nil {
+	if err := insertApproval(ctx, tx, a, cause); err != nil {
 		return nil, fail("insert approval", err)
 	}
 	rt := newRuleTx(tx)
@@ -80,31 +79,9 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 	return s.Reads.Approval(ctx, id)
 }
 
-// keyHolder finds what holds (requester, key): a completed idempotency record, or the
-// approval made under the key once its record was purged; nil if neither.
+// keyHolder finds the approval made under (requester, key), or nil.
 func keyHolder(ctx context.Context, tx *tx, requester, key string) (*approval.KeyHolder, error) {
-	var (
-		fingerprint string
-		statusCode  sql.NullInt64
-		location    sql.NullString
-		body        []byte
-	)
-	err := tx.QueryRowContext(ctx, `
-		SELECT fingerprint, status_code, location, body
-		FROM idempotency_records
-		WHERE requester = ? AND idempotency_key = ? AND state = 'completed'`,
-		requester, key,
-	).Scan(&fingerprint, &statusCode, &location, &body)
-	if err == nil {
-		return &approval.KeyHolder{Fingerprint: fingerprint, Response: &approval.StoredResponse{
-			StatusCode: int(statusCode.Int64),
-			Location:   location.String,
-			Body:       body,
-		}}, nil
-	} else if !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("find idempotency record: %w", err)
-	}
-	rows, err := tx.query(ctx, approvalDetailSQL+` WHERE a.requester = ? AND a.operation_key = ?`, requester, key)
+	rows, err := tx.query(ctx, approvalDetailSQL+` WHERE a.operation_key = ? AND a.requester = ?`, key, requester)
 	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	if err != nil || len(list) == 0 {
 		return nil, err
@@ -112,34 +89,8 @@ func keyHolder(ctx context.Context, tx *tx, requester, key string) (*approval.Ke
 	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, nil
 }
 
-// insertApproval writes the record (taking over, once its lease has ended, an in-flight one
-// that the two-transaction create of earlier versions left behind), the approval, its
-// approvers and its created event.
-func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp approval.StoredResponse, retain time.Duration, cause approval.Cause) error {
-	res, err := tx.ExecContext(ctx, `
-		INSERT INTO idempotency_records
-			(requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at,
-			 status_code, location, body, retain_until)
-		VALUES (?, ?, ?, 'completed', '', NULL, ?, ?, ?, ?, ?)
-		ON CONFLICT (requester, idempotency_key) DO UPDATE SET
-			fingerprint = excluded.fingerprint, state = excluded.state, token = excluded.token,
-			lease_expires_at = NULL, created_at = excluded.created_at,
-			status_code = excluded.status_code, location = excluded.location,
-			body = excluded.body, retain_until = excluded.retain_until
-		WHERE idempotency_records.state = 'in_flight' AND idempotency_records.lease_expires_at <= ?`,
-		a.Requester, a.OperationKey, a.Fingerprint, micros(tx.now),
-		resp.StatusCode, resp.Location, resp.Body, micros(tx.now.Add(retain)), micros(tx.now),
-	)
-	if err != nil {
-		return fmt.Errorf("insert idempotency record: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("insert idempotency record: %w", err)
-	} else if n != 1 {
-		// An in-flight claim of an earlier version whose lease still runs.
-		return &approval.Error{Code: approval.ECONFLICT, Message: "a request with this Idempotency-Key is still in flight", RetryAfter: time.Second}
-	}
-
+// insertApproval writes the approval, its approvers and its created event.
+func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, cause approval.Cause) error {
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
 			required_approvals, status, decided_at, expires_at, created_at, version, callback_url)
@@ -164,40 +115,6 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp appr
 		}
 	}
 	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
-}
-
-// PurgeResponses deletes up to limit idempotency records past their retention or abandoned
-// in flight for longer than grace; see approval.Store.
-func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error) {
-	if limit < 1 || grace < 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and grace not negative")
-	}
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return 0, fail("purge responses", err)
-	}
-	defer tx.Rollback()
-
-	res, err := tx.ExecContext(ctx, `
-		DELETE FROM idempotency_records WHERE rowid IN (
-			SELECT rowid FROM idempotency_records
-			WHERE state = 'completed' AND retain_until <= ?
-			UNION ALL
-			SELECT rowid FROM idempotency_records
-			WHERE state = 'in_flight' AND lease_expires_at < ?
-			LIMIT ?)`,
-		micros(tx.now), micros(tx.now.Add(-grace)), limit)
-	if err != nil {
-		return 0, fail("purge responses", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fail("purge responses", err)
-	}
-	if err := tx.commit(); err != nil {
-		return 0, fail("purge responses", err)
-	}
-	return int(n), nil
 }
 
 // appendEvent adds the next event of an approval's audit trail at tx.now. Its seq is one more

@@ -329,8 +329,7 @@ func createApproval(ctx context.Context, s *sqlite.Store, requester, key string)
 		CreatedAt:         now,
 		Fingerprint:       fp,
 	}
-	resp := approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte(`{}`)}
-	if h, err := s.InsertApproval(ctx, a, resp, 24*time.Hour, approval.HTTPCause("req-"+key), nil); err != nil {
+	if h, err := s.InsertApproval(ctx, a, approval.HTTPCause("req-"+key), nil); err != nil {
 		return nil, fmt.Errorf("create approval %s: %w", key, err)
 	} else if h != nil {
 		return nil, fmt.Errorf("create approval %s: the key is held", key)
@@ -376,35 +375,4 @@ func migrationFiles(tb testing.TB) int {
 		tb.Fatalf("list migrations: %d files, %v", len(names), err)
 	}
 	return len(names)
-}
-
-// An in-flight record left by the two-transaction create of earlier versions (a claim whose
-// process died before its approval committed) blocks its key while its lease runs, as it
-// did then, and is taken over by the first create after the lease.
-func TestInsertApprovalTakesOverLegacyClaim(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "approvald.db")
-	s := MustOpen(t, path)
-	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for key, lease := range map[string]time.Duration{"deploy-live": time.Hour, "deploy-dead": -time.Second} {
-		if _, err := db.Exec(`
-			INSERT INTO idempotency_records (requester, idempotency_key, fingerprint, state, token, lease_expires_at, created_at)
-			VALUES ('ci-bot', ?, 'fp-old', 'in_flight', 'clm_old', ?, ?)`,
-			key, time.Now().Add(lease).UnixMicro(), time.Now().UnixMicro()); err != nil {
-			t.Fatalf("insert a legacy claim: %v", err)
-		}
-	}
-	if _, err := createApproval(context.Background(), s, "ci-bot", "deploy-live"); approval.ErrorCode(err) != approval.ECONFLICT {
-		t.Fatalf("create under a live legacy claim: got %v, want code %s", err, approval.ECONFLICT)
-	}
-	a := MustCreateApproval(t, s, "ci-bot", "deploy-dead")
-	var state, fingerprint string
-	queryRaw(t, path, `SELECT state, fingerprint FROM idempotency_records WHERE idempotency_key = 'deploy-dead'`, &state, &fingerprint)
-	if state != "completed" || fingerprint != a.Fingerprint {
-		t.Fatalf("record after the takeover: got %q %q, want completed %q", state, fingerprint, a.Fingerprint)
-	}
 }

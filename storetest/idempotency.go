@@ -10,36 +10,43 @@ import (
 	"github.com/approvald/approval"
 )
 
-// exerciseIdempotency covers InsertApproval and PurgeResponses, and the rule written once
-// above them, approval.Service.Create: invariant 2, one approval per operation, with the key,
-// the approval and the stored response committed together.
+// exerciseIdempotency covers InsertApproval, and the rule written once above it,
+// approval.Service.Create: invariant 2, one approval per operation, the key and the approval
+// committed together, and a retry answered as the create was.
 func exerciseIdempotency(t *testing.T, s suite) {
 	s.run(t, "InsertThenHeld", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a := PendingApproval(t, f.clock.Now())
+		a.Approvers = []string{"zoe", "alice", "mallory"} // listed order, not sorted
+		a.Context = []byte(`{"z": 1, "a": {"nested": [true, null, "<&>"]}}`)
+		a.CallbackURL = "https://hooks.example.com/approvals?x=1"
 		resp := ResponseFor(a)
-		if h, err := f.store.InsertApproval(ctx, a, resp, Retention, createCause(a), nil); err != nil || h != nil {
+		if h, err := f.store.InsertApproval(ctx, a, createCause(a), nil); err != nil || h != nil {
 			t.Fatalf("insert: got holder %+v, error %v, want nil, nil", h, err)
 		}
 
-		// The key is held now: a second approval under it writes nothing, and every retry
-		// inside the retention period finds the stored response exactly.
+		// The key is held now: a second approval under it writes nothing, and the holder, as
+		// it was created, renders the create's answer exactly, whatever happened to it since.
 		var elapsed time.Duration
-		for _, at := range []time.Duration{0, time.Hour, Retention - time.Second} {
+		for i, at := range []time.Duration{0, time.Hour, Retention - time.Second} {
 			f.clock.Advance(at - elapsed)
 			elapsed = at
 			again := PendingApproval(t, f.clock.Now())
 			again.OperationKey = a.OperationKey
 			h := mustHeld(t, f.store, again)
-			if h.Fingerprint != a.Fingerprint {
-				t.Fatalf("holder fingerprint: got %q, want %q", h.Fingerprint, a.Fingerprint)
+			if h.Fingerprint != a.Fingerprint || h.Approval == nil || h.Approval.ID != a.ID {
+				t.Fatalf("holder: got %+v, want approval %s with fingerprint %q", h, a.ID, a.Fingerprint)
 			}
-			wantResponse(t, h.Response, resp)
+			got := ResponseFor(h.Approval.AsCreated())
+			wantResponse(t, &got, resp)
 			_, err := f.store.Approval(ctx, again.ID)
 			wantCode(t, err, approval.ENOTFOUND)
+			if i == 0 {
+				mustDecide(t, f.store, a.ID, "zoe", approval.VerdictApprove)
+			}
 		}
-		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusPending, 1)
-		wantEventTypes(t, f.store, a.ID, approval.EventCreated)
+		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusApproved, 2)
+		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
 	})
 
 	s.run(t, "CreateStoresTheApproval", func(t *testing.T, f *fixture) {
@@ -79,9 +86,9 @@ func exerciseIdempotency(t *testing.T, s suite) {
 	s.run(t, "FailedInsertLeavesNothing", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		bad := PendingApproval(t, f.clock.Now())
-		// The approvers' unique constraint fails after the record and the approval rows.
+		// The approvers' unique constraint fails after the approval's row.
 		bad.Approvers = []string{"alice", "alice"}
-		if _, err := f.store.InsertApproval(ctx, bad, ResponseFor(bad), Retention, createCause(bad), nil); err == nil {
+		if _, err := f.store.InsertApproval(ctx, bad, createCause(bad), nil); err == nil {
 			t.Fatalf("insert with an approver listed twice: got no error, want one")
 		}
 		_, err := f.store.Approval(ctx, bad.ID)
@@ -140,31 +147,23 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		}
 	})
 
-	s.run(t, "PurgedResponseFindsTheApproval", func(t *testing.T, f *fixture) {
+	s.run(t, "RetryAfterRetentionFindsTheApproval", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
 		const body = `{"action":"deploy","title":"old","approvers":["alice","bob"],"expires_in":"72h"}`
 		old := mustServiceCreate(t, svc, "ci-bot", "deploy-old", body)
 		f.clock.Advance(12 * time.Hour)
-		recent := PendingApproval(t, f.clock.Now())
-		recent.ExpiresAt = recent.CreatedAt.Add(72 * time.Hour)
-		MustCreate(t, f.store, recent)
+		const recentBody = `{"action":"deploy","title":"recent","approvers":["alice","bob"],"expires_in":"72h"}`
+		recent := mustServiceCreate(t, svc, "ci-bot", "deploy-recent", recentBody)
 		mustDecide(t, f.store, old.Approval.ID, "alice", approval.VerdictApprove)
+		mustDecide(t, f.store, recent.Approval.ID, "bob", approval.VerdictApprove)
 
-		// 25 hours in: old's record has outlived its retention, recent's has not. The grace
-		// period applies to in-flight records only, so it must not save old's.
+		// 25 hours in: old's create is older than the retention, recent's is not. The same
+		// request for old now finds the approval in its current state, decision included.
 		f.clock.Advance(13 * time.Hour)
-		if n := mustPurge(t, f.store, 2*time.Hour, 100); n != 1 {
-			t.Fatalf("purge: got %d records, want 1", n)
-		}
-		if n := mustPurge(t, f.store, 2*time.Hour, 100); n != 0 {
-			t.Fatalf("second purge: got %d records, want 0", n)
-		}
-
-		// The same request now finds the approval in its current state, decision included.
 		got := mustServiceCreate(t, svc, "ci-bot", "deploy-old", body)
 		if !got.Replayed || got.Response != nil || got.Approval == nil || got.Approval.ID != old.Approval.ID {
-			t.Fatalf("retry after the purge: got %+v, want Replayed with approval %s and no stored response", got, old.Approval.ID)
+			t.Fatalf("retry after the retention: got %+v, want Replayed with approval %s and no response", got, old.Approval.ID)
 		}
 		wantState(t, got.Approval, approval.StatusApproved, 2)
 		// A different request under the key is still a mismatch: the approval keeps its
@@ -173,26 +172,19 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		wantCode(t, err, approval.EMISMATCH)
 		second := PendingApproval(t, f.clock.Now())
 		second.OperationKey = "deploy-old"
-		if h := mustHeld(t, f.store, second); h.Approval == nil || h.Approval.ID != old.Approval.ID || h.Response != nil {
-			t.Fatalf("holder after the purge: got %+v, want approval %s and no response", h, old.Approval.ID)
+		if h := mustHeld(t, f.store, second); h.Approval == nil || h.Approval.ID != old.Approval.ID {
+			t.Fatalf("holder after the retention: got %+v, want approval %s", h, old.Approval.ID)
 		}
 		_, err = f.store.Approval(ctx, second.ID)
 		wantCode(t, err, approval.ENOTFOUND)
 
-		h := mustHeld(t, f.store, recent)
-		wantResponse(t, h.Response, ResponseFor(recent))
-	})
-
-	s.run(t, "PurgeLimit", func(t *testing.T, f *fixture) {
-		for range 3 {
-			MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		// recent's retry, within the retention, still gets the original answer although the
+		// approval has been approved since.
+		again := mustServiceCreate(t, svc, "ci-bot", "deploy-recent", recentBody)
+		if !again.Replayed {
+			t.Fatalf("retry within the retention: got Replayed false, want true")
 		}
-		f.clock.Advance(Retention + time.Second)
-		for _, want := range []int{2, 1, 0} {
-			if n := mustPurge(t, f.store, 0, 2); n != want {
-				t.Fatalf("purge with limit 2: got %d records, want %d", n, want)
-			}
-		}
+		wantResponse(t, again.Response, *recent.Response)
 	})
 
 	// Many identical requests at once, as from a client retrying on a short timeout: exactly
@@ -247,7 +239,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 // mustHeld inserts a, which must find its key held, and returns the holder.
 func mustHeld(tb testing.TB, s approval.Store, a *approval.Approval) *approval.KeyHolder {
 	tb.Helper()
-	h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a), nil)
+	h, err := s.InsertApproval(tb.Context(), a, createCause(a), nil)
 	if err != nil {
 		tb.Fatalf("insert %s: %v", a.OperationKey, err)
 	} else if h == nil {
@@ -283,15 +275,6 @@ func mustServiceCreate(tb testing.TB, svc *approval.Service, requester, key, bod
 		tb.Fatalf("create %s/%s: %v", requester, key, err)
 	}
 	return res
-}
-
-func mustPurge(tb testing.TB, s approval.Store, grace time.Duration, limit int) int {
-	tb.Helper()
-	n, err := s.PurgeResponses(tb.Context(), grace, limit)
-	if err != nil {
-		tb.Fatalf("purge responses: %v", err)
-	}
-	return n
 }
 
 func wantResponse(tb testing.TB, got *approval.StoredResponse, want approval.StoredResponse) {

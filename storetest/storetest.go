@@ -17,6 +17,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -134,7 +135,8 @@ const otherTargetedAction = "refund"
 
 func targeted(action string) bool { return action == TargetedAction || action == otherTargetedAction }
 
-// Retention is how long MustCreate keeps a create's response, as httpapi would.
+// Retention is how long after a create its retry gets the original answer, as configured by
+// default.
 const Retention = 24 * time.Hour
 
 // PendingApproval returns a valid approval, ready for CreateApproval, made by requester
@@ -156,11 +158,11 @@ func PendingApproval(tb testing.TB, now time.Time) *approval.Approval {
 }
 
 // MustCreate creates a as the service does, in one InsertApproval that must find the key
-// free, with ResponseFor(a) kept for Retention and cause HTTPCause("create-"+a.OperationKey).
+// free, with cause HTTPCause("create-"+a.OperationKey).
 // It returns the approval as the store reads it back.
 func MustCreate(tb testing.TB, s approval.Store, a *approval.Approval) *approval.Approval {
 	tb.Helper()
-	if h, err := s.InsertApproval(tb.Context(), a, ResponseFor(a), Retention, createCause(a), nil); err != nil {
+	if h, err := s.InsertApproval(tb.Context(), a, createCause(a), nil); err != nil {
 		tb.Fatalf("insert approval %s: %v", a.OperationKey, err)
 	} else if h != nil {
 		tb.Fatalf("insert approval %s: got the key held (fingerprint %s), want it free", a.OperationKey, h.Fingerprint)
@@ -168,14 +170,18 @@ func MustCreate(tb testing.TB, s approval.Store, a *approval.Approval) *approval
 	return mustApproval(tb, s, a.ID)
 }
 
-// ResponseFor returns the response a create of a stores for replay. The body ends in a new
-// line and holds a non-ASCII character, so a replay that is not byte for byte shows.
+// ResponseFor renders the answer to the create of a, as the Service's Respond would: the
+// answer a replay must repeat. The body ends in a new line.
 func ResponseFor(a *approval.Approval) approval.StoredResponse {
-	return approval.StoredResponse{
-		StatusCode: 201,
-		Location:   "/v1/approvals/" + a.ID,
-		Body:       []byte(`{"id": "` + a.ID + `", "title": "déploiement"}` + "\n"),
+	// Every field the API shows, times in UTC, as httpapi renders it: a replay rendered from
+	// the stored approval (Approval.AsCreated) must come out byte for byte the same.
+	c := *a
+	c.CreatedAt, c.ExpiresAt, c.DecidedAt = c.CreatedAt.UTC(), c.ExpiresAt.UTC(), nil
+	body, err := json.Marshal(&c)
+	if err != nil {
+		panic(fmt.Sprintf("render %s: %v", a.ID, err))
 	}
+	return approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: append(body, '\n')}
 }
 
 func createCause(a *approval.Approval) approval.Cause {

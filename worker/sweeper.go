@@ -16,9 +16,8 @@ const (
 	DefaultSweepBatch    = 100
 )
 
-// Sweeper moves overdue approvals to expired, purges idempotency records whose retention or
-// lease has ended, finished inbox events past their retention and sign-in links past
-// approval.SigninKeep. Every replica runs one: the store's conditional writes make concurrent
+// Sweeper moves overdue approvals to expired, purges finished inbox events past their
+// retention and sign-in links past approval.SigninKeep. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
 	Store SweepStore
@@ -31,9 +30,6 @@ type Sweeper struct {
 	// Batch bounds the rows one store call touches, so that no transaction holds locks for
 	// long on a large backlog (DefaultSweepBatch when zero).
 	Batch int
-	// Grace is how long an abandoned in-flight idempotency record is kept after its lease
-	// ended; until then a retry takes the record over instead of starting afresh.
-	Grace time.Duration
 	// InboxIDs is how long a finished inbox event is kept, so that a provider's redelivery is
 	// still recognised as a duplicate; InboxBodies is how long its raw body is kept (zero: as
 	// long as the event; longer than InboxIDs has no effect, deleting the event takes the body
@@ -44,7 +40,6 @@ type Sweeper struct {
 
 // SweepStore is what a Sweeper needs of the store.
 type SweepStore interface {
-	PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error)
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
 	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
 }
@@ -62,9 +57,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		return errors.New("sweeper: no store")
 	} else if s.Rules == nil {
 		return errors.New("sweeper: no rules to expire approvals with")
-	} else if s.Interval < 0 || s.Batch < 0 || s.Grace < 0 || s.InboxIDs < 0 || s.InboxBodies < 0 {
-		return fmt.Errorf("sweeper: negative interval %s, batch %d, grace %s or inbox retention %s/%s",
-			s.Interval, s.Batch, s.Grace, s.InboxIDs, s.InboxBodies)
+	} else if s.Interval < 0 || s.Batch < 0 || s.InboxIDs < 0 || s.InboxBodies < 0 {
+		return fmt.Errorf("sweeper: negative interval %s, batch %d or inbox retention %s/%s",
+			s.Interval, s.Batch, s.InboxIDs, s.InboxBodies)
 	}
 	interval := s.Interval
 	if interval == 0 {
@@ -84,8 +79,8 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep makes one pass: it expires due approvals, purges idempotency records, then purges the
-// inbox (when InboxIDs is set) and old sign-in links, each in batches until a batch comes back short. A failure of
+// Sweep makes one pass: it expires due approvals, then purges the inbox (when InboxIDs is set)
+// and old sign-in links, each in batches until a batch comes back short. A failure of
 // one does not skip the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
 	batch := s.Batch
@@ -97,12 +92,6 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	})
 	if expireErr != nil {
 		expireErr = fmt.Errorf("expire due approvals: %w", expireErr)
-	}
-	purged, purgeErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
-		return s.Store.PurgeResponses(ctx, s.Grace, batch)
-	})
-	if purgeErr != nil {
-		purgeErr = fmt.Errorf("purge idempotency records: %w", purgeErr)
 	}
 	var inboxPurged int
 	var inboxErr error
@@ -124,11 +113,11 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	if signinErr != nil {
 		signinErr = fmt.Errorf("purge sign-in links: %w", signinErr)
 	}
-	if expired > 0 || purged > 0 || inboxPurged > 0 || signins > 0 {
-		s.logger().InfoContext(ctx, "swept", "expired", expired, "purged", purged, "inbox_purged", inboxPurged,
+	if expired > 0 || inboxPurged > 0 || signins > 0 {
+		s.logger().InfoContext(ctx, "swept", "expired", expired, "inbox_purged", inboxPurged,
 			"signin_links_purged", signins)
 	}
-	return errors.Join(expireErr, purgeErr, inboxErr, signinErr)
+	return errors.Join(expireErr, inboxErr, signinErr)
 }
 
 func (s *Sweeper) logger() *slog.Logger {

@@ -70,41 +70,6 @@ func TestSweeper_ExpiresDueApprovals(t *testing.T) {
 	})
 }
 
-func TestSweeper_PurgesResponses(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, kind string) {
-		t.Parallel()
-		ctx := context.Background()
-		clk := newClock()
-		s := testdb.Open(t, kind, clk.Now)
-		sw := &worker.Sweeper{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2, Grace: time.Minute}
-
-		// Three completed records (retention one hour).
-		var done []*approval.Approval
-		for i := range 3 {
-			done = append(done, mustCreateApproval(t, s, clk, fmt.Sprintf("done-%d", i), 24*time.Hour))
-		}
-		clk.Add(retain + time.Second)
-
-		if err := sw.Sweep(ctx); err != nil {
-			t.Fatalf("sweep: %v", err)
-		}
-
-		// A retry of a purged completed create no longer finds the stored response: it
-		// finds the approval through its permanent operation key instead.
-		for _, a := range done {
-			h, err := s.InsertApproval(ctx, newApproval(clk, a.OperationKey, time.Hour), response(), retain, approval.HTTPCause("retry"), nil)
-			if err != nil {
-				t.Fatalf("retry %s: %v", a.OperationKey, err)
-			}
-			if h == nil || h.Response != nil || h.Approval == nil {
-				t.Errorf("retry %s: got holder %+v, want the approval without a stored response", a.OperationKey, h)
-			} else if h.Approval.ID != a.ID {
-				t.Errorf("retry %s: got approval %s, want %s", a.OperationKey, h.Approval.ID, a.ID)
-			}
-		}
-	})
-}
-
 // Every replica runs a sweeper, so many of them race for the same approvals: each must still
 // be expired exactly once, with exactly one event.
 func TestSweeper_ConcurrentSweepsExpireOnce(t *testing.T) {
@@ -213,7 +178,7 @@ func TestSweeper_RunRejectsBadConfig(t *testing.T) {
 		{Store: s},
 		{Store: s, Rules: r, Interval: -time.Second},
 		{Store: s, Rules: r, Batch: -1},
-		{Store: s, Rules: r, Grace: -time.Second},
+		{Store: s, Rules: r, InboxIDs: -time.Second},
 	} {
 		if err := sw.Run(context.Background()); err == nil {
 			t.Errorf("run %+v: got nil error, want one", sw)
@@ -311,16 +276,11 @@ func newApproval(clk *clock, key string, expiresIn time.Duration) *approval.Appr
 	}
 }
 
-func response() approval.StoredResponse {
-	return approval.StoredResponse{StatusCode: 201, Body: []byte(`{}`)}
-}
-
-// mustCreateApproval creates a pending approval the way the API does: the approval and its
-// idempotency record in one transaction.
+// mustCreateApproval creates a pending approval the way the API does.
 func mustCreateApproval(tb testing.TB, s approval.Store, clk *clock, key string, expiresIn time.Duration) *approval.Approval {
 	tb.Helper()
 	a := newApproval(clk, key, expiresIn)
-	if h, err := s.InsertApproval(context.Background(), a, response(), retain, approval.HTTPCause("req-"+key), nil); err != nil || h != nil {
+	if h, err := s.InsertApproval(context.Background(), a, approval.HTTPCause("req-"+key), nil); err != nil || h != nil {
 		tb.Fatalf("create approval %s: got holder %+v, error %v, want neither", key, h, err)
 	}
 	return a

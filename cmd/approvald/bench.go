@@ -139,7 +139,7 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and load) to `FILE`")
 	fs.StringVar(&c.blockProfile, "blockprofile", "", "write a blocking profile of the whole run to `FILE`")
 	fs.StringVar(&c.mutexProfile, "mutexprofile", "", "write a mutex contention profile of the whole run to `FILE`")
-	fs.IntVar(&c.seed, "seed", 0, "fill the fresh database with `N` approvals (and their approvers, decisions, events, records, executions and inbox events) in bulk before the scenarios")
+	fs.IntVar(&c.seed, "seed", 0, "fill the fresh database with `N` approvals (and their approvers, decisions, events, executions and inbox events) in bulk before the scenarios")
 	fs.IntVar(&c.longPolls, "long-polls", 0, "hold `N` long-polls open on the server through every step")
 	fs.BoolVar(&c.serverProcess, "server-process", false, "run the server as a child process (approvald serve) rather than in this one, and report its own peak RSS after each step")
 	fs.StringVar(&c.serverBinary, "server-binary", "", "with --server-process: the approvald `PATH` to run (default: this binary)")
@@ -331,7 +331,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	}
 	if c.seed > 0 {
 		seed := loadtest.Seed{
-			N: c.seed, Now: approval.Now(), Retain: cfg.Retention.Responses, InboxRetain: cfg.Retention.InboxIDs,
+			N: c.seed, Now: approval.Now(), InboxRetain: cfg.Retention.InboxIDs,
 			Requesters: []string{benchRequester}, Approvers: []string{benchApprover, benchOther},
 		}
 		// The bench's users are among many: a requester's own listing, or an approver's, is
@@ -797,8 +797,7 @@ baselines then run only when --database-url names that server's database.
 
 --seed N first fills the fresh database with N approvals in bulk (COPY on PostgreSQL,
 multi-row INSERTs on SQLite), spread over 90 days and over the statuses, with their approvers,
-decisions, events, executions, the idempotency records still within retention and inbox
-events, so that the scenarios meet a database that has served for months. --long-polls N holds
+decisions, events, executions and inbox events, so that the scenarios meet a database that has served for months. --long-polls N holds
 N long-polls open on the server through every step. --server-process runs the server as a
 child process, approvald serve, and reports its own peak RSS after each step.
 

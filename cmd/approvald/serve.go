@@ -269,7 +269,6 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Logger:      svc.logger.With("worker", "sweeper"),
 		Interval:    svc.config.Workers.Poll,
 		Batch:       sweepBatch,
-		Grace:       svc.config.Idempotency.Lease,
 		InboxIDs:    svc.config.Retention.InboxIDs,
 		InboxBodies: svc.config.Retention.InboxBodyRetention(),
 	}).Run)

@@ -27,8 +27,6 @@ import (
 //   - approved ones have their execution: for the even i (action deploy, no target)
 //     not_configured, for the odd i (action seed-payout) a targeted call that succeeded at
 //     its first attempt, with the events the runner would have appended;
-//   - the idempotency record, with the 201 answer to replay, is kept for approvals created
-//     within Retain (older ones were purged, as the sweeper would have);
 //   - one approval in four created within InboxRetain has an inbox event: a processed
 //     approval.decision naming it (even i) or an ignored event of an unknown type (odd i).
 type Seed struct {
@@ -37,7 +35,6 @@ type Seed struct {
 	Span       time.Duration // how far back the oldest approval was created; 0 means 90 days
 	Requesters []string      // approval i is requested by Requesters[i%len]
 	Approvers  []string      // approval i lists Approvers[i%len] and Approvers[(i+1)%len]
-	Retain     time.Duration // retention.responses; 0 means 24 hours
 	// InboxRetain is retention.inbox_ids; 0 means 30 days.
 	InboxRetain time.Duration
 	Source      string // the inbox events' source; "" means "seed"
@@ -65,9 +62,6 @@ func (s *Seed) defaults() error {
 	s.Now = s.Now.UTC().Truncate(approval.Precision)
 	if s.Span <= 0 {
 		s.Span = 90 * 24 * time.Hour
-	}
-	if s.Retain <= 0 {
-		s.Retain = 24 * time.Hour
 	}
 	if s.InboxRetain <= 0 {
 		s.InboxRetain = 30 * 24 * time.Hour
@@ -108,13 +102,6 @@ type (
 		actor         string
 		cause, detail []byte // detail nil when none
 	}
-	seedRecordRow struct {
-		requester, key, fingerprint string
-		status                      int
-		location                    string
-		body                        []byte
-		retainUntil, createdAt      time.Time
-	}
 	seedExecutionRow struct {
 		id, approvalID, key, action string
 		targeted                    bool
@@ -138,7 +125,6 @@ type seedRows struct {
 	approvers  []seedApproverRow
 	decisions  []seedDecisionRow
 	events     []seedEventRow
-	records    []seedRecordRow
 	executions []seedExecutionRow
 	inbox      []seedInboxRow
 }
@@ -179,17 +165,6 @@ func (s *Seed) add(r *seedRows, i int) error {
 		return mustJSON(approval.HTTPCause("req_seed" + strconv.Itoa(i) + "x" + strconv.Itoa(n)))
 	}
 	events := []seedEventRow{{approvalID: id, seq: 1, typ: approval.EventCreated, at: created, actor: requester, cause: httpCause(1)}}
-	if age < s.Retain {
-		// The record keeps the 201 answer as it was: the approval as created.
-		body, err := json.Marshal(a)
-		if err != nil {
-			return fmt.Errorf("seed: render approval %d: %w", i, err)
-		}
-		r.records = append(r.records, seedRecordRow{requester: requester, key: key, fingerprint: a.Fingerprint,
-			status: 201, location: approval.CreatePath + "/" + id, body: append(body, '\n'),
-			retainUntil: created.Add(s.Retain), createdAt: created})
-	}
-
 	switch k := i % 100; {
 	case age < 12*time.Hour:
 		// pending
@@ -288,8 +263,8 @@ func mustJSON(v any) []byte {
 
 // SeedCounts is what a seed wrote, by table.
 type SeedCounts struct {
-	Approvals, Approvers, Decisions, Events, Records, Executions, Inbox int
-	Pending                                                             int
+	Approvals, Approvers, Decisions, Events, Executions, Inbox int
+	Pending                                                    int
 }
 
 func (c *SeedCounts) add(r *seedRows) {
@@ -297,7 +272,6 @@ func (c *SeedCounts) add(r *seedRows) {
 	c.Approvers += len(r.approvers)
 	c.Decisions += len(r.decisions)
 	c.Events += len(r.events)
-	c.Records += len(r.records)
 	c.Executions += len(r.executions)
 	c.Inbox += len(r.inbox)
 	for _, a := range r.approvals {
@@ -309,5 +283,5 @@ func (c *SeedCounts) add(r *seedRows) {
 
 // Rows returns the number of rows written in all.
 func (c SeedCounts) Rows() int {
-	return c.Approvals + c.Approvers + c.Decisions + c.Events + c.Records + c.Executions + c.Inbox
+	return c.Approvals + c.Approvers + c.Decisions + c.Events + c.Executions + c.Inbox
 }

@@ -49,7 +49,7 @@ func SeedPostgres(ctx context.Context, url string, s Seed, progress io.Writer) (
 }
 
 func vacuum(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, table := range []string{"approvals", "approval_approvers", "decisions", "events", "idempotency_records", "executions", "inbox_events"} {
+	for _, table := range []string{"approvals", "approval_approvers", "decisions", "events", "executions", "inbox_events"} {
 		if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+table); err != nil {
 			return fmt.Errorf("seed: vacuum %s: %w", table, err)
 		}
@@ -81,11 +81,6 @@ func copyRows(ctx context.Context, tx pgx.Tx, r *seedRows) error {
 		{"events", []string{"approval_id", "seq", "type", "at", "actor", "cause", "detail"}, len(r.events), func(i int) []any {
 			e := r.events[i]
 			return []any{e.approvalID, e.seq, e.typ, e.at, e.actor, string(e.cause), jsonOrNil(e.detail)}
-		}},
-		{"idempotency_records", []string{"requester", "key", "fingerprint", "state", "token", "lease_expires_at",
-			"response_status", "response_location", "response_body", "retain_until", "created_at"}, len(r.records), func(i int) []any {
-			c := r.records[i]
-			return []any{c.requester, c.key, c.fingerprint, "completed", "", c.createdAt, c.status, c.location, c.body, c.retainUntil, c.createdAt}
 		}},
 		{"executions", []string{"id", "approval_id", "operation_key", "action", "targeted", "status", "attempts",
 			"last_error", "result", "next_attempt_at", "lease_expires_at", "applied_version", "uncertain", "attempt_base",

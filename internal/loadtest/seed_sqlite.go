@@ -92,11 +92,6 @@ func insertRows(ctx context.Context, tx *sql.Tx, r *seedRows) error {
 			}
 			return []any{e.approvalID, e.seq, e.typ, us(e.at), e.actor, string(e.cause), detail}
 		}},
-		{"idempotency_records", []string{"requester", "idempotency_key", "fingerprint", "state", "token", "lease_expires_at",
-			"status_code", "location", "body", "retain_until", "created_at"}, len(r.records), func(i int) []any {
-			c := r.records[i]
-			return []any{c.requester, c.key, c.fingerprint, "completed", "", nil, c.status, c.location, c.body, us(c.retainUntil), us(c.createdAt)}
-		}},
 		{"executions", []string{"id", "approval_id", "operation_key", "action", "targeted", "status", "attempts",
 			"last_error", "result", "next_attempt_at", "lease_expires_at", "applied_version", "uncertain", "attempt_base",
 			"created_at", "updated_at"}, len(r.executions), func(i int) []any {
