@@ -523,7 +523,7 @@ func (a *attempt) record(o approval.AttemptOutcome, handed func()) {
 // one transaction (approval.Service.FinishAttempts) in which each is still fenced by its own
 // attempt and gets its own event. A batch goes as soon as the recorder is free: one attempt
 // ending alone is recorded at once, and under load a batch is as large as the attempts that
-// ended during the last one's commit (at most Concurrency). Each attempt waits for its
+// ended during the last one's commit (at most what the runner holds). Each attempt waits for its
 // batch's commit before anything treats its outcome as recorded; an outcome that has not
 // been committed when the process dies leaves its execution claimed, to be recovered as
 // uncertain once the lease runs out, as if the attempt had died before recording it.
@@ -531,8 +531,9 @@ type recorder struct {
 	r  *Runner
 	in chan recording
 	// room holds a value for each outcome handed to the recorder and not yet answered: at
-	// most Concurrency, so that a runner holds no more than Concurrency calls and as many
-	// outcomes on their way to a batch.
+	// most as many as the runner holds claims (Concurrency calls and a batch claimed ahead),
+	// so that an attempt ending while the last batch commits frees its slot at once even
+	// with one slot, and outcomes on their way to a batch stay bounded.
 	room chan struct{}
 	done chan struct{} // closed when the loop has recorded the last batch and returned
 }
@@ -546,7 +547,7 @@ type recording struct {
 // startRecorder starts a recorder's loop; stop ends it once every outcome sent to it has been
 // recorded.
 func (r *Runner) startRecorder() *recorder {
-	n := r.concurrency()
+	n := r.holds()
 	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n), done: make(chan struct{})}
 	go rec.loop()
 	return rec
@@ -573,7 +574,7 @@ func (rec *recorder) finish(f approval.AttemptFinish, handed func()) (*approval.
 
 func (rec *recorder) loop() {
 	defer close(rec.done)
-	limit := rec.r.concurrency()
+	limit := cap(rec.room)
 	for first := range rec.in {
 		batch := []recording{first}
 	more:

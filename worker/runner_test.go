@@ -581,8 +581,8 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 }
 
 // observedStore is a real store, and the Service's ledger over it, that watches a runner use
-// them: the leases it renews, whether it ever holds more than three times slots executions
-// at once (slots calls, as many claimed ahead, and as many outcomes waiting for their
+// them: the leases it renews, whether it ever holds more than four times slots executions
+// at once (slots calls, as many claimed ahead, and twice as many outcomes waiting for their
 // batch), and the size of each batch of
 // outcomes. It sees a claim end when FinishAttempts returns, after the runner freed its slot.
 type observedStore struct {
@@ -610,9 +610,9 @@ func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration
 	s.mu.Lock()
 	// A slot is free again once its attempt's outcome is handed to the recorder, before the
 	// outcome's batch commits, and Run claims one batch ahead: at most Concurrency calls,
-	// Concurrency claims waiting for a slot and Concurrency outcomes on their way to a batch
-	// are held at once.
-	if s.slots > 0 && s.holding+limit > 3*s.slots {
+	// Concurrency claims waiting for a slot and twice Concurrency outcomes on their way to a
+	// batch are held at once.
+	if s.slots > 0 && s.holding+limit > 4*s.slots {
 		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
 	}
 	s.mu.Unlock()
@@ -1026,7 +1026,7 @@ func TestRunner_ShutdownReleasesUnsentClaims(t *testing.T) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
 		var approvals []*approval.Approval
-		for i := range 2 {
+		for i := range 3 {
 			approvals = append(approvals, env.approved(t, fmt.Sprintf("deploy-%d", i)))
 		}
 
