@@ -126,8 +126,8 @@ const mayHaveReached = "may have reached the target"
 
 // Run executes due executions until ctx ends. It wakes on the store's executions signal and
 // polls every Poll as well, since a signal is only a hint. It claims ahead: besides a call in
-// each of its Concurrency slots it holds up to one more batch of claims (at most Concurrency)
-// waiting for a slot, so that a slot that frees starts its next call at once instead of
+// each of its Concurrency slots it holds up to one more batch of claims (at most Concurrency,
+// at least minAhead) waiting for a slot, so that a slot that frees starts its next call at once instead of
 // waiting for a claim's commit, and the next claim overlaps the calls. It leaves the rest to
 // other replicas. It claims for all it may hold in one transaction, and again at once while
 // the store has work for every one of them. A claim waiting for a slot keeps its lease like
@@ -159,7 +159,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		// of the loop: executions ending while a claim was under way are claimed for together,
 		// in one transaction, rather than each in a transaction of its own.
 		running -= takeReady(finished)
-		if free := min(r.batch(), r.holds()-running); free > 0 {
+		if free := min(max(r.batch(), r.ahead()), r.holds()-running); free > 0 {
 			claims, claimedAt, err := r.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				r.logger().ErrorContext(ctx, "claim executions failed", "error", err)
@@ -970,9 +970,21 @@ func (r *Runner) concurrency() int {
 	return r.Concurrency
 }
 
-// holds is the most claims Run holds at once: one per slot, and a batch claimed ahead.
+// minAhead is the fewest claims Run holds ahead of its slots. With a slot or two, claiming
+// only as many ahead as there are slots would make every call wait for a claim's commit
+// again as soon as the calls are quicker than the claims; with a few ahead, each claim takes
+// every execution that ended during the last one.
+const minAhead = 4
+
+// ahead is how many claims Run holds waiting for a slot, at most: a batch, no larger than
+// Concurrency, and no fewer than minAhead.
+func (r *Runner) ahead() int {
+	return max(min(r.batch(), r.concurrency()), minAhead)
+}
+
+// holds is the most claims Run holds at once: one per slot, and those claimed ahead.
 func (r *Runner) holds() int {
-	return r.concurrency() + min(r.batch(), r.concurrency())
+	return r.concurrency() + r.ahead()
 }
 
 func (r *Runner) batch() int {

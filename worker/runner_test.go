@@ -581,9 +581,9 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 }
 
 // observedStore is a real store, and the Service's ledger over it, that watches a runner use
-// them: the leases it renews, whether it ever holds more than four times slots executions
-// at once (slots calls, as many claimed ahead, and twice as many outcomes waiting for their
-// batch), and the size of each batch of
+// them: the leases it renews, whether it ever holds more executions at once than slots
+// calls, a batch claimed ahead (slots, at least 4) and as many outcomes as both waiting for
+// their batch, and the size of each batch of
 // outcomes. It sees a claim end when FinishAttempts returns, after the runner freed its slot.
 type observedStore struct {
 	approval.Store
@@ -609,10 +609,10 @@ func observe(s approval.Store) *observedStore {
 func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
 	s.mu.Lock()
 	// A slot is free again once its attempt's outcome is handed to the recorder, before the
-	// outcome's batch commits, and Run claims one batch ahead: at most Concurrency calls,
-	// Concurrency claims waiting for a slot and twice Concurrency outcomes on their way to a
-	// batch are held at once.
-	if s.slots > 0 && s.holding+limit > 4*s.slots {
+	// outcome's batch commits, and Run claims one batch ahead (Concurrency, at least 4): at
+	// most Concurrency calls, the claims ahead, and as many outcomes as both on their way to
+	// a batch are held at once.
+	if held := s.slots + max(s.slots, 4); s.slots > 0 && s.holding+limit > 2*held {
 		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
 	}
 	s.mu.Unlock()
