@@ -12,7 +12,8 @@ import (
 // approval's row first, the lock order of every execution change), decides in Go from what
 // it read, and writes the new record with a statement guarded by what was read, its event and
 // its signal. None needs an answer from its writes, so a store may send them together with
-// the commit: on PostgreSQL each costs two round trips, and a claim three.
+// the commit: on PostgreSQL each costs two round trips, and so does a claim (its one statement
+// claims and reads the approvals; the marks and events go with the commit).
 
 // ClaimExecutions claims up to limit executions for a runner (EINVALID unless lease and limit
 // are positive): queued ones that are due, and running ones whose lease has expired
@@ -37,7 +38,6 @@ func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limi
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(claims))
 	trail := make([]Event, 0, len(claims))
 	for _, c := range claims {
 		// A recovered claim's predecessor may have sent its call: from now on the outcome
@@ -51,25 +51,9 @@ func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limi
 		trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
 			Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
 			Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
-		ids = append(ids, c.Record.ApprovalID)
 	}
-	if len(claims) > 0 {
-		if err := tx.EventInsertMany(ctx, trail); err != nil {
-			return nil, err
-		}
-		approvals, err := tx.ApprovalGetByIDMany(ctx, ids)
-		if err != nil {
-			return nil, err
-		}
-		byID := make(map[string]*Approval, len(approvals))
-		for _, a := range approvals {
-			byID[a.ID] = a
-		}
-		for _, c := range claims {
-			if c.Approval = byID[c.Record.ApprovalID]; c.Approval == nil {
-				return nil, Errorf(EINTERNAL, "execution %s has no approval %s", c.Record.ID, c.Record.ApprovalID)
-			}
-		}
+	if err := tx.EventInsertMany(ctx, trail); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err

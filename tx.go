@@ -81,7 +81,8 @@ type Tx interface {
 	// expired (lease_expires_at <= Now), which it returns as Recovered; never a running one
 	// without a lease. Each is set running, attempts+1 (the claim's Attempt),
 	// next_attempt_at cleared, lease until leaseUntil, updated at Now, and returned as it now
-	// is, without its Approval. The claimed executions and their approvals stay locked until
+	// is, with its Approval (approvers, decisions, and the execution as claimed): the body of
+	// the call, read in the same statement where the store can. The claimed executions and their approvals stay locked until
 	// the transaction ends, and claims racing in several transactions take disjoint rows
 	// without waiting for each other (PostgreSQL skips the rows another transaction holds;
 	// SQLite's single writer orders them).

@@ -1,13 +1,11 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -344,10 +342,17 @@ func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, ap
 	return t.Tx.ExecutionGetByOperationKey(ctx, action, key, approvalID)
 }
 
-// ExecutionClaimDue is one statement. SKIP LOCKED on the execution and its approval: replicas
-// claim disjoint rows and never wait on each other, nor on an operator or a report holding
-// the approval. A running row without a lease is an accepted async call:
-// lease_expires_at <= $1 is never true for it.
+// ExecutionClaimDue is one statement, which also reads what the calls need: each claimed
+// execution's approval with its approvers and decisions, joined to the execution as the
+// UPDATE left it (the statement's own snapshot still holds the execution as it was before).
+// SKIP LOCKED on the execution and its approval: replicas claim disjoint rows and never wait
+// on each other, nor on an operator or a report holding the approval. A running row without a
+// lease is an accepted async call: lease_expires_at <= $1 is never true for it.
+//
+// The approval and its decisions are read from the statement's snapshot, which is safe here:
+// an execution exists only once its approval was approved, in the transaction that approved
+// it, and an approved approval and its decisions never change again; the claim never waits
+// for a lock (SKIP LOCKED), so it sees what was committed before it started.
 //
 // The two kinds of due row are found apart, each in the order of an index on its status and
 // due time, and only the first limit of the two merged: one query ordering both by a common
@@ -374,41 +379,45 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			SELECT * FROM queued UNION ALL SELECT * FROM expired
 			ORDER BY due_at, id
 			LIMIT $2
+		), claimed AS (
+			UPDATE executions x
+			SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
+				lease_expires_at = $3, updated_at = $1
+			FROM due
+			WHERE x.id = due.id
+			RETURNING x.*, due.recovered, due.due_at
 		)
-		UPDATE executions x
-		SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
-			lease_expires_at = $3, updated_at = $1
-		FROM due
-		WHERE x.id = due.id
-		RETURNING `+sqldb.ExecutionColumns+`, due.recovered, due.due_at`,
+		SELECT `+sqldb.ExecutionColumns+`, x.recovered, x.due_at, `+sqldb.ApprovalColumns+`,
+			(SELECT json_agg(p.approver ORDER BY p.position) FROM approval_approvers p WHERE p.approval_id = a.id),
+			(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
+				'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
+			 FROM decisions d WHERE d.approval_id = a.id),
+			`+sqldb.ApprovalDetailColumns+`
+		FROM claimed x JOIN approvals a ON a.id = x.approval_id
+		ORDER BY x.due_at, x.id`,
 		t.At, limit, leaseUntil)
 	if err != nil {
 		return nil, translate("claim executions", err)
 	}
-	type claimed struct {
-		*approval.ExecutionClaim
-		dueAt time.Time
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
-		c := claimed{ExecutionClaim: &approval.ExecutionClaim{}}
-		var err error
-		c.Record, err = sqldb.ScanExecution(row, &c.Recovered, &c.dueAt)
+	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionClaim, error) {
+		c := &approval.ExecutionClaim{}
+		var (
+			dueAt  time.Time
+			detail sqldb.ApprovalDetail
+			err    error
+		)
+		c.Record, err = sqldb.ScanExecution(row, append([]any{&c.Recovered, &dueAt}, detail.Dest()...)...)
 		if err != nil {
-			return c, err
+			return nil, err
+		}
+		if c.Approval, err = detail.Approval(); err != nil {
+			return nil, err
 		}
 		c.Attempt = c.Record.Attempts
 		return c, nil
 	})
 	if err != nil {
 		return nil, translate("claim executions", err)
-	}
-	// RETURNING has no order of its own: give the claims back oldest due first.
-	slices.SortFunc(list, func(a, b claimed) int {
-		return cmp.Or(a.dueAt.Compare(b.dueAt), strings.Compare(a.Record.ID, b.Record.ID))
-	})
-	claims := make([]*approval.ExecutionClaim, len(list))
-	for i, c := range list {
-		claims[i] = c.ExecutionClaim
 	}
 	return claims, nil
 }

@@ -144,6 +144,26 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		}
 		c.Record, c.Attempt = rec, rec.Attempts
 	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(claims))
+	for i, c := range claims {
+		ids[i] = c.Record.ApprovalID
+	}
+	approvals, err := t.ApprovalGetByIDMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*approval.Approval, len(approvals))
+	for _, a := range approvals {
+		byID[a.ID] = a
+	}
+	for _, c := range claims {
+		if c.Approval = byID[c.Record.ApprovalID]; c.Approval == nil {
+			return nil, approval.Errorf(approval.EINTERNAL, "execution %s has no approval %s", c.Record.ID, c.Record.ApprovalID)
+		}
+	}
 	return claims, nil
 }
 

@@ -88,7 +88,7 @@ type Runner struct {
 	// it must not find this call still going.
 	Lease       time.Duration
 	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
-	Batch       int           // executions claimed at once (Concurrency when zero)
+	Batch       int           // executions claimed at once, and claimed ahead (Concurrency when zero)
 	Concurrency int           // calls in flight at once (DefaultConcurrency when zero)
 
 	// Client makes the calls. nil means a client of its own with default transport settings,
@@ -125,9 +125,14 @@ const (
 const mayHaveReached = "may have reached the target"
 
 // Run executes due executions until ctx ends. It wakes on the store's executions signal and
-// polls every Poll as well, since a signal is only a hint, and claims only as many executions
-// as it has free slots, leaving the rest to other replicas. It claims for all its free slots
-// in one transaction, and again at once while the store has work for every one of them.
+// polls every Poll as well, since a signal is only a hint. It claims ahead: besides a call in
+// each of its Concurrency slots it holds up to one more batch of claims (at most Concurrency,
+// at least minAhead) waiting for a slot, so that a slot that frees starts its next call at once instead of
+// waiting for a claim's commit, and the next claim overlaps the calls. It leaves the rest to
+// other replicas. It claims for all it may hold in one transaction, and again at once while
+// the store has work for every one of them. A claim waiting for a slot keeps its lease like
+// a running one (see execute), so it cannot run out unnoticed; one a crash abandons is taken
+// over once its lease has run out, as uncertain, like any claim whose call had not been sent.
 //
 // When ctx ends it stops claiming; claims whose call has not been sent are released; calls
 // in flight are allowed to finish (up to their timeout) and are recorded; then Run returns
@@ -143,7 +148,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	conc := r.concurrency()
 	slots := make(chan struct{}, conc)
-	finished := make(chan struct{}, conc) // one value per ended execution; never more than conc pending
+	finished := make(chan struct{}, r.holds()) // one value per ended execution; never more than holds pending
 	rec := r.startRecorder()
 	defer rec.stop() // after every attempt has ended (deferred calls run last first)
 	var wg sync.WaitGroup
@@ -154,7 +159,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		// of the loop: executions ending while a claim was under way are claimed for together,
 		// in one transaction, rather than each in a transaction of its own.
 		running -= takeReady(finished)
-		if free := min(r.batch(), conc-running); free > 0 {
+		if free := min(max(r.batch(), r.ahead()), r.holds()-running); free > 0 {
 			claims, claimedAt, err := r.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				r.logger().ErrorContext(ctx, "claim executions failed", "error", err)
@@ -261,6 +266,10 @@ func (r *Runner) execute(ctx context.Context, c *approval.ExecutionClaim, claime
 	case slots <- struct{}{}:
 		held = true
 	case <-ctx.Done():
+	case <-work.Done(): // the keeper found the claim lost while it waited
+	}
+	if a.lost() {
+		return // a newer attempt owns the execution: nothing to send or record
 	}
 	// Checked again after a slot was won: the select picks at random when both are ready.
 	if ctx.Err() != nil {
@@ -514,7 +523,7 @@ func (a *attempt) record(o approval.AttemptOutcome, handed func()) {
 // one transaction (approval.Service.FinishAttempts) in which each is still fenced by its own
 // attempt and gets its own event. A batch goes as soon as the recorder is free: one attempt
 // ending alone is recorded at once, and under load a batch is as large as the attempts that
-// ended during the last one's commit (at most Concurrency). Each attempt waits for its
+// ended during the last one's commit (at most what the runner holds). Each attempt waits for its
 // batch's commit before anything treats its outcome as recorded; an outcome that has not
 // been committed when the process dies leaves its execution claimed, to be recovered as
 // uncertain once the lease runs out, as if the attempt had died before recording it.
@@ -522,8 +531,9 @@ type recorder struct {
 	r  *Runner
 	in chan recording
 	// room holds a value for each outcome handed to the recorder and not yet answered: at
-	// most Concurrency, so that a runner holds no more than Concurrency calls and as many
-	// outcomes on their way to a batch.
+	// most as many as the runner holds claims (Concurrency calls and a batch claimed ahead),
+	// so that an attempt ending while the last batch commits frees its slot at once even
+	// with one slot, and outcomes on their way to a batch stay bounded.
 	room chan struct{}
 	done chan struct{} // closed when the loop has recorded the last batch and returned
 }
@@ -537,7 +547,7 @@ type recording struct {
 // startRecorder starts a recorder's loop; stop ends it once every outcome sent to it has been
 // recorded.
 func (r *Runner) startRecorder() *recorder {
-	n := r.concurrency()
+	n := r.holds()
 	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n), done: make(chan struct{})}
 	go rec.loop()
 	return rec
@@ -564,7 +574,7 @@ func (rec *recorder) finish(f approval.AttemptFinish, handed func()) (*approval.
 
 func (rec *recorder) loop() {
 	defer close(rec.done)
-	limit := rec.r.concurrency()
+	limit := cap(rec.room)
 	for first := range rec.in {
 		batch := []recording{first}
 	more:
@@ -958,6 +968,23 @@ func (r *Runner) concurrency() int {
 		return DefaultConcurrency
 	}
 	return r.Concurrency
+}
+
+// minAhead is the fewest claims Run holds ahead of its slots. With a slot or two, claiming
+// only as many ahead as there are slots would make every call wait for a claim's commit
+// again as soon as the calls are quicker than the claims; with a few ahead, each claim takes
+// every execution that ended during the last one.
+const minAhead = 4
+
+// ahead is how many claims Run holds waiting for a slot, at most: a batch, no larger than
+// Concurrency, and no fewer than minAhead.
+func (r *Runner) ahead() int {
+	return max(min(r.batch(), r.concurrency()), minAhead)
+}
+
+// holds is the most claims Run holds at once: one per slot, and those claimed ahead.
+func (r *Runner) holds() int {
+	return r.concurrency() + r.ahead()
 }
 
 func (r *Runner) batch() int {

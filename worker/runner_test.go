@@ -581,8 +581,9 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 }
 
 // observedStore is a real store, and the Service's ledger over it, that watches a runner use
-// them: the leases it renews, whether it ever holds more than twice slots executions at once
-// (slots calls, and as many outcomes waiting for their batch), and the size of each batch of
+// them: the leases it renews, whether it ever holds more executions at once than slots
+// calls, a batch claimed ahead (slots, at least 4) and as many outcomes as both waiting for
+// their batch, and the size of each batch of
 // outcomes. It sees a claim end when FinishAttempts returns, after the runner freed its slot.
 type observedStore struct {
 	approval.Store
@@ -608,9 +609,10 @@ func observe(s approval.Store) *observedStore {
 func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
 	s.mu.Lock()
 	// A slot is free again once its attempt's outcome is handed to the recorder, before the
-	// outcome's batch commits: at most Concurrency calls and Concurrency outcomes on their
-	// way to a batch are held at once.
-	if s.slots > 0 && s.holding+limit > 2*s.slots {
+	// outcome's batch commits, and Run claims one batch ahead (Concurrency, at least 4): at
+	// most Concurrency calls, the claims ahead, and as many outcomes as both on their way to
+	// a batch are held at once.
+	if held := s.slots + max(s.slots, 4); s.slots > 0 && s.holding+limit > 2*held {
 		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
 	}
 	s.mu.Unlock()
@@ -703,6 +705,110 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 // A call that lasts several leases keeps its claim: the runner renews the lease while the call
 // is held, so a second runner looking each time more than half a lease has passed finds
 // nothing to claim, and the call, once it ends, is the execution's only attempt and effect.
+// Run claims the next execution while a call runs, not after it; the claim waiting for its
+// slot keeps its lease, so no other runner takes it over, and it runs once the slot frees.
+func TestRunner_ClaimsAheadWhileCallsRun(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		env.target.Timeout = time.Minute
+		var approvals []*approval.Approval
+		for i := range 2 {
+			approvals = append(approvals, env.approved(t, fmt.Sprintf("deploy-%d", i)))
+		}
+		// As in TestRunner_LongCallKeepsItsLease: the keeper renews every 2s of real time,
+		// and the store's lease runs on the fake clock, which only the test moves.
+		const hold = 6 * time.Second
+		const step = 2 * hold / 3
+		g := newGate()
+		r := env.runner()
+		r.Client, r.Lease, r.Concurrency, r.Batch = &http.Client{Transport: g}, hold, 1, 1
+		store := observe(env.s)
+		store.slots = r.Concurrency
+		r.Store, r.Ledger = store, store
+		ctx, cancel := context.WithCancel(context.Background())
+		ran, stopped := make(chan error, 1), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			ran <- r.Run(ctx)
+		}()
+		release := sync.OnceFunc(func() { close(g.open) })
+		t.Cleanup(func() { // on failure too: the run ends before the store closes
+			release()
+			cancel()
+			<-stopped
+		})
+		<-g.entered // the first call is on its way out, held
+
+		// running lists the executions claimed now, each with its lease as the store holds it.
+		running := func() map[string]time.Time {
+			t.Helper()
+			leases := map[string]time.Time{}
+			for _, a := range approvals {
+				if rec := env.execution(t, a); rec.Status == approval.ExecutionRunning && rec.LeaseExpiresAt != nil {
+					leases[a.ID] = *rec.LeaseExpiresAt
+				}
+			}
+			return leases
+		}
+		// waitFor polls until ok holds of the claims, and fails after 10 seconds.
+		waitFor := func(what string, ok func(map[string]time.Time) bool) {
+			t.Helper()
+			timeout := time.After(10 * time.Second)
+			poll := time.NewTicker(10 * time.Millisecond)
+			defer poll.Stop()
+			for {
+				leases := running()
+				if ok(leases) {
+					return
+				}
+				select {
+				case <-poll.C:
+				case <-timeout:
+					t.Fatalf("%s: never so; claims now %v", what, leases)
+				}
+			}
+		}
+		waitFor("a second execution claimed while the first call is held", func(l map[string]time.Time) bool { return len(l) == 2 })
+		for moved := time.Duration(0); moved < 2*hold; moved += step {
+			waitFor("both leases renewed past the next step", func(l map[string]time.Time) bool {
+				for _, until := range l {
+					if until.Sub(env.clk.Now()) <= step {
+						return false
+					}
+				}
+				return len(l) == 2
+			})
+			env.clk.Add(step)
+			mustRun(t, env.runner(), 0) // both leases hold: nothing to take over
+		}
+		if n := len(g.entered); n != 0 {
+			t.Fatalf("got %d more calls while the first was held, want none (one slot)", n)
+		}
+
+		release()
+		waitFor("every execution recorded", func(map[string]time.Time) bool {
+			for _, a := range approvals {
+				if env.execution(t, a).Status != approval.ExecutionSucceeded {
+					return false
+				}
+			}
+			return true
+		})
+		cancel()
+		waitRun(t, ran)
+		for _, a := range approvals {
+			env.want(t, a, approval.ExecutionSucceeded, 1)
+			env.wantEffects(t, a.OperationKey, 1, len(approvals))
+		}
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		if store.overdrawn != nil {
+			t.Errorf("claims beyond the slots and one batch ahead: %v", store.overdrawn)
+		}
+	})
+}
+
 func TestRunner_LongCallKeepsItsLease(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()

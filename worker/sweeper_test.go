@@ -221,14 +221,16 @@ func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 func (r *recorder) wait(tb testing.TB, msg string) {
 	tb.Helper()
 	deadline := time.After(10 * time.Second)
+	var seen []string
 	for {
 		select {
 		case got := <-r.msgs:
 			if got == msg {
 				return
 			}
+			seen = append(seen, got)
 		case <-deadline:
-			tb.Fatalf("no %q record logged", msg)
+			tb.Fatalf("no %q record logged; saw %q", msg, seen)
 		}
 	}
 }

@@ -32,48 +32,72 @@ const (
 func ScanApproval(row Row, extra ...any) (*approval.Approval, error) {
 	var a approval.Approval
 	var status string
-	dest := append([]any{&a.ID, &a.OperationKey, &a.Action, &a.Title, Bytes((*[]byte)(&a.Context)), &a.Requester,
-		&a.RequiredApprovals, &status, NullTime(&a.DecidedAt), Time(&a.ExpiresAt), Time(&a.CreatedAt),
-		&a.Version, &a.Fingerprint, &a.CallbackURL}, extra...)
-	if err := row.Scan(dest...); err != nil {
+	if err := row.Scan(append(approvalDest(&a, &status), extra...)...); err != nil {
 		return nil, fmt.Errorf("scan approval: %w", err)
 	}
 	a.Status = approval.Status(status)
 	return &a, nil
 }
 
+// approvalDest are the destinations of ApprovalColumns; status is the approval's, to convert.
+func approvalDest(a *approval.Approval, status *string) []any {
+	return []any{&a.ID, &a.OperationKey, &a.Action, &a.Title, Bytes((*[]byte)(&a.Context)), &a.Requester,
+		&a.RequiredApprovals, status, NullTime(&a.DecidedAt), Time(&a.ExpiresAt), Time(&a.CreatedAt),
+		&a.Version, &a.Fingerprint, &a.CallbackURL}
+}
+
 // ScanApprovalDetail reads a row of a Dialect's ApprovalDetail.
 func ScanApprovalDetail(row Row) (*approval.Approval, error) {
-	var (
-		approvers, decisions []byte
-		x                    approval.Execution
-		xID, xStatus         *string
-		xAttempts            *int
-		xError               *string
-	)
-	a, err := ScanApproval(row, Bytes(&approvers), Bytes(&decisions),
-		&xID, &xStatus, &xAttempts, &xError, Bytes((*[]byte)(&x.Result)), NullTime(&x.UpdatedAt))
-	if err != nil {
-		return nil, err
+	var d ApprovalDetail
+	if err := row.Scan(d.Dest()...); err != nil {
+		return nil, fmt.Errorf("scan approval: %w", err)
 	}
+	return d.Approval()
+}
+
+// ApprovalDetail is the destination of the columns of a Dialect's ApprovalDetail within a
+// longer row: a statement that returns an approval's detail after columns of its own (the
+// claim of an execution, which returns it with the execution) scans Dest among its own
+// destinations, then takes the Approval.
+type ApprovalDetail struct {
+	a                    approval.Approval
+	status               string
+	approvers, decisions []byte
+	x                    approval.Execution
+	xID, xStatus         *string
+	xAttempts            *int
+	xError               *string
+}
+
+// Dest are the destinations of ApprovalColumns and ApprovalDetailColumns, in order.
+func (d *ApprovalDetail) Dest() []any {
+	return append(approvalDest(&d.a, &d.status), Bytes(&d.approvers), Bytes(&d.decisions),
+		&d.xID, &d.xStatus, &d.xAttempts, &d.xError, Bytes((*[]byte)(&d.x.Result)), NullTime(&d.x.UpdatedAt))
+}
+
+// Approval is the approval scanned into Dest.
+func (d *ApprovalDetail) Approval() (*approval.Approval, error) {
+	a := d.a
+	a.Status = approval.Status(d.status)
 	a.Approvers, a.Decisions = []string{}, []approval.Decision{}
-	if err := decodeJSON(approvers, &a.Approvers); err != nil {
+	if err := decodeJSON(d.approvers, &a.Approvers); err != nil {
 		return nil, fmt.Errorf("decode approvers of %s: %w", a.ID, err)
 	}
-	if err := decodeJSON(decisions, &a.Decisions); err != nil {
+	if err := decodeJSON(d.decisions, &a.Decisions); err != nil {
 		return nil, fmt.Errorf("decode decisions of %s: %w", a.ID, err)
 	}
 	for i := range a.Decisions {
 		a.Decisions[i].At = a.Decisions[i].At.UTC()
 	}
-	if xID != nil {
-		x.ID, x.Status, x.Attempts, x.LastError = *xID, approval.ExecutionStatus(*xStatus), *xAttempts, *xError
+	if d.xID != nil {
+		x := d.x
+		x.ID, x.Status, x.Attempts, x.LastError = *d.xID, approval.ExecutionStatus(*d.xStatus), *d.xAttempts, *d.xError
 		if len(x.Result) == 0 {
 			x.Result = nil
 		}
 		a.Execution = &x
 	}
-	return a, nil
+	return &a, nil
 }
 
 // ScanExecution reads ExecutionColumns, then any extra destinations the query selects after
