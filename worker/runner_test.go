@@ -673,9 +673,10 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 		logs := newRecorder()
 		r := env.runner()
 		r.Client, r.Logger = &http.Client{Transport: g}, slog.New(logs)
-		// Renewed every 100ms of real time. Each renewal moves the call's deadline too (to 30ms
-		// before the new end), so it cuts the call only if no renewal gets through for 270ms.
-		r.Lease = 300 * time.Millisecond
+		// Renewed every second of real time. Each renewal moves the call's deadline too (to
+		// 300ms before the new end), so it cuts the call only if no renewal gets through for
+		// 2.7s: far more than a loaded machine delays one (at 300ms, 3 runs in 22 failed so).
+		r.Lease = 3 * time.Second
 		done := make(chan error, 1)
 		go func() {
 			_, err := r.RunOnce(context.Background())
