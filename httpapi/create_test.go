@@ -348,7 +348,7 @@ func TestCreateAfterRetention(t *testing.T) {
 		}
 
 		f.clock.Advance(25 * time.Hour)
-		if n, err := f.store.PurgeResponses(context.Background(), time.Hour, 100); err != nil || n != 1 {
+		if n, err := (&approval.Service{Store: f.store}).PurgeResponses(context.Background(), time.Hour, 100); err != nil || n != 1 {
 			t.Fatalf("purge: got %d, %v, want 1 record", n, err)
 		}
 		resp := f.create(ci, "refund-order-9281", body)

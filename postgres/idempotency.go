@@ -176,20 +176,9 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// PurgeResponses deletes up to limit completed records past their retention and in-flight
-// records whose lease ended more than grace ago. SKIP LOCKED keeps replicas purging at once
-// from waiting on each other or on a create that is completing a record.
-func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-
-	tag, err := tx.Exec(ctx, `
+// IdempotencyRecordDeleteExpired: the records are found by their primary key, (requester, key).
+func (t *ruleTx) IdempotencyRecordDeleteExpired(ctx context.Context, leaseEndedBefore time.Time, limit int) (int, error) {
+	tag, err := t.Exec(ctx, `
 		DELETE FROM idempotency_records r
 		USING (
 			SELECT requester, key FROM idempotency_records
@@ -199,12 +188,6 @@ func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit i
 			FOR UPDATE SKIP LOCKED
 		) due
 		WHERE r.requester = due.requester AND r.key = due.key`,
-		tx.At, tx.At.Add(-grace), limit)
-	if err != nil {
-		return 0, translate("purge idempotency records", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected()), nil
+		t.At, leaseEndedBefore, limit)
+	return int(tag.RowsAffected()), translate("purge idempotency records", err)
 }

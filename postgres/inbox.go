@@ -1,13 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -123,99 +119,4 @@ func bodyHash(h []byte) any {
 		return nil
 	}
 	return h
-}
-
-// ClaimInbox claims up to limit due pending events, oldest first, each with a fresh lease
-// token. SKIP LOCKED lets replicas claim at once without ever claiming the same event.
-func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, approval.Errorf(approval.EINVALID, "lease and limit must be positive")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	// Each event's token is the claim's token and the event id: unique per event and claim.
-	rows, err := tx.Query(ctx, `
-		WITH due AS (
-			SELECT id FROM inbox_events
-			WHERE status = 'pending' AND next_attempt_at <= $1
-				AND (lease_token = '' OR lease_expires_at <= $1)
-			ORDER BY received_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		UPDATE inbox_events i
-		SET lease_token = $3 || ':' || i.id, lease_expires_at = $4, attempts = i.attempts + 1
-		FROM due
-		WHERE i.id = due.id
-		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		tx.At, limit, approval.NewID("clm"), tx.At.Add(lease))
-	if err != nil {
-		return nil, translate("claim inbox events", err)
-	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.InboxEvent, error) {
-		return sqldb.ScanInbox(row)
-	})
-	if err != nil {
-		return nil, translate("claim inbox events", err)
-	}
-	// RETURNING has no order of its own.
-	slices.SortFunc(events, func(a, b *approval.InboxEvent) int {
-		return cmp.Or(a.ReceivedAt.Compare(b.ReceivedAt), strings.Compare(a.ID, b.ID))
-	})
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return events, nil
-}
-
-// PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
-// than keepIDs ago and clears the bodies of up to limit more received more than keepBodies
-// ago, and returns how many rows it deleted or cleared (so a sweeper repeats while it gets
-// limit or more). Pending and failed events are kept whatever their age, body included: a
-// pending one is not yet applied, a failed one waits for an operator to retry it.
-func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
-	if limit <= 0 || keepIDs < 0 || keepBodies < 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and retention periods not negative")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-
-	// SKIP LOCKED: an event an operator is retrying is left for the next sweep.
-	tag, err := tx.Exec(ctx, `
-		WITH old AS (
-			SELECT id FROM inbox_events
-			WHERE status IN ('processed', 'ignored', 'stale') AND received_at < $1
-			ORDER BY received_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		DELETE FROM inbox_events i USING old WHERE i.id = old.id`,
-		tx.At.Add(-keepIDs), limit)
-	if err != nil {
-		return 0, translate("purge inbox events", err)
-	}
-	cleared, err := tx.Exec(ctx, `
-		WITH old AS (
-			SELECT id FROM inbox_events
-			WHERE status IN ('processed', 'ignored', 'stale') AND body IS NOT NULL AND received_at < $1
-			ORDER BY received_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		UPDATE inbox_events i SET body = NULL FROM old WHERE i.id = old.id`,
-		tx.At.Add(-keepBodies), limit)
-	if err != nil {
-		return 0, translate("purge inbox bodies", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected() + cleared.RowsAffected()), nil
 }

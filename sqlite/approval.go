@@ -163,22 +163,12 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, resp appr
 			return fmt.Errorf("insert approver: %w", err)
 		}
 	}
-	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
+	return newRuleTx(tx).EventInsert(ctx, a.ID, approval.EventCreated, a.Requester, cause, nil)
 }
 
-// PurgeResponses deletes up to limit idempotency records past their retention or abandoned
-// in flight for longer than grace; see approval.Store.
-func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit int) (int, error) {
-	if limit < 1 || grace < 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and grace not negative")
-	}
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return 0, fail("purge responses", err)
-	}
-	defer tx.Rollback()
-
-	res, err := tx.ExecContext(ctx, `
+// IdempotencyRecordDeleteExpired: the records are found by their rowid.
+func (t *ruleTx) IdempotencyRecordDeleteExpired(ctx context.Context, leaseEndedBefore time.Time, limit int) (int, error) {
+	n, err := t.Run.Exec(ctx, `
 		DELETE FROM idempotency_records WHERE rowid IN (
 			SELECT rowid FROM idempotency_records
 			WHERE state = 'completed' AND retain_until <= ?
@@ -186,36 +176,8 @@ func (s *Store) PurgeResponses(ctx context.Context, grace time.Duration, limit i
 			SELECT rowid FROM idempotency_records
 			WHERE state = 'in_flight' AND lease_expires_at < ?
 			LIMIT ?)`,
-		micros(tx.now), micros(tx.now.Add(-grace)), limit)
-	if err != nil {
-		return 0, fail("purge responses", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fail("purge responses", err)
-	}
-	if err := tx.commit(); err != nil {
-		return 0, fail("purge responses", err)
-	}
-	return int(n), nil
-}
-
-// appendEvent adds the next event of an approval's audit trail at tx.now. Its seq is one more
-// than the last, computed inside the write transaction so no two events share one.
-func appendEvent(ctx context.Context, tx *tx, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	causeJSON, detailJSON, err := sqldb.EventJSON(cause, detail)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
-		SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?
-		FROM events WHERE approval_id = ?`,
-		approvalID, typ, micros(tx.now), actor, string(causeJSON), nullText(detailJSON), approvalID,
-	); err != nil {
-		return fmt.Errorf("append %s event: %w", typ, err)
-	}
-	return nil
+		micros(t.tx.now), micros(leaseEndedBefore), limit)
+	return int(n), fail("purge idempotency records", err)
 }
 
 // nullText binds JSON as TEXT, or NULL when there is none.

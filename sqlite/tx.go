@@ -75,21 +75,6 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 	return fail("insert decision", err)
 }
 
-func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	return fail("append event", appendEvent(ctx, t.tx, approvalID, typ, actor, cause, detail))
-}
-
-// EventInsertMany appends the events one statement each: in process, a statement costs no
-// round trip.
-func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
-	for _, e := range events {
-		if err := appendEvent(ctx, t.tx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
-			return fail("append event", err)
-		}
-	}
-	return nil
-}
-
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	t.tx.signal(topic)
 	return nil

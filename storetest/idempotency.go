@@ -287,7 +287,7 @@ func mustServiceCreate(tb testing.TB, svc *approval.Service, requester, key, bod
 
 func mustPurge(tb testing.TB, s approval.Store, grace time.Duration, limit int) int {
 	tb.Helper()
-	n, err := s.PurgeResponses(tb.Context(), grace, limit)
+	n, err := (&approval.Service{Store: s}).PurgeResponses(tb.Context(), grace, limit)
 	if err != nil {
 		tb.Fatalf("purge responses: %v", err)
 	}

@@ -119,6 +119,33 @@ func (t Tx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, e
 		ORDER BY expires_at, id LIMIT $2`+t.Dialect.SkipLocked, t.Dialect.Time(t.At), limit)
 }
 
+// EventInsert appends the event under the approval's lock, which makes max(seq)+1 safe.
+func (t Tx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
+	causeJSON, detailJSON, err := EventJSON(cause, detail)
+	if err != nil {
+		return err
+	}
+	var detailText any
+	if detailJSON != nil {
+		detailText = string(detailJSON)
+	}
+	return t.write(ctx, "append event", `
+		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+		VALUES ($1, (SELECT COALESCE(max(seq), 0) + 1 FROM events WHERE approval_id = $1), $2, $3, $4, $5, $6)`,
+		approvalID, typ, t.Dialect.Time(t.At), actor, string(causeJSON), detailText)
+}
+
+// EventInsertMany appends the events one statement each; PostgreSQL's driver replaces it with
+// one statement over arrays.
+func (t Tx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+	for _, e := range events {
+		if err := t.EventInsert(ctx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ExecutionGetByOperationKey finds the oldest other execution under (action, key). It takes
 // no lock: PostgreSQL takes one on the pair first, SQLite's writer orders every approval.
 func (t Tx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
@@ -335,6 +362,18 @@ func (t Tx) SigninTokenUseIfValid(ctx context.Context, hash []byte) (string, err
 		func(row Row) (s string, err error) { return s, row.Scan(&s) }, t.Dialect.Time(t.At), hash)
 	subject, err := first(list, err)("no unused, unexpired sign-in link has this token")
 	return subject, t.Translate("use sign-in link", err)
+}
+
+func (t Tx) SigninTokenDeleteExpired(ctx context.Context, createdBefore time.Time, limit int) (int, error) {
+	n, err := t.exec(ctx, "purge sign-in links", `
+		WITH old AS (
+			SELECT hash FROM signin_tokens
+			WHERE created_at < $1 AND expires_at <= $2
+			LIMIT $3`+t.Dialect.SkipLocked+`
+		)
+		DELETE FROM signin_tokens WHERE hash IN (SELECT hash FROM old)`,
+		t.Dialect.Time(createdBefore), t.Dialect.Time(t.At), limit)
+	return int(n), err
 }
 
 // nullBytes binds b as NULL when it is nil, and as a (possibly empty) blob otherwise.
