@@ -174,12 +174,12 @@ type Tx interface {
 	// given), unless one with its NaturalKey exists: then it inserts nothing, and is no error.
 	// Of racing inserts under one key exactly one inserts.
 	OutboxInsert(ctx context.Context, m *OutboxMessage) error
-	// OutboxClaimDue claims up to limit due messages, oldest due first: pending ones whose
+	// OutboxClaimDue claims up to limit due messages, the oldest due: pending ones whose
 	// next_attempt_at <= Now, and sending ones whose lease has expired. Each is set sending,
 	// attempts+1, next_attempt_at cleared, lease until leaseUntil, updated at Now, gets an
-	// attempt row (started at Now), and is returned as it now is. Claims racing in several
-	// transactions take disjoint rows without waiting (PostgreSQL skips locked rows; SQLite's
-	// single writer orders them).
+	// attempt row (started at Now), and is returned as it now is, oldest first (created_at,
+	// then id). Claims racing in several transactions take disjoint rows without waiting
+	// (PostgreSQL skips locked rows; SQLite's single writer orders them).
 	OutboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*OutboxMessage, error)
 	// OutboxGetForUpdate returns one message, locked until the transaction ends, or
 	// ENOTFOUND.

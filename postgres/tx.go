@@ -68,6 +68,9 @@ func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 // HasTarget reports whether an action has a downstream target (the Targeted field).
 func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
 
+// Routes returns the routing the store was opened with.
+func (s *Store) Routes() approval.Routing { return s.Routing }
+
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
 // and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
 // A guarded write whose guard fails raises an error inside the database, so the transaction

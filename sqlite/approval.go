@@ -69,17 +69,6 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, resp a
 	return nil, nil
 }
 
-// Approval returns one approval with its details; see approval.Store. A pending
-// approval.TokenCheck in ctx runs first, on the read pool: a refused token reads nothing.
-func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
-	if c := approval.PendingTokenCheck(ctx); c != nil {
-		if err := sqldb.CheckToken(ctx, s.Reads.DB, dialect, c); err != nil {
-			return nil, fail("read approval", err)
-		}
-	}
-	return s.Reads.Approval(ctx, id)
-}
-
 // keyHolder finds what holds (requester, key): a completed idempotency record, or the
 // approval made under the key once its record was purged; nil if neither.
 func keyHolder(ctx context.Context, tx *tx, requester, key string) (*approval.KeyHolder, error) {

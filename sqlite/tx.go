@@ -35,6 +35,9 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 // HasTarget reports whether an action has a downstream target (the Targeted field).
 func (s *Store) HasTarget(action string) bool { return s.targeted(action) }
 
+// Routes returns the routing the store was opened with.
+func (s *Store) Routes() approval.Routing { return s.Routing }
+
 // ruleTx is approval.Tx on the write connection. Its statements run at once: they cost no
 // network round trip. The statements both dialects share are sqldb.Tx's.
 type ruleTx struct {

@@ -1,8 +1,11 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/approvald/approval"
@@ -301,6 +304,50 @@ func (t Tx) OutboxInsert(ctx context.Context, m *approval.OutboxMessage) error {
 		ON CONFLICT (natural_key) DO NOTHING`,
 		m.ID, m.NaturalKey, string(m.Kind), approvalID, m.Recipient, m.Channel, m.Event,
 		string(m.Payload), string(m.Status), d.NullTime(m.NextAttemptAt), d.Time(m.CreatedAt), d.Time(m.UpdatedAt))
+}
+
+// OutboxClaimDue is one statement and a queued insert per claimed message. The pending and
+// the expired messages are found apart, each in the order of its partial index, and only the
+// first limit of the two merged: one query ordering both by a common due time is served by
+// no index. On PostgreSQL SKIP LOCKED lets replicas claim disjoint messages without waiting
+// for each other; the rows one branch locks beyond the merged limit are skipped by other
+// replicas only until this transaction ends.
+func (t Tx) OutboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.OutboxMessage, error) {
+	d := t.Dialect
+	msgs, err := query(ctx, t, `
+		WITH pending AS (
+			SELECT id, next_attempt_at AS due_at FROM outbox
+			WHERE status = 'pending' AND next_attempt_at <= $1
+			ORDER BY next_attempt_at, id LIMIT $2`+d.SkipLocked+`
+		), expired AS (
+			SELECT id, lease_expires_at AS due_at FROM outbox
+			WHERE status = 'sending' AND lease_expires_at <= $1
+			ORDER BY lease_expires_at, id LIMIT $2`+d.SkipLocked+`
+		), due AS (
+			SELECT * FROM pending UNION ALL SELECT * FROM expired
+			ORDER BY due_at, id LIMIT $2
+		)
+		UPDATE outbox
+		SET status = 'sending', attempts = attempts + 1, next_attempt_at = NULL,
+			lease_expires_at = $3, updated_at = $1
+		WHERE id IN (SELECT id FROM due)
+		RETURNING `+unqualified(OutboxColumns, "o"),
+		ScanOutbox, d.Time(t.At), limit, d.Time(leaseUntil))
+	if err != nil {
+		return nil, t.Translate("claim outbox messages", err)
+	}
+	// RETURNING has no order of its own.
+	slices.SortFunc(msgs, func(a, b *approval.OutboxMessage) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	for _, m := range msgs {
+		if err := t.write(ctx, "log outbox attempt", `
+			INSERT INTO outbox_attempts (message_id, attempt, started_at) VALUES ($1, $2, $3)`,
+			m.ID, m.Attempts, d.Time(t.At)); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
 }
 
 // OutboxGetForUpdate reads and locks one message.
