@@ -108,6 +108,30 @@ func refusedByRules(e *Error) bool {
 	return false
 }
 
+// ClaimInbox claims up to limit pending events whose next attempt is due and which no live
+// lease holds (a lease past its expiry is taken over), oldest first, for a worker (EINVALID
+// unless lease and limit are positive). Each gets a new LeaseToken, unique to the event and
+// this claim, that fences out whoever held it before, a lease until now+lease, and one more
+// attempt. Workers on every replica may claim at once and take disjoint events.
+func (s *Service) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*InboxEvent, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	events, err := tx.InboxClaimDue(ctx, limit, tx.Now().Add(lease), NewID("clm"))
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
 // FailInbox records a failed attempt of the claimed event e, only while e.LeaseToken still
 // holds it (ECONFLICT otherwise): pending again, due at retryAt, with the inbox signal; or,
 // when retryAt is nil, failed for good, until an operator retries it. Either way the lease

@@ -131,24 +131,10 @@ type InboxStore interface {
 	// and so on) without a LeaseToken, so the intake can name the event that was kept.
 	RecordInbox(ctx context.Context, e *InboxEvent) (duplicate bool, err error)
 
-	// ClaimInbox claims up to limit pending events whose next attempt is due and which no
-	// live lease holds (a lease past its expiry is taken over), oldest first, setting a new
-	// LeaseToken and lease expiry now+lease and incrementing Attempts. PostgreSQL uses
-	// FOR UPDATE SKIP LOCKED so replicas never claim the same event.
-	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*InboxEvent, error)
-
 	// InboxEvent returns one event with its body, or ENOTFOUND.
 	InboxEvent(ctx context.Context, id string) (*InboxEvent, error)
 	// InboxEvents lists events newest first without bodies.
 	InboxEvents(ctx context.Context, f InboxFilter) ([]*InboxEvent, string, error)
-	// PurgeInbox deletes up to limit handled events (processed, ignored or stale) received
-	// more than keepIDs ago, and clears the bodies of up to limit other handled events
-	// received more than keepBodies ago (the limit applies to each), and returns how many
-	// events it deleted plus how many bodies it cleared. Pending and failed events are never
-	// purged, nor their bodies cleared: nobody has handled a failed event yet, and an
-	// operator's RetryInbox needs its body.
-	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
-
 	// InboxCounts returns how many events are in each status (for /metrics).
 	InboxCounts(ctx context.Context) (map[InboxStatus]int, error)
 }

@@ -22,7 +22,7 @@ const (
 	SigninWindow = time.Hour
 	// SigninKeep is how long a sign-in link is kept after it was made, used or not: past its
 	// expiry, and past the window of the per-person limit, which counts the links made in it.
-	// The sweeper deletes older ones (Store.PurgeSigninTokens).
+	// The sweeper deletes older ones (Service.PurgeSigninTokens).
 	SigninKeep = max(SigninTTL, SigninWindow)
 	// SigninTokenPrefix starts every sign-in token.
 	SigninTokenPrefix = "lnk_"

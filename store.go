@@ -56,10 +56,6 @@ type Store interface {
 	// approving queues its execution or records it as not_configured.
 	HasTarget(action string) bool
 
-	// PurgeSigninTokens deletes up to limit sign-in links made more than keep ago whose
-	// expiry has passed, used or not, returning the count (the sweeper passes SigninKeep).
-	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
-
 	// ApprovalCounts returns how many approvals are in each status (for /metrics).
 	ApprovalCounts(ctx context.Context) (map[Status]int, error)
 

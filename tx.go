@@ -150,17 +150,32 @@ type Tx interface {
 	// processed_at and lease cleared, attempts and last error kept. It returns the event with
 	// its body; the caller holds its lock and has checked that it is failed.
 	InboxSetPendingIfFailed(ctx context.Context, id string) (*InboxEvent, error)
+	// InboxClaimDue claims up to limit pending events whose next attempt is due
+	// (next_attempt_at <= Now) and which no live lease holds (lease_token empty or
+	// lease_expires_at <= Now): each gets the lease token claim+":"+its id, a lease until
+	// leaseUntil and attempts+1, and is returned with its body, oldest received first. Claims
+	// racing in several transactions take disjoint events without waiting (PostgreSQL skips
+	// the rows another transaction holds; SQLite's single writer orders them).
+	InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, claim string) ([]*InboxEvent, error)
+	// InboxDeleteHandled deletes up to limit handled events (processed, ignored or stale)
+	// received before receivedBefore, oldest first, and returns how many. Events another
+	// transaction holds are skipped, not waited for.
+	InboxDeleteHandled(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
+	// InboxClearBodyHandled clears the body of up to limit handled events received before
+	// receivedBefore that still have one, oldest first, skipping those another transaction
+	// holds, and returns how many.
+	InboxClearBodyHandled(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
 
 	// OutboxInsert inserts a message (every field but attempts, lease, error and sent_at as
 	// given), unless one with its NaturalKey exists: then it inserts nothing, and is no error.
 	// Of racing inserts under one key exactly one inserts.
 	OutboxInsert(ctx context.Context, m *OutboxMessage) error
-	// OutboxClaimDue claims up to limit due messages, oldest due first: pending ones whose
+	// OutboxClaimDue claims up to limit due messages, the oldest due: pending ones whose
 	// next_attempt_at <= Now, and sending ones whose lease has expired. Each is set sending,
 	// attempts+1, next_attempt_at cleared, lease until leaseUntil, updated at Now, gets an
-	// attempt row (started at Now), and is returned as it now is. Claims racing in several
-	// transactions take disjoint rows without waiting (PostgreSQL skips locked rows; SQLite's
-	// single writer orders them).
+	// attempt row (started at Now), and is returned as it now is, oldest first (created_at,
+	// then id). Claims racing in several transactions take disjoint rows without waiting
+	// (PostgreSQL skips locked rows; SQLite's single writer orders them).
 	OutboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*OutboxMessage, error)
 	// OutboxGetForUpdate returns one message, locked until the transaction ends, or
 	// ENOTFOUND.
@@ -188,4 +203,8 @@ type Tx interface {
 	// expires_at > Now, and returns its subject; ENOTFOUND when the guard fails or there is
 	// no such link. Of racing uses of one link exactly one succeeds.
 	SigninTokenUseIfValid(ctx context.Context, hash []byte) (string, error)
+	// SigninTokenDeleteExpired deletes up to limit links made before createdBefore whose
+	// expires_at <= Now, used or not, skipping those another transaction holds (a link being
+	// used), and returns how many.
+	SigninTokenDeleteExpired(ctx context.Context, createdBefore time.Time, limit int) (int, error)
 }

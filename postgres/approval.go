@@ -49,38 +49,6 @@ func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-// Approval returns one approval with its details; see approval.Store. A pending
-// approval.TokenCheck in ctx goes out with the read in one batch, one round trip: a refused
-// token's read is thrown away, and the permission to see what was read is decided in Go.
-func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
-	c := approval.PendingTokenCheck(ctx)
-	if c == nil {
-		return s.Reads.Approval(ctx, id)
-	}
-	b := &pgx.Batch{}
-	b.Queue(sqldb.TokenCheckSQL(dialect, 1), sqldb.TokenCheckArgs(dialect, c)...)
-	b.Queue(approvalDetailSQL+` WHERE a.id = $1`, id)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	var n int
-	if err := br.QueryRow().Scan(&n); err != nil {
-		return nil, translate("check token", err)
-	}
-	rows, err := br.Query()
-	list, err := sqldb.Collect(sqldb.Rows(rows), err, sqldb.ScanApprovalDetail)
-	if n != 1 {
-		return nil, c.Refuse()
-	}
-	c.Pass()
-	if err == nil && len(list) == 0 {
-		err = approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
-	}
-	if err != nil {
-		return nil, translate("read approval", err)
-	}
-	return list[0], nil
-}
-
 // readApproval reads one approval with its details through q, or ENOTFOUND.
 func readApproval(ctx context.Context, q querier, id string) (*approval.Approval, error) {
 	a, err := sqldb.ApprovalByID(ctx, q, dialect, id)

@@ -172,14 +172,6 @@ func (s *Store) insertApproval(ctx context.Context, conn *pgxpool.Conn, stmt str
 	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, false, nil
 }
 
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
 // isUniqueViolation reports whether err is a concurrent create's win on the key: the unique
 // index (operation_key, requester) of approvals, added by migration 0012.
 func isUniqueViolation(err error) bool {

@@ -1,13 +1,8 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,55 +12,42 @@ import (
 )
 
 // RecordInbox stores a verified webhook delivery under the unique (source, event_id), or
-// reports a duplicate and makes e the event stored first. A redelivery never replaces the
-// first body; one that differs from it is counted as a conflict for operators.
+// reports a duplicate and makes e the event stored first; see approval.InboxStore.
+//
+// One round trip, new or duplicate: BEGIN, the insert and the conflict's count, COMMIT, then
+// the read of the event kept (outside the transaction, once it is visible) and the signal
+// (see signalSQL), which is sent only when e was stored: a duplicate wakes no one.
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
-	if e.ID == "" || e.Source == "" || e.EventID == "" {
-		return false, approval.Errorf(approval.EINVALID, "an inbox event needs an id, a source and an event id")
-	}
-	headers := e.Headers
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	headersJSON, err := json.Marshal(headers)
-	if err != nil {
-		return false, fmt.Errorf("encode inbox headers: %w", err)
-	}
-
 	conn, now, err := s.acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Release()
-
-	// One statement in one round trip, its signal behind the COMMIT (see signalSQL). A
-	// concurrent delivery of the same event makes this insert wait for that transaction and
-	// then do nothing: exactly one of them stores the event.
+	r, err := sqldb.RecordInbox(dialect, e, now)
+	if err != nil {
+		return false, err
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(`
-		WITH stored AS (
-			INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at, status, next_attempt_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9)
-			ON CONFLICT DO NOTHING -- (source, event_id), or (source, body_hash) when set
-			RETURNING 1
-		)
-		SELECT count(*) FROM stored`,
-		e.ID, e.Source, e.EventID, e.Type, headersJSON, e.Body, bodyHash(e.BodyHash), e.ReceivedAt, now)
+	b.Queue(r.Insert.SQL, r.Insert.Args...)
+	b.Queue(r.Conflict.SQL, r.Conflict.Args...)
 	b.Queue("COMMIT")
+	b.Queue(r.Stored.SQL, r.Stored.Args...)
 	b.Queue(signalStoredInboxSQL, []string{approval.TopicInbox}, e.ID)
-	var inserted int
-	var commit pgconn.CommandTag
+	var stored *approval.InboxEvent
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
+		var commit pgconn.CommandTag
+		for range 4 { // BEGIN, the insert, the count, COMMIT
+			if commit, err = br.Exec(); err != nil {
+				return err
+			}
 		}
-		if err := br.QueryRow().Scan(&inserted); err != nil {
-			return err
+		if commit.String() != "COMMIT" {
+			return fmt.Errorf("the transaction was rolled back (%s)", commit)
 		}
-		if commit, err = br.Exec(); err != nil {
+		if stored, err = sqldb.ScanInbox(br.QueryRow()); err != nil {
 			return err
 		}
 		if _, err := br.Exec(); err != nil {
@@ -74,148 +56,12 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		}
 		return nil
 	}()
-	if err == nil && commit.String() != "COMMIT" {
-		err = fmt.Errorf("the transaction was rolled back (%s)", commit)
-	}
 	if err != nil {
 		// Leave no aborted transaction on the connection (the pool would close it anyway).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		conn.Exec(rctx, "ROLLBACK")
 		cancel()
-		return false, translate("insert inbox event", err)
+		return false, translate("record inbox event", err)
 	}
-	if inserted == 1 {
-		e.Status, e.NextAttemptAt = approval.InboxPending, &now
-		return false, nil
-	}
-
-	// A duplicate: the second statement sees the event the first one waited for. A different
-	// body under the same id counts as a conflict (a purged body cannot be compared, so a
-	// redelivery after the purge is not one); the answer is the event as stored, after that
-	// count. Failing an id match, the event with the same body hash is the one kept (a replay:
-	// its event id differs from e's).
-	stored, err := sqldb.ScanInbox(conn.QueryRow(ctx, `
-		WITH conflicted AS (
-			UPDATE inbox_events i SET conflicts = conflicts + 1, last_conflict_at = $3
-			WHERE i.source = $1 AND i.event_id = $2 AND i.body IS NOT NULL AND i.body <> $4
-			RETURNING `+sqldb.InboxColumns+`, i.body
-		)
-		SELECT * FROM conflicted
-		UNION ALL
-		(SELECT `+sqldb.InboxColumns+`, i.body FROM inbox_events i
-		WHERE i.source = $1 AND (i.event_id = $2 OR i.body_hash = $5) AND NOT EXISTS (SELECT 1 FROM conflicted)
-		ORDER BY i.event_id = $2 DESC
-		LIMIT 1)`,
-		e.Source, e.EventID, now, e.Body, bodyHash(e.BodyHash)))
-	if err != nil {
-		return false, translate("read the stored inbox event", err)
-	}
-	// A worker's claim token is not the caller's to hold.
-	stored.LeaseToken = ""
-	*e = *stored
-	return true, nil
-}
-
-// bodyHash is the body_hash to store: NULL when the scheme asks for none, so that the unique
-// index leaves the event out.
-func bodyHash(h []byte) any {
-	if len(h) == 0 {
-		return nil
-	}
-	return h
-}
-
-// ClaimInbox claims up to limit due pending events, oldest first, each with a fresh lease
-// token. SKIP LOCKED lets replicas claim at once without ever claiming the same event.
-func (s *Store) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, approval.Errorf(approval.EINVALID, "lease and limit must be positive")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	// Each event's token is the claim's token and the event id: unique per event and claim.
-	rows, err := tx.Query(ctx, `
-		WITH due AS (
-			SELECT id FROM inbox_events
-			WHERE status = 'pending' AND next_attempt_at <= $1
-				AND (lease_token = '' OR lease_expires_at <= $1)
-			ORDER BY received_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		UPDATE inbox_events i
-		SET lease_token = $3 || ':' || i.id, lease_expires_at = $4, attempts = i.attempts + 1
-		FROM due
-		WHERE i.id = due.id
-		RETURNING `+sqldb.InboxColumns+`, i.body`,
-		tx.At, limit, approval.NewID("clm"), tx.At.Add(lease))
-	if err != nil {
-		return nil, translate("claim inbox events", err)
-	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.InboxEvent, error) {
-		return sqldb.ScanInbox(row)
-	})
-	if err != nil {
-		return nil, translate("claim inbox events", err)
-	}
-	// RETURNING has no order of its own.
-	slices.SortFunc(events, func(a, b *approval.InboxEvent) int {
-		return cmp.Or(a.ReceivedAt.Compare(b.ReceivedAt), strings.Compare(a.ID, b.ID))
-	})
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return events, nil
-}
-
-// PurgeInbox deletes up to limit handled events (processed, ignored, stale) received more
-// than keepIDs ago and clears the bodies of up to limit more received more than keepBodies
-// ago, and returns how many rows it deleted or cleared (so a sweeper repeats while it gets
-// limit or more). Pending and failed events are kept whatever their age, body included: a
-// pending one is not yet applied, a failed one waits for an operator to retry it.
-func (s *Store) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error) {
-	if limit <= 0 || keepIDs < 0 || keepBodies < 0 {
-		return 0, approval.Errorf(approval.EINVALID, "limit must be positive and retention periods not negative")
-	}
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-
-	// SKIP LOCKED: an event an operator is retrying is left for the next sweep.
-	tag, err := tx.Exec(ctx, `
-		WITH old AS (
-			SELECT id FROM inbox_events
-			WHERE status IN ('processed', 'ignored', 'stale') AND received_at < $1
-			ORDER BY received_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		DELETE FROM inbox_events i USING old WHERE i.id = old.id`,
-		tx.At.Add(-keepIDs), limit)
-	if err != nil {
-		return 0, translate("purge inbox events", err)
-	}
-	cleared, err := tx.Exec(ctx, `
-		WITH old AS (
-			SELECT id FROM inbox_events
-			WHERE status IN ('processed', 'ignored', 'stale') AND body IS NOT NULL AND received_at < $1
-			ORDER BY received_at, id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		UPDATE inbox_events i SET body = NULL FROM old WHERE i.id = old.id`,
-		tx.At.Add(-keepBodies), limit)
-	if err != nil {
-		return 0, translate("purge inbox bodies", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, err
-	}
-	return int(tag.RowsAffected() + cleared.RowsAffected()), nil
+	return sqldb.Recorded(e, stored), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,39 +47,30 @@ const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_eve
 
 // Subscribe returns a channel that receives a value (coalesced, buffered 1) after each
 // committed change on topic by any store on this schema (topic may name a key, as
-// approval.TopicApproval does), and a function that ends the subscription. The first call starts the store's LISTEN connection. Signals are hints: one
-// is also sent whenever that connection is (re)established, since changes made while it was
-// down were not heard, so every subscriber looks at the store again. Close closes every
-// subscription's channel (internal/signal).
+// approval.TopicApproval does), and a function that ends the subscription. The first call
+// starts the store's LISTEN connection (internal/signal's Feed, which reconnects with
+// backoff). Signals are hints: one is also sent whenever that connection is (re)established,
+// since changes made while it was down were not heard, so every subscriber looks at the store
+// again. Close closes every subscription's channel.
 func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
-	return s.notifier.subscribe(topic)
+	return s.notifier.Subscribe(topic)
 }
 
-// Timing of the LISTEN connection: the backoff between attempts to (re)establish it, and how
-// long it may stay quiet before it is pinged, and how long the ping may take.
+// How long the LISTEN connection may stay quiet before it is pinged, and how long the ping
+// may take.
 const (
-	listenBackoffMin  = 100 * time.Millisecond
-	listenBackoffMax  = 5 * time.Second
 	listenIdle        = 30 * time.Second
 	listenPingTimeout = 10 * time.Second
 )
 
-// notifier owns one dedicated LISTEN connection (not from the pool: a pooled connection
-// would be handed to other work between waits) and signals what it hears to the subscribers
-// of this process through its hub. The connection's goroutine is started by the first
-// subscribe and stopped by close, which also closes every subscription (internal/signal).
+// notifier is the session of the store's signal.Feed: one dedicated LISTEN connection (not
+// from the pool: a pooled connection would be handed to other work between waits), whose
+// notifications it signals to the subscribers of this process.
 type notifier struct {
+	*signal.Feed
 	config *pgx.ConnConfig
-	logger func() *slog.Logger
 	// idle and pingTimeout are listenIdle and listenPingTimeout; tests shorten them.
 	idle, pingTimeout time.Duration
-	hub               *signal.Hub
-
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the listen goroutine has returned
 }
 
 func newNotifier(config *pgx.ConnConfig, logger func() *slog.Logger) *notifier {
@@ -92,62 +82,11 @@ func newNotifier(config *pgx.ConnConfig, logger func() *slog.Logger) *notifier {
 		// So that an operator can tell it apart in pg_stat_activity: it is idle by design.
 		config.RuntimeParams["application_name"] = "approvald listener"
 	}
-	return &notifier{
-		config: config, logger: logger, idle: listenIdle, pingTimeout: listenPingTimeout,
-		hub: signal.NewHub(),
-	}
-}
-
-func (n *notifier) subscribe(topic string) (<-chan struct{}, func()) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	// A closed store starts no listener; its hub hands out closed channels.
-	if !n.started && !n.closed {
-		n.started = true
-		ctx, cancel := context.WithCancel(context.Background())
-		n.cancel, n.done = cancel, make(chan struct{})
-		go n.listen(ctx)
-	}
-	return n.hub.Subscribe(topic)
-}
-
-// close ends every subscription, stops the listen goroutine, if one was started, and waits
-// for it to return.
-func (n *notifier) close() {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return
-	}
-	n.closed = true
-	started := n.started
-	n.mu.Unlock()
-	n.hub.Close()
-	if started {
-		n.cancel()
-		<-n.done
-	}
-}
-
-// listen keeps a LISTEN connection up until ctx ends, reconnecting with backoff.
-func (n *notifier) listen(ctx context.Context) {
-	defer close(n.done)
-	backoff := listenBackoffMin
-	for {
-		err := n.session(ctx, func() { backoff = listenBackoffMin })
-		if ctx.Err() != nil {
-			return
-		}
-		n.logger().Warn("postgres notifier: listen connection lost, reconnecting", "error", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, listenBackoffMax)
-	}
+	n := &notifier{config: config, idle: listenIdle, pingTimeout: listenPingTimeout}
+	n.Feed = signal.NewFeed(n.session, func(err error, backoff time.Duration) {
+		logger().Warn("postgres notifier: listen connection lost, reconnecting", "error", err, "backoff", backoff)
+	})
+	return n
 }
 
 // session connects, listens on every topic's channel and delivers notifications until the
@@ -177,7 +116,7 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 	}
 	connected()
 	// Whatever changed while no connection listened went unheard: wake everyone to look.
-	n.hub.Signal(topics...)
+	n.Signal(topics...)
 
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, n.idle)
@@ -190,7 +129,7 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 				if note.Payload != "" {
 					topic += "/" + note.Payload
 				}
-				n.hub.Signal(topic)
+				n.Signal(topic)
 			}
 		case ctx.Err() != nil:
 			return ctx.Err()

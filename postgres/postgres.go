@@ -136,7 +136,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 // Close ends every subscription, stops the LISTEN connection, if Subscribe started it, and
 // releases the store's connections.
 func (s *Store) Close() error {
-	s.notifier.close()
+	s.notifier.Close()
 	s.pool.Close()
 	return nil
 }

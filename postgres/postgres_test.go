@@ -174,7 +174,7 @@ func mustWork(tb testing.TB, s *postgres.Store) {
 	if _, err := s.TokenByHash(ctx, []byte("none")); approval.ErrorCode(err) != approval.ENOTFOUND {
 		tb.Fatalf("token by hash: got %v, want %s", err, approval.ENOTFOUND)
 	}
-	if _, err := s.PurgeSigninTokens(ctx, time.Minute, 10); err != nil {
+	if _, err := (&approval.Service{Store: s}).PurgeSigninTokens(ctx, time.Minute, 10); err != nil {
 		tb.Fatalf("purge sign-in links: %v", err)
 	}
 }

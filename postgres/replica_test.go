@@ -261,7 +261,7 @@ func TestClaimInboxAcrossStores(t *testing.T) {
 	errs := make([]error, replicas)
 	race(replicas, func(i int) {
 		for {
-			got, err := stores[i].ClaimInbox(context.Background(), time.Hour, 7)
+			got, err := (&approval.Service{Store: stores[i]}).ClaimInbox(context.Background(), time.Hour, 7)
 			if err != nil {
 				errs[i] = err
 				return

@@ -66,6 +66,9 @@ func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 // HasTarget reports whether an action has a downstream target (the Targeted field).
 func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
 
+// Routes returns the routing the store was opened with.
+func (s *Store) Routes() approval.Routing { return s.Routing }
+
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
 // and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
 // A guarded write whose guard fails raises an error inside the database, so the transaction
@@ -140,15 +143,6 @@ func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queu
 		}
 	}
 	return br, nil
-}
-
-// QueryRow runs one statement, after BEGIN and the queued writes, in one round trip.
-func (t *ruleTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	br, err := t.send(ctx, sql, args)
-	if err != nil {
-		return errRow{err}
-	}
-	return batchRow{br: br, row: br.QueryRow()}
 }
 
 // Query runs one statement, after BEGIN and the queued writes, in one round trip.
@@ -270,15 +264,6 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
 		SELECT $1, $2, $3, $4, $5, max(seq) FROM events WHERE approval_id = $1`,
 		approvalID, d.Approver, string(d.Verdict), d.Comment, d.At)
-	return nil
-}
-
-func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	causeJSON, detailJSON, err := sqldb.EventJSON(cause, detail)
-	if err != nil {
-		return err
-	}
-	t.enqueue("append event", insertEventSQL, approvalID, typ, t.At, actor, causeJSON, detailJSON)
 	return nil
 }
 
@@ -500,32 +485,6 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 		SELECT 1 / (count(*) = $13)::int FROM changed`,
 		ids, statuses, counts, lastErrors, results, nexts, leases, versions, uncertain, bases, fences, t.At, n)
 	return nil
-}
-
-// insertEventSQL appends an approval's next event; the caller holds the approval's lock,
-// which makes max(seq)+1 safe.
-const insertEventSQL = `
-	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
-	SELECT $1, COALESCE(max(seq), 0) + 1, $2::text, $3::timestamptz, $4::text, $5::jsonb, $6::jsonb
-	FROM events WHERE approval_id = $1`
-
-// errRow is a pgx.Row that fails with err.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
-// batchRow is a batch's last row: scanning it closes the batch.
-type batchRow struct {
-	br  pgx.BatchResults
-	row pgx.Row
-}
-
-func (r batchRow) Scan(dest ...any) error {
-	err := r.row.Scan(dest...)
-	if cerr := r.br.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // batchRows are a batch's last rows: closing them closes the batch.

@@ -68,17 +68,6 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	return nil, nil
 }
 
-// Approval returns one approval with its details; see approval.Store. A pending
-// approval.TokenCheck in ctx runs first, on the read pool: a refused token reads nothing.
-func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
-	if c := approval.PendingTokenCheck(ctx); c != nil {
-		if err := sqldb.CheckToken(ctx, s.Reads.DB, dialect, c); err != nil {
-			return nil, fail("read approval", err)
-		}
-	}
-	return s.Reads.Approval(ctx, id)
-}
-
 // keyHolder finds the approval made under (requester, key), or nil.
 func keyHolder(ctx context.Context, tx *tx, requester, key string) (*approval.KeyHolder, error) {
 	rows, err := tx.query(ctx, approvalDetailSQL+` WHERE a.operation_key = ? AND a.requester = ?`, key, requester)
@@ -114,25 +103,7 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, cause app
 			return fmt.Errorf("insert approver: %w", err)
 		}
 	}
-	return appendEvent(ctx, tx, a.ID, approval.EventCreated, a.Requester, cause, nil)
-}
-
-// appendEvent adds the next event of an approval's audit trail at tx.now. Its seq is one more
-// than the last, computed inside the write transaction so no two events share one.
-func appendEvent(ctx context.Context, tx *tx, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	causeJSON, detailJSON, err := sqldb.EventJSON(cause, detail)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `
-		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
-		SELECT ?, coalesce(max(seq), 0) + 1, ?, ?, ?, ?, ?
-		FROM events WHERE approval_id = ?`,
-		approvalID, typ, micros(tx.now), actor, string(causeJSON), nullText(detailJSON), approvalID,
-	); err != nil {
-		return fmt.Errorf("append %s event: %w", typ, err)
-	}
-	return nil
+	return newRuleTx(tx).EventInsert(ctx, a.ID, approval.EventCreated, a.Requester, cause, nil)
 }
 
 // nullText binds JSON as TEXT, or NULL when there is none.

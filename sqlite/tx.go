@@ -35,6 +35,9 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 // HasTarget reports whether an action has a downstream target (the Targeted field).
 func (s *Store) HasTarget(action string) bool { return s.targeted(action) }
 
+// Routes returns the routing the store was opened with.
+func (s *Store) Routes() approval.Routing { return s.Routing }
+
 // ruleTx is approval.Tx on the write connection. Its statements run at once: they cost no
 // network round trip. The statements both dialects share are sqldb.Tx's.
 type ruleTx struct {
@@ -73,21 +76,6 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 		VALUES (?, ?, ?, ?, ?)`,
 		approvalID, d.Approver, string(d.Verdict), d.Comment, micros(d.At))
 	return fail("insert decision", err)
-}
-
-func (t *ruleTx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
-	return fail("append event", appendEvent(ctx, t.tx, approvalID, typ, actor, cause, detail))
-}
-
-// EventInsertMany appends the events one statement each: in process, a statement costs no
-// round trip.
-func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
-	for _, e := range events {
-		if err := appendEvent(ctx, t.tx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
-			return fail("append event", err)
-		}
-	}
-	return nil
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {

@@ -197,7 +197,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 		mustApplyInbox(t, f.store, claimed[0], approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
 		f.clock.Advance(48 * time.Hour)
-		if _, err := f.store.PurgeInbox(ctx, 30*24*time.Hour, 24*time.Hour, 100); err != nil {
+		if _, err := f.service().PurgeInbox(ctx, 30*24*time.Hour, 24*time.Hour, 100); err != nil {
 			t.Fatalf("purge inbox: %v", err)
 		}
 		if got := mustInboxEvent(t, f.store, first.ID); got.Body != nil {
@@ -210,7 +210,7 @@ func exerciseInbox(t *testing.T, s suite) {
 
 		// Once the event itself is purged, the body is accepted again: the documented limit.
 		f.clock.Advance(31 * 24 * time.Hour)
-		if _, err := f.store.PurgeInbox(ctx, 30*24*time.Hour, 24*time.Hour, 100); err != nil {
+		if _, err := f.service().PurgeInbox(ctx, 30*24*time.Hour, 24*time.Hour, 100); err != nil {
 			t.Fatalf("purge inbox: %v", err)
 		}
 		_, err = f.store.InboxEvent(ctx, first.ID)
@@ -589,7 +589,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			// claims at least one event, so no claimer needs more passes than there are events;
 			// the bound keeps a store that hands out events again from looping for ever.
 			for range events + 1 {
-				got, err := f.store.ClaimInbox(t.Context(), workLease, batch)
+				got, err := f.service().ClaimInbox(t.Context(), workLease, batch)
 				if err != nil {
 					errs[i] = err
 					return
@@ -668,7 +668,7 @@ func exerciseInbox(t *testing.T, s suite) {
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "recent"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
 
 		// The limit holds: three old events are handled, at most two go per call.
-		if _, err := f.store.PurgeInbox(ctx, keepIDs, keepBodies, 2); err != nil {
+		if _, err := f.service().PurgeInbox(ctx, keepIDs, keepBodies, 2); err != nil {
 			t.Fatalf("purge inbox: %v", err)
 		}
 		left := 0
@@ -681,7 +681,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("purge with limit 2: all 3 old handled events are gone, want at most 2 deleted")
 		}
 		for i := 0; ; i++ {
-			n, err := f.store.PurgeInbox(ctx, keepIDs, keepBodies, 2)
+			n, err := f.service().PurgeInbox(ctx, keepIDs, keepBodies, 2)
 			if err != nil {
 				t.Fatalf("purge inbox: %v", err)
 			} else if n == 0 {
@@ -708,7 +708,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("retry the failed event: %v", err)
 		}
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-failed"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})
-		if n, err := f.store.PurgeInbox(ctx, keepIDs, keepBodies, 2); err != nil || n != 1 {
+		if n, err := f.service().PurgeInbox(ctx, keepIDs, keepBodies, 2); err != nil || n != 1 {
 			t.Fatalf("purge after the retry: got %d, %v; want the retried event deleted", n, err)
 		}
 		_, err := f.store.InboxEvent(ctx, oldFailed.ID)
@@ -867,7 +867,7 @@ func mustInboxEvent(tb testing.TB, s approval.Store, id string) *approval.InboxE
 
 func mustClaimInbox(tb testing.TB, s approval.Store, limit int) []*approval.InboxEvent {
 	tb.Helper()
-	evs, err := s.ClaimInbox(tb.Context(), workLease, limit)
+	evs, err := (&approval.Service{Store: s}).ClaimInbox(tb.Context(), workLease, limit)
 	if err != nil {
 		tb.Fatalf("claim inbox: %v", err)
 	}

@@ -126,7 +126,7 @@ func exerciseSignin(t *testing.T, s suite) {
 		ctx := t.Context()
 		purge := func(limit int) int {
 			t.Helper()
-			n, err := f.store.PurgeSigninTokens(ctx, approval.SigninKeep, limit)
+			n, err := f.service().PurgeSigninTokens(ctx, approval.SigninKeep, limit)
 			if err != nil {
 				t.Fatalf("purge sign-in links: %v", err)
 			}
@@ -157,7 +157,7 @@ func exerciseSignin(t *testing.T, s suite) {
 		if person, err := f.service().UseSignin(ctx, fresh); err != nil || person != "bob" {
 			t.Fatalf("bob's fresh link after the purge: got %q, %v; want bob", person, err)
 		}
-		if _, err := f.store.PurgeSigninTokens(ctx, approval.SigninKeep, 0); approval.ErrorCode(err) != approval.EINVALID {
+		if _, err := f.service().PurgeSigninTokens(ctx, approval.SigninKeep, 0); approval.ErrorCode(err) != approval.EINVALID {
 			t.Fatalf("purge with limit 0: got %v, want EINVALID", err)
 		}
 	})

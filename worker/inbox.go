@@ -46,15 +46,15 @@ type InboxProcessor struct {
 	Rand func() float64   // jitter source; nil means math/rand/v2
 }
 
-// InboxStore is what an InboxProcessor needs of the store.
+// InboxStore is what an InboxProcessor needs of the store: the inbox signal.
 type InboxStore interface {
 	Subscribe(topic string) (<-chan struct{}, func())
-	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error)
 }
 
-// InboxRules applies a claimed event, or records its failed attempt: approval.Service's
-// ApplyInbox and FailInbox.
+// InboxRules claims events, applies a claimed event, or records its failed attempt:
+// approval.Service's ClaimInbox, ApplyInbox and FailInbox.
 type InboxRules interface {
+	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error)
 	ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error)
 	FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error
 }
@@ -100,7 +100,7 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 // transaction is short, and abandoning a claim would cost the event an attempt and a lease
 // of delay. Their work is bounded by the lease instead, after which the claim is void anyway.
 func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
-	events, err := p.Store.ClaimInbox(ctx, orDefault(p.Lease, DefaultLease), p.batch())
+	events, err := p.Rules.ClaimInbox(ctx, orDefault(p.Lease, DefaultLease), p.batch())
 	if err != nil {
 		return 0, fmt.Errorf("claim inbox events: %w", err)
 	}

@@ -176,7 +176,7 @@ func TestInbox_KilledProcessorTakenOver(t *testing.T) {
 			decisionBody(a.ID, "alice", approval.VerdictApprove))
 
 		// The dead processor's claim: taken, then dropped without a word.
-		if claimed, err := s.ClaimInbox(ctx, lease, 10); err != nil || len(claimed) != 1 {
+		if claimed, err := (&approval.Service{Store: s}).ClaimInbox(ctx, lease, 10); err != nil || len(claimed) != 1 {
 			t.Fatalf("claim: got %d events, %v; want 1", len(claimed), err)
 		}
 		p := newProcessor(s, clk)

@@ -20,8 +20,7 @@ const (
 // retention and sign-in links past approval.SigninKeep. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
-	Store SweepStore
-	// Rules expires due approvals (an *approval.Service); required.
+	// Rules expires due approvals and purges old rows (an *approval.Service); required.
 	Rules  SweepRules
 	Logger *slog.Logger // slog.Default() when nil
 
@@ -38,25 +37,20 @@ type Sweeper struct {
 	InboxBodies time.Duration
 }
 
-// SweepStore is what a Sweeper needs of the store.
-type SweepStore interface {
-	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
-	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
-}
-
-// SweepRules expires due approvals: approval.Service.ExpireDue.
+// SweepRules expires due approvals and purges what is kept no longer: approval.Service's
+// ExpireDue, PurgeInbox and PurgeSigninTokens.
 type SweepRules interface {
 	ExpireDue(ctx context.Context, limit int) (int, error)
+	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
+	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
 }
 
 // Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
 // pass is logged and the next one tried: a database that is down for a while must not stop
 // the sweeper for good. Run returns an error only when the Sweeper is misconfigured.
 func (s *Sweeper) Run(ctx context.Context) error {
-	if s.Store == nil {
-		return errors.New("sweeper: no store")
-	} else if s.Rules == nil {
-		return errors.New("sweeper: no rules to expire approvals with")
+	if s.Rules == nil {
+		return errors.New("sweeper: no rules to expire approvals and purge with")
 	} else if s.Interval < 0 || s.Batch < 0 || s.InboxIDs < 0 || s.InboxBodies < 0 {
 		return fmt.Errorf("sweeper: negative interval %s, batch %d or inbox retention %s/%s",
 			s.Interval, s.Batch, s.InboxIDs, s.InboxBodies)
@@ -101,14 +95,14 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 			bodies = s.InboxIDs
 		}
 		inboxPurged, inboxErr = drain(ctx, batch, func(ctx context.Context) (int, error) {
-			return s.Store.PurgeInbox(ctx, s.InboxIDs, bodies, batch)
+			return s.Rules.PurgeInbox(ctx, s.InboxIDs, bodies, batch)
 		})
 		if inboxErr != nil {
 			inboxErr = fmt.Errorf("purge inbox: %w", inboxErr)
 		}
 	}
 	signins, signinErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
-		return s.Store.PurgeSigninTokens(ctx, approval.SigninKeep, batch)
+		return s.Rules.PurgeSigninTokens(ctx, approval.SigninKeep, batch)
 	})
 	if signinErr != nil {
 		signinErr = fmt.Errorf("purge sign-in links: %w", signinErr)

@@ -37,7 +37,7 @@ func TestSweeper_ExpiresDueApprovals(t *testing.T) {
 		later := mustCreateApproval(t, s, clk, "later", time.Hour)
 
 		clk.Add(time.Minute) // expires_at <= now is due
-		sw := &worker.Sweeper{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2}
+		sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2}
 		if err := sw.Sweep(ctx); err != nil {
 			t.Fatalf("sweep: %v", err)
 		}
@@ -92,7 +92,7 @@ func TestSweeper_ConcurrentSweepsExpireOnce(t *testing.T) {
 		for range sweepers {
 			wg.Go(func() {
 				<-start
-				sw := &worker.Sweeper{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Batch: 3}
+				sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: discard, Batch: 3}
 				errs <- sw.Sweep(ctx)
 			})
 		}
@@ -127,7 +127,7 @@ func TestSweeper_Run(t *testing.T) {
 		logs := newRecorder()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		sw := &worker.Sweeper{Store: s, Rules: &approval.Service{Store: s}, Logger: slog.New(logs), Interval: time.Hour}
+		sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: slog.New(logs), Interval: time.Hour}
 		done := make(chan error, 1)
 		go func() { done <- sw.Run(ctx) }()
 
@@ -160,7 +160,7 @@ func TestSweeper_RunSurvivesErrors(t *testing.T) {
 	logs := newRecorder()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sw := &worker.Sweeper{Store: s, Rules: &approval.Service{Store: s}, Logger: slog.New(logs), Interval: time.Millisecond}
+	sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: slog.New(logs), Interval: time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- sw.Run(ctx) }()
 	logs.wait(t, "sweep failed")
@@ -175,10 +175,9 @@ func TestSweeper_RunRejectsBadConfig(t *testing.T) {
 	r := &approval.Service{Store: s}
 	for _, sw := range []*worker.Sweeper{
 		{},
-		{Store: s},
-		{Store: s, Rules: r, Interval: -time.Second},
-		{Store: s, Rules: r, Batch: -1},
-		{Store: s, Rules: r, InboxIDs: -time.Second},
+		{Rules: r, Interval: -time.Second},
+		{Rules: r, Batch: -1},
+		{Rules: r, InboxIDs: -time.Second},
 	} {
 		if err := sw.Run(context.Background()); err == nil {
 			t.Errorf("run %+v: got nil error, want one", sw)
@@ -334,7 +333,7 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 		for i := range 5 {
 			finished = append(finished, record(fmt.Sprintf("msg_%d", i)))
 		}
-		claimed, err := s.ClaimInbox(ctx, lease, 10)
+		claimed, err := (&approval.Service{Store: s}).ClaimInbox(ctx, lease, 10)
 		if err != nil || len(claimed) != 5 {
 			t.Fatalf("claim: got %d events, %v; want 5", len(claimed), err)
 		}
@@ -345,7 +344,7 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 		}
 		pending := record("msg_pending")
 
-		sw := &worker.Sweeper{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2, InboxIDs: keepIDs, InboxBodies: keepBodies}
+		sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2, InboxIDs: keepIDs, InboxBodies: keepBodies}
 		clk.Add(keepBodies + time.Second)
 		if err := sw.Sweep(ctx); err != nil {
 			t.Fatalf("sweep: %v", err)

@@ -264,7 +264,6 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		})
 	}
 	startWorker("sweeper", (&worker.Sweeper{
-		Store:       st,
 		Rules:       rules,
 		Logger:      svc.logger.With("worker", "sweeper"),
 		Interval:    svc.config.Workers.Poll,

@@ -25,9 +25,31 @@ type Reads struct {
 }
 
 // Approval returns one approval with its approvers, decisions and execution, or ENOTFOUND.
+//
+// A pending approval.TokenCheck in ctx rides in the read's WHERE clause, evaluated once
+// for the statement: a row read means the token is still good, so a GET by a token already
+// seen is one statement, one round trip. When no row comes back, the approval is missing or
+// the token no longer good; a second statement, the check alone, tells which.
 func (r Reads) Approval(ctx context.Context, id string) (*approval.Approval, error) {
-	a, err := ApprovalByID(ctx, r.DB, r.Dialect, id)
-	return a, r.Translate("read approval", err)
+	c := approval.PendingTokenCheck(ctx)
+	if c == nil {
+		a, err := ApprovalByID(ctx, r.DB, r.Dialect, id)
+		return a, r.Translate("read approval", err)
+	}
+	d := r.Dialect
+	rows, err := r.DB.Query(ctx, d.ApprovalDetail+` WHERE a.id = `+d.Param(1)+` AND (`+TokenCheckSQL(d, 2)+`) = 1`,
+		append([]any{id}, TokenCheckArgs(d, c)...)...)
+	list, err := Collect(rows, err, ScanApprovalDetail)
+	if err != nil {
+		return nil, r.Translate("read approval", err)
+	} else if len(list) == 1 {
+		c.Pass()
+		return list[0], nil
+	}
+	if err := CheckToken(ctx, r.DB, d, c); err != nil {
+		return nil, r.Translate("read approval", err)
+	}
+	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 }
 
 // ApprovalByID reads one approval with its details through q, or ENOTFOUND.

@@ -1,8 +1,11 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/approvald/approval"
@@ -117,6 +120,33 @@ func (t Tx) ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, e
 	return t.ids(ctx, "find due approvals", `
 		SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= $1
 		ORDER BY expires_at, id LIMIT $2`+t.Dialect.SkipLocked, t.Dialect.Time(t.At), limit)
+}
+
+// EventInsert appends the event under the approval's lock, which makes max(seq)+1 safe.
+func (t Tx) EventInsert(ctx context.Context, approvalID, typ, actor string, cause approval.Cause, detail map[string]any) error {
+	causeJSON, detailJSON, err := EventJSON(cause, detail)
+	if err != nil {
+		return err
+	}
+	var detailText any
+	if detailJSON != nil {
+		detailText = string(detailJSON)
+	}
+	return t.write(ctx, "append event", `
+		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+		VALUES ($1, (SELECT COALESCE(max(seq), 0) + 1 FROM events WHERE approval_id = $1), $2, $3, $4, $5, $6)`,
+		approvalID, typ, t.Dialect.Time(t.At), actor, string(causeJSON), detailText)
+}
+
+// EventInsertMany appends the events one statement each; PostgreSQL's driver replaces it with
+// one statement over arrays.
+func (t Tx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+	for _, e := range events {
+		if err := t.EventInsert(ctx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ExecutionGetByOperationKey finds the oldest other execution under (action, key). It takes
@@ -276,6 +306,50 @@ func (t Tx) OutboxInsert(ctx context.Context, m *approval.OutboxMessage) error {
 		string(m.Payload), string(m.Status), d.NullTime(m.NextAttemptAt), d.Time(m.CreatedAt), d.Time(m.UpdatedAt))
 }
 
+// OutboxClaimDue is one statement and a queued insert per claimed message. The pending and
+// the expired messages are found apart, each in the order of its partial index, and only the
+// first limit of the two merged: one query ordering both by a common due time is served by
+// no index. On PostgreSQL SKIP LOCKED lets replicas claim disjoint messages without waiting
+// for each other; the rows one branch locks beyond the merged limit are skipped by other
+// replicas only until this transaction ends.
+func (t Tx) OutboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.OutboxMessage, error) {
+	d := t.Dialect
+	msgs, err := query(ctx, t, `
+		WITH pending AS (
+			SELECT id, next_attempt_at AS due_at FROM outbox
+			WHERE status = 'pending' AND next_attempt_at <= $1
+			ORDER BY next_attempt_at, id LIMIT $2`+d.SkipLocked+`
+		), expired AS (
+			SELECT id, lease_expires_at AS due_at FROM outbox
+			WHERE status = 'sending' AND lease_expires_at <= $1
+			ORDER BY lease_expires_at, id LIMIT $2`+d.SkipLocked+`
+		), due AS (
+			SELECT * FROM pending UNION ALL SELECT * FROM expired
+			ORDER BY due_at, id LIMIT $2
+		)
+		UPDATE outbox
+		SET status = 'sending', attempts = attempts + 1, next_attempt_at = NULL,
+			lease_expires_at = $3, updated_at = $1
+		WHERE id IN (SELECT id FROM due)
+		RETURNING `+unqualified(OutboxColumns, "o"),
+		ScanOutbox, d.Time(t.At), limit, d.Time(leaseUntil))
+	if err != nil {
+		return nil, t.Translate("claim outbox messages", err)
+	}
+	// RETURNING has no order of its own.
+	slices.SortFunc(msgs, func(a, b *approval.OutboxMessage) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	for _, m := range msgs {
+		if err := t.write(ctx, "log outbox attempt", `
+			INSERT INTO outbox_attempts (message_id, attempt, started_at) VALUES ($1, $2, $3)`,
+			m.ID, m.Attempts, d.Time(t.At)); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
+}
+
 // OutboxGetForUpdate reads and locks one message.
 func (t Tx) OutboxGetForUpdate(ctx context.Context, id string) (*approval.OutboxMessage, error) {
 	list, err := query(ctx, t, `SELECT `+OutboxColumns+` FROM outbox o WHERE o.id = $1`+t.Dialect.ForUpdate, ScanOutbox, id)
@@ -335,6 +409,18 @@ func (t Tx) SigninTokenUseIfValid(ctx context.Context, hash []byte) (string, err
 		func(row Row) (s string, err error) { return s, row.Scan(&s) }, t.Dialect.Time(t.At), hash)
 	subject, err := first(list, err)("no unused, unexpired sign-in link has this token")
 	return subject, t.Translate("use sign-in link", err)
+}
+
+func (t Tx) SigninTokenDeleteExpired(ctx context.Context, createdBefore time.Time, limit int) (int, error) {
+	n, err := t.exec(ctx, "purge sign-in links", `
+		WITH old AS (
+			SELECT hash FROM signin_tokens
+			WHERE created_at < $1 AND expires_at <= $2
+			LIMIT $3`+t.Dialect.SkipLocked+`
+		)
+		DELETE FROM signin_tokens WHERE hash IN (SELECT hash FROM old)`,
+		t.Dialect.Time(createdBefore), t.Dialect.Time(t.At), limit)
+	return int(n), err
 }
 
 // nullBytes binds b as NULL when it is nil, and as a (possibly empty) blob otherwise.
