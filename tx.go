@@ -187,4 +187,11 @@ type Tx interface {
 	// expires_at > Now, and returns its subject; ENOTFOUND when the guard fails or there is
 	// no such link. Of racing uses of one link exactly one succeeds.
 	SigninTokenUseIfValid(ctx context.Context, hash []byte) (string, error)
+
+	// PersonEmailGetMany returns the addresses stored for the persons (Store.PersonEmails),
+	// person to address; persons without one are absent.
+	PersonEmailGetMany(ctx context.Context, persons []string) (map[string]string, error)
+	// PersonEmailUpsert stores email as person's address, at Now, replacing the stored one;
+	// when it is the stored one already, nothing changes.
+	PersonEmailUpsert(ctx context.Context, person, email string) error
 }
