@@ -46,6 +46,7 @@ func exerciseAddresses(t *testing.T, s suite) {
 			{"carol", ""},
 			{"carol", "not an address"},
 			{"carol", "Carol <carol@idp.example>"},
+			{"carol", "<carol@idp.example>"},
 			{"carol", "carol@idp.example\nBcc: x@evil.example"},
 			{"carol\n", "carol@idp.example"},
 			{"carol", strings.Repeat("a", approval.MaxEmailLength) + "@x.example"},
