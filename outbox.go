@@ -144,6 +144,11 @@ type Routing struct {
 	// Emails are the people's e-mail addresses (person to address), by which a person may
 	// ask for a sign-in link.
 	Emails map[string]string
+	// ProviderEmails lets a person whom Emails names no address for be told by e-mail at the
+	// address their identity provider verified at their last OIDC sign-in, which the store
+	// keeps (Service.RecordEmail). Emails wins where it names one. Set when there is both an
+	// SMTP server and OIDC sign-in.
+	ProviderEmails bool
 	// CallbackHosts are the hosts a callback_url given on create may name: an exact host
 	// name, or "*.example.com" for any name below example.com. Empty: no callback_url is
 	// accepted.
@@ -196,7 +201,9 @@ func (r Routing) CheckCallbackURL(raw string) error {
 
 // notices returns the notification messages of n for the recipients, one per recipient and
 // channel, each unique per (approval, recipient, channel, event).
-func (r Routing) notices(n Notice, recipients []string) []*OutboxMessage {
+// stored holds the provider's addresses of those the configuration names none for
+// (providerEmails).
+func (r Routing) notices(n Notice, recipients []string, stored map[string]string) []*OutboxMessage {
 	var msgs []*OutboxMessage
 	seen := map[string]bool{}
 	for _, person := range recipients {
@@ -204,7 +211,7 @@ func (r Routing) notices(n Notice, recipients []string) []*OutboxMessage {
 			continue
 		}
 		seen[person] = true
-		for _, ch := range r.Channels[person] {
+		for _, ch := range r.channels(person, stored) {
 			msgs = append(msgs, &OutboxMessage{
 				ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, person, ch, n.Event),
 				Kind: OutboxNotification, ApprovalID: n.ApprovalID, Recipient: person, Channel: ch,
@@ -253,6 +260,13 @@ type OutboxStore interface {
 	// OutboxMessages lists messages newest first (created_at, then id, descending) and the
 	// cursor of the next page.
 	OutboxMessages(ctx context.Context, f OutboxFilter) ([]*OutboxMessage, string, error)
+
+	// PersonEmails returns the e-mail addresses identity providers verified for the persons
+	// (Service.RecordEmail), person to address; persons without one are absent. One statement.
+	PersonEmails(ctx context.Context, persons []string) (map[string]string, error)
+	// PersonsByEmail returns the persons whose stored address is email, compared without
+	// case, by name.
+	PersonsByEmail(ctx context.Context, email string) ([]string, error)
 }
 
 // OutboxOutcome is how a worker's attempt at a message ended.
@@ -272,7 +286,11 @@ func queueNotices(ctx context.Context, tx Tx, r Routing, n Notice, recipients []
 		callback = r.Callbacks[n.Requester]
 	}
 	n.URL = ""
-	msgs := r.notices(n, recipients)
+	stored, err := providerEmails(ctx, r, tx.PersonEmailGetMany, recipients)
+	if err != nil {
+		return err
+	}
+	msgs := r.notices(n, recipients, stored)
 	if callback != "" && n.Event != EventRequested && n.Event != EventNeedsReview {
 		msgs = append(msgs, &OutboxMessage{
 			ID: NewID("cbk"), NaturalKey: CallbackKey(n.EventID), Kind: OutboxCallback,
@@ -324,15 +342,16 @@ func decisionRecipients(a *Approval) []string {
 }
 
 // createNotices returns the messages of a new approval: one notification per approver and
-// channel. They are written with the approval, by Store.InsertApproval.
-func createNotices(r Routing, a *Approval) ([]*OutboxMessage, error) {
+// channel. They are written with the approval, by Store.InsertApproval. stored holds the
+// provider's addresses of the approvers the configuration names none for (providerEmails).
+func createNotices(r Routing, a *Approval, stored map[string]string) ([]*OutboxMessage, error) {
 	n := Notice{
 		EventID: "evt_" + strings.TrimPrefix(a.ID, "apr_") + "_requested", Event: EventRequested,
 		ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action, Title: a.Title,
 		Requester: a.Requester, Approvers: a.Approvers, Status: a.Status, ExpiresAt: a.ExpiresAt,
 		At: a.CreatedAt,
 	}
-	msgs := r.notices(n, a.Approvers)
+	msgs := r.notices(n, a.Approvers, stored)
 	if len(msgs) == 0 {
 		return nil, nil
 	}

@@ -115,7 +115,13 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	if err != nil {
 		return CreateResult{}, err
 	}
-	outbox, err := createNotices(s.Store.Routes(), a)
+	// The provider's addresses are read before the create's one statement, outside it: an
+	// address stored by a sign-in at this moment may miss this approval's notification.
+	stored, err := providerEmails(ctx, s.Store.Routes(), s.Store.PersonEmails, a.Approvers)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	outbox, err := createNotices(s.Store.Routes(), a, stored)
 	if err != nil {
 		return CreateResult{}, err
 	}

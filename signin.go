@@ -41,7 +41,8 @@ type SigninRequest struct {
 }
 
 // RequestSignin makes a sign-in link for the person named by who (their name in the
-// configuration, or their e-mail address) and queues its mail in the same transaction, unless
+// configuration, or their e-mail address there) and queues its mail in the same transaction,
+// unless
 // nobody with an e-mail address matches or they asked for SigninLimit links in the last
 // SigninWindow. Neither of those is an error: the caller must answer the same whatever
 // happened, so that the answer tells nobody who has an account.
@@ -50,8 +51,10 @@ func (s *Service) RequestSignin(ctx context.Context, who string) (SigninRequest,
 	if err := CheckName("name or e-mail address", who, 254); err != nil {
 		return SigninRequest{}, err
 	}
-	r := s.Store.Routes()
-	person := r.emailPerson(who)
+	// Only the configuration's addresses: a person known by the address an identity provider
+	// verified signs in through that provider, so that removing them there ends their access
+	// (a link mailed to a stored address would outlive it).
+	person := s.Store.Routes().emailPerson(who)
 	if person == "" {
 		return SigninRequest{}, nil
 	}
@@ -114,7 +117,7 @@ func (s *Service) UseSignin(ctx context.Context, token string) (string, error) {
 	} else if err != nil {
 		return "", err
 	}
-	if s.Store.Routes().emailPerson(person) == "" {
+	if p := s.Store.Routes().emailPerson(person); p != person {
 		// Taken out of the configuration since the link was sent: the link is void.
 		return "", refused
 	}

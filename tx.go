@@ -207,4 +207,11 @@ type Tx interface {
 	// expires_at <= Now, used or not, skipping those another transaction holds (a link being
 	// used), and returns how many.
 	SigninTokenDeleteExpired(ctx context.Context, createdBefore time.Time, limit int) (int, error)
+
+	// PersonEmailGetMany returns the addresses stored for the persons (Store.PersonEmails),
+	// person to address; persons without one are absent.
+	PersonEmailGetMany(ctx context.Context, persons []string) (map[string]string, error)
+	// PersonEmailUpsert stores email as person's address, at Now, replacing the stored one;
+	// when it is the stored one already, nothing changes.
+	PersonEmailUpsert(ctx context.Context, person, email string) error
 }

@@ -46,8 +46,10 @@ type Mail struct {
 	From     string // the From address, "approvald <approvals@example.com>"
 	// PublicURL is where the pages are served; links point below it.
 	PublicURL string
-	// Address returns a person's e-mail address, "" when unknown.
-	Address func(person string) string
+	// Address returns a person's e-mail address, "" when they have none
+	// (approval.Service.EmailAddress: the configured one, else the one their identity
+	// provider verified). An error, such as a store that cannot be reached, is retried.
+	Address func(ctx context.Context, person string) (string, error)
 	// TLSConfig is used for STARTTLS (nil: the system roots, ServerName Host).
 	TLSConfig *tls.Config
 	// LocalName is sent in HELO/EHLO (default "localhost").
@@ -59,7 +61,10 @@ type Mail struct {
 func (ml *Mail) Send(ctx context.Context, m *approval.OutboxMessage) error {
 	to := ""
 	if ml.Address != nil {
-		to = ml.Address(m.Recipient)
+		var err error
+		if to, err = ml.Address(ctx, m.Recipient); err != nil {
+			return fmt.Errorf("address of %s: %w", m.Recipient, err)
+		}
 	}
 	if to == "" {
 		return worker.Permanent(fmt.Errorf("%s has no e-mail address", m.Recipient))

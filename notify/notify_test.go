@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -289,7 +290,7 @@ func (h *harness) outbox(fp *failpoint.Set) outboxT {
 			approval.ChannelEmail: &notify.Mail{
 				Host: "127.0.0.1", Port: h.smtp.port, StartTLS: notify.StartTLSNone,
 				From: "approvald <approvals@example.com>", PublicURL: publicURL,
-				Address: func(p string) string { return p + "@example.com" },
+				Address: func(_ context.Context, p string) (string, error) { return p + "@example.com", nil },
 			},
 			approval.ChannelCallback: &notify.Callback{
 				Secret: func(string) string { return callbackKey }, Now: h.clock.Now,

@@ -62,6 +62,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Notifier", exerciseNotifier},
 		{"Outbox", exerciseOutbox},
 		{"Signin", exerciseSignin},
+		{"Addresses", exerciseAddresses},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,10 +95,16 @@ var start = time.Date(2030, time.January, 2, 3, 4, 5, 123456000, time.UTC)
 // run runs fn as a parallel subtest on a fresh store.
 func (s suite) run(t *testing.T, name string, fn func(t *testing.T, f *fixture)) {
 	t.Helper()
+	s.runRouted(t, name, SuiteRouting, fn)
+}
+
+// runRouted is run with a store whose Routing is r.
+func (s suite) runRouted(t *testing.T, name string, r approval.Routing, fn func(t *testing.T, f *fixture)) {
+	t.Helper()
 	t.Run(name, func(t *testing.T) {
 		t.Parallel()
 		clock := NewClock(start)
-		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now, Targeted: targeted, Routing: SuiteRouting}), clock: clock})
+		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now, Targeted: targeted, Routing: r}), clock: clock})
 	})
 }
 

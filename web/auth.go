@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -32,8 +33,12 @@ type OIDCConfig struct {
 	// AllowedDomains, when not empty, admits only e-mail addresses of these domains (the
 	// "email" claim, which must then be verified by the provider).
 	AllowedDomains []string
-	Operators      []string // subjects given the operator role
-	Admins         []string // subjects given the admin role
+	// TrustEmail counts an "email" claim without an "email_verified" claim as verified, for
+	// a provider that only gives addresses it checked and does not say so. An
+	// "email_verified" of false is never trusted.
+	TrustEmail bool
+	Operators  []string // subjects given the operator role
+	Admins     []string // subjects given the admin role
 	// HTTPClient, when set, talks to the provider (tests); nil = http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -253,57 +258,118 @@ func (s *Server) handleOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, approval.Errorf(approval.EINVALID, "the sign-in's state does not match; start again"))
 		return
 	}
-	p, err := s.oidcPrincipal(r.Context(), q.Get("code"), st)
+	p, email, err := s.oidcPrincipal(r.Context(), q.Get("code"), st)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if email != "" {
+		// The provider's verified address becomes the subject's, for notifications and
+		// sign-in links where the configuration names none (docs/notifications.md,
+		// "Addresses"). A failure to store it does not stop the sign-in.
+		if err := s.svc.RecordEmail(r.Context(), p.Subject, email); err != nil {
+			s.log.Warn("web: the provider's e-mail address was not stored", "subject", p.Subject, "err", err)
+		}
 	}
 	s.startSession(w, r, p, viaOIDC, nil)
 	http.Redirect(w, r, st.Next, http.StatusSeeOther)
 }
 
-// oidcPrincipal exchanges code and returns who the verified ID token names.
-func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (approval.Principal, error) {
+// oidcPrincipal exchanges code and returns who the verified ID token names, and the e-mail
+// address the provider verified for them ("" when it verified none).
+func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (approval.Principal, string, error) {
 	oc, verifier, err := s.oidc.setup(ctx)
 	if err != nil {
-		return approval.Principal{}, err
+		return approval.Principal{}, "", err
 	}
 	ctx = s.oidc.context(ctx)
 	tok, err := oc.Exchange(ctx, code, oauth2.VerifierOption(st.Verifier))
 	if err != nil {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider did not accept the sign-in code")
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the identity provider did not accept the sign-in code")
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no ID token")
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no ID token")
 	}
 	idt, err := verifier.Verify(ctx, raw)
 	if err != nil {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token is not valid")
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token is not valid")
 	}
 	if idt.Nonce != st.Nonce {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's nonce does not match this sign-in")
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's nonce does not match this sign-in")
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's claims cannot be read")
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's claims cannot be read")
 	}
 	subject, _ := claims[s.oidc.cfg.SubjectClaim].(string)
 	if subject == "" {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no %q claim", s.oidc.cfg.SubjectClaim)
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no %q claim", s.oidc.cfg.SubjectClaim)
 	}
 	if err := approval.CheckText("subject", subject); err != nil {
-		return approval.Principal{}, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's subject is not usable")
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's subject is not usable")
 	}
-	if domains := s.oidc.cfg.AllowedDomains; len(domains) > 0 {
-		email, _ := claims["email"].(string)
-		verified, _ := claims["email_verified"].(bool)
-		_, domain, _ := strings.Cut(email, "@")
-		if !verified || !slices.ContainsFunc(domains, func(d string) bool { return strings.EqualFold(d, domain) }) {
-			return approval.Principal{}, approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: only verified addresses of %s", email, strings.Join(domains, ", "))
+	email, verified := s.oidc.email(claims)
+	if _, ok := claims["email"]; !ok {
+		// Some providers keep the address out of the ID token: ask the userinfo endpoint,
+		// whose answer counts only for the same subject (OpenID Connect Core 5.3.2).
+		if info, err := s.oidc.userinfo(ctx, oc.TokenSource(ctx, tok), idt.Subject); err != nil {
+			s.log.Warn("web: the provider's userinfo could not be read", "subject", subject, "err", err)
+		} else if info != nil {
+			email, verified = s.oidc.email(info)
 		}
 	}
-	return approval.Principal{Subject: subject, Role: s.oidc.role(subject)}, nil
+	if domains := s.oidc.cfg.AllowedDomains; len(domains) > 0 {
+		_, domain, _ := strings.Cut(email, "@")
+		if !verified || !slices.ContainsFunc(domains, func(d string) bool { return strings.EqualFold(d, domain) }) {
+			return approval.Principal{}, "", approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: only verified addresses of %s", email, strings.Join(domains, ", "))
+		}
+	}
+	if !verified {
+		email = ""
+	}
+	return approval.Principal{Subject: subject, Role: s.oidc.role(subject)}, email, nil
+}
+
+// email returns the "email" claim and whether the provider verified it: "email_verified" is
+// true (a boolean, or the string "true" some providers send), or absent with TrustEmail.
+func (c *oidcClient) email(claims map[string]any) (string, bool) {
+	email, _ := claims["email"].(string)
+	if email == "" {
+		return "", false
+	}
+	switch v := claims["email_verified"].(type) {
+	case bool:
+		return email, v
+	case string:
+		return email, v == "true"
+	case nil:
+		return email, c.cfg.TrustEmail
+	}
+	return email, false
+}
+
+// userinfo returns the claims of the provider's userinfo endpoint, nil when it has none, and
+// an error when it answers for another subject than sub.
+func (c *oidcClient) userinfo(ctx context.Context, ts oauth2.TokenSource, sub string) (map[string]any, error) {
+	c.mu.Lock()
+	p := c.provider
+	c.mu.Unlock()
+	if p.UserInfoEndpoint() == "" {
+		return nil, nil
+	}
+	info, err := p.UserInfo(ctx, ts)
+	if err != nil {
+		return nil, err
+	}
+	if info.Subject != sub {
+		return nil, fmt.Errorf("userinfo names the subject %q, the ID token %q", info.Subject, sub)
+	}
+	var claims map[string]any
+	if err := info.Claims(&claims); err != nil {
+		return nil, err
+	}
+	return claims, nil
 }
 
 // safeNext returns next when it is a path under /ui/ on this site, and /ui/ otherwise, so

@@ -1,17 +1,27 @@
 package web_test
 
 import (
+	"encoding/json"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/emersion/go-smtp"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
+	"github.com/approvald/approval/worker"
 )
 
 // oidcSetup starts a real OpenID Connect provider on loopback and the pages configured for it.
@@ -147,4 +157,162 @@ func readAll(t *testing.T, resp *http.Response) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestOIDC_ProviderAddress: a sign-in whose ID token (or userinfo) carries a verified e-mail
+// address stores it as the subject's, and the notifier mails that subject there when the
+// configuration names no address; the configured address wins over the provider's; an
+// address the provider did not verify is not stored and gets no mail. The mails go through
+// the outbox worker to a real SMTP server in the test.
+func TestOIDC_ProviderAddress(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		routing := approval.Routing{
+			Channels:       map[string][]string{"u-alice": {approval.ChannelEmail}},
+			Emails:         map[string]string{"u-alice": "alice@config.example"},
+			ProviderEmails: true,
+		}
+		m, err := mockoidc.Run()
+		if err != nil {
+			t.Fatalf("start the provider: %v", err)
+		}
+		t.Cleanup(func() { m.Shutdown() })
+		pc := m.Config()
+		f := setupRouted(t, kind, routing, func(cfg *web.Config, base string) {
+			cfg.OIDC = &web.OIDCConfig{
+				Issuer: pc.Issuer, ClientID: pc.ClientID, ClientSecret: pc.ClientSecret,
+				RedirectURL: base + "/ui/signin/oidc/callback", SubjectClaim: "sub",
+			}
+		})
+		signIn := func(u mockoidc.User) {
+			t.Helper()
+			m.QueueUser(u)
+			r, err := followingBrowser().Get(f.srv.URL + "/ui/signin/oidc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Body.Close()
+			must(t, r.StatusCode == http.StatusOK && r.Request.URL.Path == "/ui/", "sign-in of %s: %d at %s", u.ID(), r.StatusCode, r.Request.URL.Path)
+		}
+		signIn(&mockoidc.MockUser{Subject: "u-carol", Email: "carol@old.example", EmailVerified: true})
+		signIn(&mockoidc.MockUser{Subject: "u-carol", Email: "carol@idp.example", EmailVerified: true}) // changed since
+		signIn(&mockoidc.MockUser{Subject: "u-alice", Email: "alice@idp.example", EmailVerified: true})
+		signIn(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@idp.example"}) // no email_verified
+		signIn(userinfoUser{sub: "u-dana", email: "dana@idp.example"})         // the address in userinfo only
+
+		stored, err := f.store.PersonEmails(t.Context(), []string{"u-alice", "u-carol", "u-dana", "u-eve"})
+		must(t, err == nil && maps.Equal(stored, map[string]string{
+			"u-alice": "alice@idp.example", "u-carol": "carol@idp.example", "u-dana": "dana@idp.example",
+		}), "stored addresses: %v, %v", stored, err)
+
+		a := f.create("Deploy api", []string{"u-alice", "u-carol", "u-dana", "u-eve"}, 1, "")
+		srv := newSMTPServer(t)
+		svc := &approval.Service{Store: f.store}
+		outbox := &worker.Outbox{Store: f.store, Mailbox: svc, Senders: map[string]worker.Sender{
+			approval.ChannelEmail: &notify.Mail{
+				Host: "127.0.0.1", Port: srv.port, StartTLS: notify.StartTLSNone,
+				From: "approvald <approvals@example.com>", PublicURL: f.srv.URL, Address: svc.EmailAddress,
+			},
+		}}
+		n, err := outbox.RunOnce(t.Context())
+		must(t, err == nil && n == 3, "outbox round: %d sent, %v; want 3", n, err)
+		got := srv.recipients()
+		want := []string{"alice@config.example", "carol@idp.example", "dana@idp.example"}
+		must(t, slices.Equal(got, want), "mails to %v, want %v", got, want)
+		for _, msg := range srv.messages() {
+			must(t, strings.Contains(string(msg), web.ApprovalPath(a.ID)), "a mail without the approval's link")
+		}
+		msgs, _, err := f.store.OutboxMessages(t.Context(), approval.OutboxFilter{Limit: approval.MaxPageSize})
+		must(t, err == nil && len(msgs) == 3, "outbox: %d messages, %v; want 3 (none to u-eve)", len(msgs), err)
+		for _, m := range msgs {
+			must(t, m.Status == approval.OutboxSent && m.Recipient != "u-eve", "message %s to %s: %s", m.ID, m.Recipient, m.Status)
+		}
+	})
+}
+
+// TestOIDC_TrustEmail: with TrustEmail an address without email_verified is stored.
+func TestOIDC_TrustEmail(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) { c.SubjectClaim, c.TrustEmail = "sub", true })
+		m.QueueUser(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@idp.example"})
+		r, err := followingBrowser().Get(f.srv.URL + "/ui/signin/oidc")
+		must(t, err == nil && r.StatusCode == http.StatusOK, "sign-in: %v %v", r, err)
+		stored, err := f.store.PersonEmails(t.Context(), []string{"u-eve"})
+		must(t, err == nil && stored["u-eve"] == "eve@idp.example", "stored: %v, %v; want eve's address", stored, err)
+	})
+}
+
+// userinfoUser is a provider's user whose ID token carries no address: it is in userinfo,
+// verified.
+type userinfoUser struct{ sub, email string }
+
+func (u userinfoUser) ID() string { return u.sub }
+func (u userinfoUser) Userinfo([]string) ([]byte, error) {
+	return json.Marshal(map[string]any{"sub": u.sub, "email": u.email, "email_verified": true})
+}
+func (u userinfoUser) Claims(_ []string, c *mockoidc.IDTokenClaims) (jwt.Claims, error) {
+	return c, nil
+}
+
+// smtpServer is a real SMTP server on loopback that keeps what it accepts.
+type smtpServer struct {
+	port int
+	mu   sync.Mutex
+	to   []string
+	data [][]byte
+}
+
+func newSMTPServer(t *testing.T) *smtpServer {
+	t.Helper()
+	s := &smtpServer{}
+	srv := smtp.NewServer(s)
+	srv.Domain = "localhost"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.port = ln.Addr().(*net.TCPAddr).Port
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+// recipients returns the address of each mail accepted, sorted.
+func (s *smtpServer) recipients() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(slices.Values(s.to))
+}
+
+func (s *smtpServer) messages() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.data)
+}
+
+func (s *smtpServer) NewSession(*smtp.Conn) (smtp.Session, error) { return &smtpSession{srv: s}, nil }
+
+type smtpSession struct {
+	srv *smtpServer
+	to  []string
+}
+
+func (s *smtpSession) Reset()                               { s.to = nil }
+func (s *smtpSession) Logout() error                        { return nil }
+func (s *smtpSession) Mail(string, *smtp.MailOptions) error { return nil }
+func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.to = append(s.to, to)
+	return nil
+}
+
+func (s *smtpSession) Data(r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
+	for _, to := range s.to {
+		s.srv.to, s.srv.data = append(s.srv.to, to), append(s.srv.data, data)
+	}
+	return nil
 }

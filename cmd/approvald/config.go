@@ -142,6 +142,9 @@ type OIDCConfig struct {
 	SubjectClaim string `yaml:"subject_claim"`
 	// AllowedDomains, when set, admits only verified e-mail addresses of these domains.
 	AllowedDomains []string `yaml:"allowed_domains"`
+	// TrustEmail counts an "email" claim without "email_verified" as verified (a provider
+	// that gives only addresses it checked); an "email_verified" of false never is.
+	TrustEmail bool `yaml:"trust_email"`
 	// Operators and Admins name subjects given those roles; everyone else is an approver.
 	Operators []string `yaml:"operators"`
 	Admins    []string `yaml:"admins"`

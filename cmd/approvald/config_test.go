@@ -514,3 +514,22 @@ func TestValidateSubject(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutingProviderEmails: the addresses identity providers verified are used only when
+// there is both an SMTP server to send to them and OIDC sign-in to keep them current.
+func TestRoutingProviderEmails(t *testing.T) {
+	for _, c := range []struct {
+		smtp, oidc, want bool
+	}{{false, false, false}, {true, false, false}, {false, true, false}, {true, true, true}} {
+		var cfg Config
+		if c.smtp {
+			cfg.SMTP = &SMTPConfig{Host: "smtp.example.com", From: "approvals@example.com"}
+		}
+		if c.oidc {
+			cfg.Web.OIDC = &OIDCConfig{Issuer: "https://idp.example.com", ClientID: "a", RedirectURL: "https://x/cb"}
+		}
+		if got := cfg.routing().ProviderEmails; got != c.want {
+			t.Errorf("smtp %v, oidc %v: ProviderEmails %v, want %v", c.smtp, c.oidc, got, c.want)
+		}
+	}
+}

@@ -152,11 +152,15 @@ func (c *Config) routing() approval.Routing {
 		r.Callbacks[q.Name] = q.URL
 	}
 	r.CallbackHosts, r.CallbackHTTPLoopback = c.Callbacks.AllowedHosts, c.Callbacks.AllowHTTPLoopback
+	// The addresses OIDC providers verified are used only while both are configured: without
+	// SMTP there is nothing to send them, and without OIDC nothing keeps them current.
+	r.ProviderEmails = c.SMTP != nil && c.Web.OIDC != nil
 	return r
 }
 
-// senders are the outbox's channels.
-func (c *Config) senders() map[string]worker.Sender {
+// senders are the outbox's channels. A mail's address is resolved by rules
+// (approval.Service.EmailAddress): the configured one, else the provider's.
+func (c *Config) senders(rules *approval.Service) map[string]worker.Sender {
 	people := map[string]PersonConfig{}
 	for _, p := range c.People {
 		people[p.Name] = p
@@ -183,7 +187,7 @@ func (c *Config) senders() map[string]worker.Sender {
 		senders[approval.ChannelEmail] = &notify.Mail{
 			Host: s.Host, Port: port, StartTLS: s.StartTLS, Username: s.Username, Password: s.Password,
 			From: s.From, PublicURL: c.Web.PublicURL,
-			Address: func(p string) string { return people[p].Email },
+			Address: rules.EmailAddress,
 		}
 	}
 	return senders

@@ -297,7 +297,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Store:      st,
 		Mailbox:    rules,
 		Logger:     svc.logger.With("worker", "outbox"),
-		Senders:    svc.config.senders(),
+		Senders:    svc.config.senders(rules),
 		Lease:      svc.config.Workers.Lease,
 		Poll:       svc.config.Workers.Poll,
 		Failpoints: svc.failpoints,
@@ -360,7 +360,8 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 	if o := w.OIDC; o != nil {
 		cfg.OIDC = &web.OIDCConfig{
 			Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, RedirectURL: o.RedirectURL,
-			SubjectClaim: o.SubjectClaim, AllowedDomains: o.AllowedDomains, Operators: o.Operators, Admins: o.Admins,
+			SubjectClaim: o.SubjectClaim, AllowedDomains: o.AllowedDomains, TrustEmail: o.TrustEmail,
+			Operators: o.Operators, Admins: o.Admins,
 		}
 	}
 	return cfg
