@@ -31,6 +31,25 @@ var (
 	}
 )
 
+// The statuses of the backlog: rows that wait for a worker or a person and leave the status
+// when handled, so there are as many as the work waiting, not as the history. Every other
+// status is final (or, for inbox events, kept until purged) and only grows with use.
+var (
+	BacklogStatuses          = []Status{StatusPending}
+	BacklogInboxStatuses     = []InboxStatus{InboxPending, InboxFailed}
+	BacklogExecutionStatuses = []ExecutionStatus{ExecutionQueued, ExecutionRunning, ExecutionNeedsReview}
+)
+
+// Backlog is what waits in the database, counted by status: see Store.Backlog. Every backlog
+// status is present in its map, zero included.
+type Backlog struct {
+	Approvals  map[Status]int
+	Inbox      map[InboxStatus]int
+	Executions map[ExecutionStatus]int
+	// Stuck is how many running executions are past their lease.
+	Stuck int
+}
+
 // Check validates the filter of Approvals and returns its page size.
 // Names given to filter by are only checked for what no store could compare (NUL, invalid
 // UTF-8): a name stored before a limit existed stays listable. A search text is checked as the

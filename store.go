@@ -59,6 +59,12 @@ type Store interface {
 	// ApprovalCounts returns how many approvals are in each status (for /metrics).
 	ApprovalCounts(ctx context.Context) (map[Status]int, error)
 
+	// Backlog counts the rows in the backlog statuses (BacklogStatuses, BacklogInboxStatuses,
+	// BacklogExecutionStatuses) and the running executions past their lease, in one
+	// statement. Each count is an index range of its status, so it costs what waits, however
+	// many approvals, events and executions are done: /metrics reads it at every scrape.
+	Backlog(ctx context.Context) (Backlog, error)
+
 	// Events returns an approval's audit trail, oldest first, or ENOTFOUND.
 	Events(ctx context.Context, approvalID string) ([]Event, error)
 

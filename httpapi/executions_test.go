@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -436,6 +437,88 @@ func TestStoreGauges(t *testing.T) {
 			`approvald_executions{status="queued"} 0`,
 			`approvald_executions{status="needs_review"} 1`,
 			`approvald_executions_stuck 1`,
+		)
+	})
+}
+
+// TestStoreGaugesRunCounts: with RunCounts running, a scrape reads the backlog (pending
+// approvals, queued executions, the stuck) at once and serves the other statuses from
+// RunCounts' last read, whose age it reports; each new read, and a scrape without RunCounts,
+// brings them to the database's counts.
+func TestStoreGaugesRunCounts(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		// An interval no test outlasts: the reads seen are RunCounts' first, at its start.
+		f := setup(t, kind, func(c *httpapi.Config) { c.CountsInterval = time.Hour })
+		ci := f.token("ci-bot", approval.RoleRequester)
+		alice := f.token("alice", approval.RoleApprover)
+		f.approved(ci, alice, "run-1", targetedAction)
+		f.mustCreate(ci, "run-2", createBody("Waiting", "alice"))
+
+		scrape := func(want ...string) string {
+			t.Helper()
+			metrics := string(f.do("GET", "/metrics", "", "").body)
+			for _, w := range want {
+				if !strings.Contains(metrics, w+"\n") {
+					t.Errorf("/metrics lacks %s", w)
+				}
+			}
+			return metrics
+		}
+		// runCounts starts RunCounts and waits for its first read: the scrapes report an age.
+		runCounts := func() (stop func()) {
+			t.Helper()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- f.api.RunCounts(ctx) }()
+			stop = func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("RunCounts: %v", err)
+				}
+			}
+			for strings.Contains(scrape(), "approvald_counts_age_seconds 0\n") {
+				runtime.Gosched()
+			}
+			return stop
+		}
+		stop := runCounts()
+		scrape(
+			`approvald_approvals{status="pending"} 1`,
+			`approvald_approvals{status="approved"} 1`,
+			`approvald_executions{status="queued"} 1`,
+			`approvald_executions{status="not_configured"} 0`,
+		)
+
+		// Two more approved (one targeted, one not) and two more waiting: the backlog moves at
+		// once, the totals stay those of RunCounts' read until its next.
+		f.approved(ci, alice, "run-3", targetedAction)
+		f.approved(ci, alice, "run-4", "deploy")
+		f.mustCreate(ci, "run-5", createBody("Waiting too", "alice"))
+		f.mustCreate(ci, "run-6", createBody("Waiting three", "alice"))
+		scrape(
+			`approvald_approvals{status="pending"} 3`,
+			`approvald_approvals{status="approved"} 1`,
+			`approvald_executions{status="queued"} 2`,
+			`approvald_executions{status="not_configured"} 0`,
+		)
+		stop()
+
+		// Without RunCounts a scrape reads everything itself.
+		scrape(
+			`approvald_approvals{status="pending"} 3`,
+			`approvald_approvals{status="approved"} 3`,
+			`approvald_executions{status="not_configured"} 1`,
+			`approvald_counts_age_seconds 0`,
+		)
+		// A new RunCounts' read has them too.
+		stop = runCounts()
+		defer stop()
+		scrape(
+			`approvald_approvals{status="pending"} 3`,
+			`approvald_approvals{status="approved"} 3`,
+			`approvald_executions{status="queued"} 2`,
+			`approvald_executions{status="not_configured"} 1`,
 		)
 	})
 }

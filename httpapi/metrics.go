@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,9 +37,10 @@ const (
 	conflictMismatch = "mismatch"
 )
 
-// newMetrics registers the server's metrics on reg. sources are the configured webhook
-// sources, whose series start at zero; longPolls reads how many long-polls are waiting.
-func newMetrics(reg prometheus.Registerer, store counter, log *slog.Logger, sources []Source, longPolls func() int64) *metrics {
+// newMetrics registers the server's metrics on reg, counts among them. sources are the
+// configured webhook sources, whose series start at zero; longPolls reads how many long-polls
+// are waiting.
+func newMetrics(reg prometheus.Registerer, counts *storeCollector, sources []Source, longPolls func() int64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "approvald_http_requests_total",
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, store counter, log *slog.Logger, sour
 			Name: "approvald_http_long_polls",
 			Help: "Long-polls (GET /v1/approvals/{id}?wait=) of this process waiting for a change.",
 		}, func() float64 { return float64(longPolls()) }),
-		newStoreCollector(store, log))
+		counts)
 	return m
 }
 
@@ -85,34 +88,58 @@ func (m *metrics) observeRequest(route, method string, status int, d time.Durati
 	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
 }
 
-// storeCollector reports the gauges read from the store at scrape time (approvals, inbox
-// events and executions by status, stuck executions), so they are the database's truth across
-// all replicas rather than this process's view. Each family is read separately: a failing
-// query marks its own family invalid and the others are still reported.
+// storeCollector reports the gauges read from the store (approvals, inbox events and
+// executions by status, stuck executions), so they are the database's truth across all
+// replicas rather than this process's view.
+//
+// A count of every row grows with the history (0.9 s a scrape at a million approvals), so a
+// scrape reads only the backlog, the statuses where work waits (Store.Backlog: index ranges
+// as long as the backlog). The other statuses, which only grow, are read in full by Run every
+// interval and served from that read, whose age approvald_counts_age_seconds reports. Without
+// Run (a server in a test) a scrape reads them itself.
 type storeCollector struct {
-	store      counter
-	log        *slog.Logger
+	store    counter
+	log      *slog.Logger
+	interval time.Duration
+
+	mu     sync.Mutex
+	totals *totals // the last read of Run; nil while Run has none
+
 	approvals  *prometheus.Desc
 	inbox      *prometheus.Desc
 	executions *prometheus.Desc
 	stuck      *prometheus.Desc
+	age        *prometheus.Desc
 }
 
-func newStoreCollector(store counter, log *slog.Logger) *storeCollector {
+// totals are the counts of every status, as read at a time.
+type totals struct {
+	approvals  map[approval.Status]int
+	inbox      map[approval.InboxStatus]int
+	executions map[approval.ExecutionStatus]int
+	errs       [3]error // of approvals, inbox and executions: a failed read marks its family
+	at         time.Time
+}
+
+func newStoreCollector(store counter, log *slog.Logger, interval time.Duration) *storeCollector {
 	return &storeCollector{
-		store: store,
-		log:   log,
+		store:    store,
+		log:      log,
+		interval: interval,
 		approvals: prometheus.NewDesc("approvald_approvals",
-			"Approvals in the database, by status (read from the store on each scrape).",
+			"Approvals in the database, by status (pending read at each scrape, the others every approvald_counts_age_seconds at most).",
 			[]string{"status"}, nil),
 		inbox: prometheus.NewDesc("approvald_inbox_events",
-			"Stored webhook events, by processing status (read from the store on each scrape).",
+			"Stored webhook events, by processing status (pending and failed read at each scrape, the others every approvald_counts_age_seconds at most).",
 			[]string{"status"}, nil),
 		executions: prometheus.NewDesc("approvald_executions",
-			"Executions of approved actions, by status (read from the store on each scrape).",
+			"Executions of approved actions, by status (queued, running and needs_review read at each scrape, the others every approvald_counts_age_seconds at most).",
 			[]string{"status"}, nil),
 		stuck: prometheus.NewDesc("approvald_executions_stuck",
 			"Executions still running past their lease: a runner died or hangs, and the lease recovery has not taken them over yet.",
+			nil, nil),
+		age: prometheus.NewDesc("approvald_counts_age_seconds",
+			"Age of the counts of the statuses outside the backlog (approved, succeeded, processed...) in approvald_approvals, approvald_inbox_events and approvald_executions; the backlog's are read at each scrape.",
 			nil, nil),
 	}
 }
@@ -125,36 +152,101 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inbox
 	ch <- c.executions
 	ch <- c.stuck
+	ch <- c.age
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 
-	if counts, err := c.store.ApprovalCounts(ctx); err != nil {
+	backlog, err := c.store.Backlog(ctx)
+	if err != nil {
+		for _, desc := range []*prometheus.Desc{c.approvals, c.inbox, c.executions, c.stuck} {
+			c.invalid(ch, desc, "backlog counts", err)
+		}
+		return
+	}
+	c.mu.Lock()
+	t := c.totals
+	c.mu.Unlock()
+	age := time.Duration(0)
+	if t == nil {
+		t = c.read(ctx)
+	} else {
+		age = time.Since(t.at)
+	}
+
+	if err := t.errs[0]; err != nil {
 		c.invalid(ch, c.approvals, "approval counts", err)
 	} else {
-		for _, st := range approval.Statuses {
-			ch <- prometheus.MustNewConstMetric(c.approvals, prometheus.GaugeValue, float64(counts[st]), string(st))
-		}
+		gauges(ch, c.approvals, approval.Statuses, backlog.Approvals, t.approvals)
 	}
-
-	if counts, err := c.store.InboxCounts(ctx); err != nil {
+	if err := t.errs[1]; err != nil {
 		c.invalid(ch, c.inbox, "inbox counts", err)
 	} else {
-		for _, st := range approval.InboxStatuses {
-			ch <- prometheus.MustNewConstMetric(c.inbox, prometheus.GaugeValue, float64(counts[st]), string(st))
-		}
+		gauges(ch, c.inbox, approval.InboxStatuses, backlog.Inbox, t.inbox)
 	}
-
-	if counts, stuck, err := c.store.ExecutionCounts(ctx); err != nil {
+	if err := t.errs[2]; err != nil {
 		c.invalid(ch, c.executions, "execution counts", err)
-		c.invalid(ch, c.stuck, "execution counts", err)
 	} else {
-		for _, st := range approval.ExecutionStatuses {
-			ch <- prometheus.MustNewConstMetric(c.executions, prometheus.GaugeValue, float64(counts[st]), string(st))
+		gauges(ch, c.executions, approval.ExecutionStatuses, backlog.Executions, t.executions)
+	}
+	ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(backlog.Stuck))
+	ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age.Seconds())
+}
+
+// gauges sends one gauge per status: the backlog's count where the status is in it, the
+// total's otherwise.
+func gauges[S ~string](ch chan<- prometheus.Metric, desc *prometheus.Desc, statuses []S, backlog, total map[S]int) {
+	for _, st := range statuses {
+		n, ok := backlog[st]
+		if !ok {
+			n = total[st]
 		}
-		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck))
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}
+
+// read counts every status of the three kinds now. Each kind is read separately: a failing
+// query marks its own family invalid and the others are still reported.
+func (c *storeCollector) read(ctx context.Context) *totals {
+	t := &totals{at: time.Now()}
+	t.approvals, t.errs[0] = c.store.ApprovalCounts(ctx)
+	t.inbox, t.errs[1] = c.store.InboxCounts(ctx)
+	t.executions, _, t.errs[2] = c.store.ExecutionCounts(ctx)
+	return t
+}
+
+// run reads the totals now and then every interval until ctx ends. A read that fails is
+// logged and leaves the last good one served (its age grows), or, with none, the scrapes
+// reading for themselves.
+func (c *storeCollector) run(ctx context.Context) {
+	defer func() {
+		c.mu.Lock()
+		c.totals = nil
+		c.mu.Unlock()
+	}()
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	for {
+		readCtx, cancel := context.WithTimeout(ctx, c.interval)
+		t := c.read(readCtx)
+		cancel()
+		if err := errors.Join(t.errs[:]...); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("read counts for /metrics", slog.Any("error", err))
+		} else {
+			c.mu.Lock()
+			c.totals = t
+			c.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 

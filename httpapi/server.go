@@ -58,6 +58,7 @@ type counter interface {
 	ApprovalCounts(ctx context.Context) (map[approval.Status]int, error)
 	InboxCounts(ctx context.Context) (map[approval.InboxStatus]int, error)
 	ExecutionCounts(ctx context.Context) (counts map[approval.ExecutionStatus]int, stuck int, err error)
+	Backlog(ctx context.Context) (approval.Backlog, error)
 }
 
 // Config configures a Server. Zero values pick the documented defaults.
@@ -73,6 +74,9 @@ type Config struct {
 	LongPollInterval time.Duration        // how often ?wait= re-reads the store; 0 = 1s
 	Sources          []Source             // webhook sources, served at POST /v1/inbox/{name}
 	Failpoints       *failpoint.Set       // nil = none
+	// CountsInterval is how often RunCounts reads the counts of the statuses outside the
+	// backlog for /metrics (so how stale they may be); 0 = DefaultCountsInterval.
+	CountsInterval time.Duration
 }
 
 // Source is one configured webhook sender (docs/http-api.md, "Webhook intake"). cmd/approvald
@@ -93,6 +97,7 @@ type Source struct {
 const (
 	DefaultIdempotencyLease = 30 * time.Second
 	DefaultLongPollInterval = time.Second
+	DefaultCountsInterval   = time.Minute
 	DefaultMaxWebhookBody   = 1 << 20
 )
 
@@ -111,6 +116,7 @@ type Server struct {
 
 	mux     *http.ServeMux
 	metrics *metrics
+	counts  *storeCollector // the store's gauges on /metrics
 	// longPolls counts the ?wait= requests parked in their wait (a gauge on /metrics).
 	longPolls atomic.Int64
 }
@@ -158,13 +164,24 @@ func New(cfg Config) *Server {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	s.metrics = newMetrics(reg, s.store, s.log, cfg.Sources, s.longPolls.Load)
+	s.counts = newStoreCollector(s.store, s.log, cmp.Or(cfg.CountsInterval, DefaultCountsInterval))
+	s.metrics = newMetrics(reg, s.counts, cfg.Sources, s.longPolls.Load)
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
 	s.register(s.routes(metricsHandler))
 	return s
+}
+
+// RunCounts keeps the counts that /metrics reports for the statuses outside the backlog
+// (approved, succeeded, processed...), which grow with the history and cost a read of every
+// row: it reads them now, then every CountsInterval, until ctx ends, and returns nil then.
+// A scrape reads only the backlog (Store.Backlog) and serves the rest from RunCounts' last
+// read; without RunCounts it reads everything itself, as a test's server does.
+func (s *Server) RunCounts(ctx context.Context) error {
+	s.counts.run(ctx)
+	return nil
 }
 
 // route is one entry of the route table.

@@ -119,6 +119,7 @@ func exerciseAudit(t *testing.T, s suite) {
 			approval.StatusExpired:   1,
 			approval.StatusCancelled: 1,
 		})
+		wantBacklog(t, f.store)
 	})
 
 	// The stores keep microseconds and truncate the rest; a time read back is compared with
@@ -156,4 +157,48 @@ func wantEvent(tb testing.TB, ev approval.Event, actor string, cause approval.Ca
 		tb.Fatalf("event %d (%s): got actor %q cause %+v, want actor %q cause %+v", ev.Seq, ev.Type, ev.Actor, ev.Cause, actor, cause)
 	}
 	wantTime(tb, "event "+ev.Type, ev.At, at)
+}
+
+// wantBacklog checks that Store.Backlog, which /metrics reads at every scrape, counts each
+// backlog status as the full counts by status do, holds no other status (the collector would
+// report its count for that status), and counts the stuck executions as ExecutionCounts does.
+func wantBacklog(t *testing.T, st approval.Store) {
+	t.Helper()
+	ctx := t.Context()
+	b, err := st.Backlog(ctx)
+	if err != nil {
+		t.Fatalf("backlog: %v", err)
+	}
+	approvals, err := st.ApprovalCounts(ctx)
+	if err != nil {
+		t.Fatalf("approval counts: %v", err)
+	}
+	inbox, err := st.InboxCounts(ctx)
+	if err != nil {
+		t.Fatalf("inbox counts: %v", err)
+	}
+	executions, stuck, err := st.ExecutionCounts(ctx)
+	if err != nil {
+		t.Fatalf("execution counts: %v", err)
+	}
+	sameCounts(t, "approvals", b.Approvals, approvals, approval.BacklogStatuses)
+	sameCounts(t, "inbox events", b.Inbox, inbox, approval.BacklogInboxStatuses)
+	sameCounts(t, "executions", b.Executions, executions, approval.BacklogExecutionStatuses)
+	if b.Stuck != stuck {
+		t.Fatalf("backlog: got %d stuck executions, want %d as ExecutionCounts", b.Stuck, stuck)
+	}
+}
+
+// sameCounts checks that backlog holds exactly the statuses given, each counted as in all.
+func sameCounts[S ~string](t *testing.T, what string, backlog, all map[S]int, statuses []S) {
+	t.Helper()
+	if len(backlog) != len(statuses) {
+		t.Fatalf("backlog of %s: got %v, want the statuses %v only", what, backlog, statuses)
+	}
+	for _, st := range statuses {
+		n, ok := backlog[st]
+		if !ok || n != all[st] {
+			t.Fatalf("backlog of %s: got %v, want %s as the counts by status %v", what, backlog, st, all)
+		}
+	}
 }

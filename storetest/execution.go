@@ -1171,6 +1171,13 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if stuck != 1 {
 			t.Fatalf("stuck executions: got %d, want 1 (running past its lease)", stuck)
 		}
+		wantBacklog(t, f.store)
+		// Past the renewed lease too: both running executions are stuck.
+		f.clock.Advance(2 * workLease)
+		if _, stuck, err := f.store.ExecutionCounts(ctx); err != nil || stuck != 2 {
+			t.Fatalf("stuck executions past both leases: got %d (%v), want 2", stuck, err)
+		}
+		wantBacklog(t, f.store)
 	})
 
 	s.run(t, "List", func(t *testing.T, f *fixture) {

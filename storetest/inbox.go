@@ -793,6 +793,7 @@ func exerciseInbox(t *testing.T, s suite) {
 				t.Fatalf("inbox counts: got %v, want %v", counts, want)
 			}
 		}
+		wantBacklog(t, f.store)
 	})
 }
 

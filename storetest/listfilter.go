@@ -56,6 +56,8 @@ func exerciseListFilters(t *testing.T, s suite) {
 			{Approver: "alice"},
 			{Approver: "bob", Status: approval.StatusPending},
 			{Approver: "carol", Status: approval.StatusPending, NotVotedBy: "carol"},
+			{Requester: "ci-bot", Status: approval.StatusPending},
+			{VisibleTo: "alice", Status: approval.StatusPending},
 			{Approver: "alice", Requester: "alice"},
 			{Approver: "bob", VisibleTo: "deployer"},
 			{Requester: "alice"},

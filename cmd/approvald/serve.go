@@ -255,7 +255,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	var workers sync.WaitGroup
 	// A worker returns before workerCtx ends only when it cannot work at all; the process
 	// then stops rather than serve an API whose approvals would never execute.
-	workerFailed := make(chan error, 4)
+	workerFailed := make(chan error, 5)
 	startWorker := func(name string, run func(context.Context) error) {
 		workers.Go(func() {
 			if err := run(workerCtx); err != nil {
@@ -293,6 +293,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Failpoints:  svc.failpoints,
 	}).Run)
 
+	// /metrics serves the counts that grow with the history from a read every minute.
+	startWorker("metrics counts", api.RunCounts)
 	startWorker("outbox", (&worker.Outbox{
 		Store:      st,
 		Mailbox:    rules,
