@@ -35,6 +35,13 @@ FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 // holds its key; see approval.Store. SQLite's single writer orders concurrent inserts of one
 // key: the second finds the first's approval.
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
+	// A retry finds the approval holding its key on the read pool, the request's token check
+	// in the same statement, without queueing for the one write connection. Only a key that
+	// looks free (or a token that may be refused) goes on to the write transaction, which
+	// checks both again under the write lock.
+	if h, err := s.heldKey(ctx, a.Requester, a.OperationKey); err != nil || h != nil {
+		return h, err
+	}
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, fail("insert approval", err)
@@ -66,6 +73,25 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 		return nil, fail("insert approval", err)
 	}
 	return nil, nil
+}
+
+// heldKey finds the approval made under (requester, key) on the read pool, or nil; a pending
+// approval.TokenCheck in ctx rides in its WHERE clause, so a row read means it passed.
+func (s *Store) heldKey(ctx context.Context, requester, key string) (*approval.KeyHolder, error) {
+	q, args := approvalDetailSQL+` WHERE a.operation_key = ? AND a.requester = ?`, []any{key, requester}
+	c := approval.PendingTokenCheck(ctx)
+	if c != nil {
+		q, args = q+` AND (`+sqldb.TokenCheckSQL(dialect, 3)+`) = 1`, append(args, sqldb.TokenCheckArgs(dialect, c)...)
+	}
+	rows, err := s.Reads.DB.Query(ctx, q, args...)
+	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
+	if err != nil || len(list) == 0 {
+		return nil, fail("read the approval holding the key", err)
+	}
+	if c != nil {
+		c.Pass()
+	}
+	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, nil
 }
 
 // keyHolder finds the approval made under (requester, key), or nil.
