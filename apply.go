@@ -114,22 +114,9 @@ func refusedByRules(e *Error) bool {
 // this claim, that fences out whoever held it before, a lease until now+lease, and one more
 // attempt. Workers on every replica may claim at once and take disjoint events.
 func (s *Service) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*InboxEvent, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, Errorf(EINVALID, "lease and limit must be positive")
-	}
-	tx, err := s.Store.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-	events, err := tx.InboxClaimDue(ctx, limit, tx.Now().Add(lease), NewID("clm"))
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return events, nil
+	return claimDue(ctx, s, lease, limit, func(tx Tx, leaseEnd time.Time) ([]*InboxEvent, error) {
+		return tx.InboxClaimDue(ctx, limit, leaseEnd, NewID("clm"))
+	})
 }
 
 // FailInbox records a failed attempt of the claimed event e, only while e.LeaseToken still

@@ -1,5 +1,10 @@
 package approval
 
+import (
+	"context"
+	"time"
+)
+
 // The fence of a worker's claim, the same for every leased row: an execution and an outbox
 // message, claimed by attempt number, and an inbox event, claimed by lease token. A claim
 // holds its row while the row still carries the claim's own number or token and is still in
@@ -25,4 +30,31 @@ func claimLost[T comparable](kind, id string, mine T) error {
 		return Errorf(ECONFLICT, "attempt %d no longer holds %s %s", n, kind, id)
 	}
 	return Errorf(ECONFLICT, "the claim on %s %s was lost", kind, id)
+}
+
+// claimDue runs one claim of a worker in a transaction of its own: EINVALID unless lease and
+// limit are positive; take claims up to limit rows, each leased until leaseEnd.
+func claimDue[T any](ctx context.Context, s *Service, lease time.Duration, limit int, take func(tx Tx, leaseEnd time.Time) ([]T, error)) ([]T, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	return inTx(ctx, s, func(tx Tx) ([]T, error) { return take(tx, tx.Now().Add(lease)) })
+}
+
+// inTx runs fn in a transaction of its own and returns its result once committed.
+func inTx[T any](ctx context.Context, s *Service, fn func(Tx) (T, error)) (T, error) {
+	var zero T
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return zero, err
+	}
+	defer tx.Rollback(ctx)
+	v, err := fn(tx)
+	if err != nil {
+		return zero, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return zero, err
+	}
+	return v, nil
 }

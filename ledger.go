@@ -25,40 +25,27 @@ import (
 // replica may claim at once: each execution's attempt goes to exactly one of them, and none
 // waits for another.
 func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, Errorf(EINVALID, "lease and limit must be positive")
-	}
-	tx, err := s.Store.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-
-	claims, err := tx.ExecutionClaimDue(ctx, limit, tx.Now().Add(lease))
-	if err != nil {
-		return nil, err
-	}
-	trail := make([]Event, 0, len(claims))
-	for _, c := range claims {
-		// A recovered claim's predecessor may have sent its call: from now on the outcome
-		// is uncertain, until an operator settles it.
-		if c.Recovered && !c.Record.Uncertain {
-			c.Record.Uncertain = true
-			if err := tx.ExecutionUpdateIfAttempt(ctx, c.Record, c.Attempt); err != nil {
-				return nil, err
-			}
+	return claimDue(ctx, s, lease, limit, func(tx Tx, leaseEnd time.Time) ([]*ExecutionClaim, error) {
+		claims, err := tx.ExecutionClaimDue(ctx, limit, leaseEnd)
+		if err != nil {
+			return nil, err
 		}
-		trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
-			Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
-			Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
-	}
-	if err := tx.EventInsertMany(ctx, trail); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return claims, nil
+		trail := make([]Event, 0, len(claims))
+		for _, c := range claims {
+			// A recovered claim's predecessor may have sent its call: from now on the
+			// outcome is uncertain, until an operator settles it.
+			if c.Recovered && !c.Record.Uncertain {
+				c.Record.Uncertain = true
+				if err := tx.ExecutionUpdateIfAttempt(ctx, c.Record, c.Attempt); err != nil {
+					return nil, err
+				}
+			}
+			trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
+				Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
+				Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
+		}
+		return claims, tx.EventInsertMany(ctx, trail)
+	})
 }
 
 // RenewExecution extends a running claim's lease to now+lease (EINVALID unless lease is

@@ -372,22 +372,9 @@ func createNotices(r Routing, a *Approval, stored map[string]string) ([]*OutboxM
 // its attempt is logged as started; the new attempt number is the claim's fencing token.
 // Workers on every replica may claim at once and take disjoint messages.
 func (s *Service) ClaimOutbox(ctx context.Context, lease time.Duration, limit int) ([]*OutboxMessage, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, Errorf(EINVALID, "lease and limit must be positive")
-	}
-	tx, err := s.Store.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-	msgs, err := tx.OutboxClaimDue(ctx, limit, tx.Now().Add(lease))
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return msgs, nil
+	return claimDue(ctx, s, lease, limit, func(tx Tx, leaseEnd time.Time) ([]*OutboxMessage, error) {
+		return tx.OutboxClaimDue(ctx, limit, leaseEnd)
+	})
 }
 
 // FinishOutbox records how attempt of message id ended, only while attempt still holds it

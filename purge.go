@@ -19,7 +19,7 @@ func (s *Service) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Durat
 	if limit <= 0 || keepIDs < 0 || keepBodies < 0 {
 		return 0, Errorf(EINVALID, "limit must be positive and retention periods not negative")
 	}
-	return s.purge(ctx, func(tx Tx) (int, error) {
+	return inTx(ctx, s, func(tx Tx) (int, error) {
 		deleted, err := tx.InboxDeleteHandled(ctx, tx.Now().Add(-keepIDs), limit)
 		if err != nil {
 			return 0, err
@@ -35,24 +35,7 @@ func (s *Service) PurgeSigninTokens(ctx context.Context, keep time.Duration, lim
 	if limit <= 0 || keep < 0 {
 		return 0, Errorf(EINVALID, "limit must be positive and keep not negative")
 	}
-	return s.purge(ctx, func(tx Tx) (int, error) {
+	return inTx(ctx, s, func(tx Tx) (int, error) {
 		return tx.SigninTokenDeleteExpired(ctx, tx.Now().Add(-keep), limit)
 	})
-}
-
-// purge runs del in a transaction of its own and returns its count once committed.
-func (s *Service) purge(ctx context.Context, del func(Tx) (int, error)) (int, error) {
-	tx, err := s.Store.Begin(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback(ctx)
-	n, err := del(tx)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, err
-	}
-	return n, nil
 }
