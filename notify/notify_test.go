@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/storetest"
@@ -40,27 +40,27 @@ func TestMail_CreateRetriedSendsOnePerApprover(t *testing.T) {
 		id := h.create(t, "deploy-1042", 10)
 		for h.outbox(nil).RunOnceT(t) > 0 {
 		}
-		got := h.smtp.messages()
+		got := h.smtp.Mails()
 		if len(got) != 2 {
 			t.Fatalf("mails: got %d, want 2 (one per approver)", len(got))
 		}
 		rcpts := map[string]bool{}
 		for _, m := range got {
-			rcpts[m.to] = true
-			msg := parseMail(t, m.data)
+			rcpts[m.To] = true
+			msg := parseMail(t, m.Data)
 			if !strings.HasPrefix(msg.messageID, "<ntf_") || !strings.HasSuffix(msg.messageID, "@approvals.example.com>") {
 				t.Errorf("Message-ID: got %q, want <ntf_...@approvals.example.com>", msg.messageID)
 			}
 			link := publicURL + web.ApprovalPath(id)
 			if !strings.Contains(msg.text, link) || !strings.Contains(msg.html, `href="`+link+`"`) {
-				t.Errorf("mail to %s: want the page link %s in both parts\ntext: %s\nhtml: %s", m.to, link, msg.text, msg.html)
+				t.Errorf("mail to %s: want the page link %s in both parts\ntext: %s\nhtml: %s", m.To, link, msg.text, msg.html)
 			}
 			if !strings.Contains(msg.text, "Deploy api v1.42 to prod") || !strings.Contains(msg.html, "Deploy api v1.42 to prod") {
-				t.Errorf("mail to %s: want the title in both parts", m.to)
+				t.Errorf("mail to %s: want the title in both parts", m.To)
 			}
 			for _, part := range []string{msg.text, msg.html} {
 				if strings.Contains(part, "/approve") || strings.Contains(part, "/reject") {
-					t.Errorf("mail to %s carries a link that decides: %s", m.to, part)
+					t.Errorf("mail to %s carries a link that decides: %s", m.To, part)
 				}
 			}
 		}
@@ -103,12 +103,12 @@ func TestMail_KilledAfterAcceptResendsOnce(t *testing.T) {
 		for h.outbox(nil).RunOnceT(t) > 0 {
 			t.Fatal("a sent message was claimed again")
 		}
-		got := h.smtp.messages()
+		got := h.smtp.Mails()
 		if len(got) != 2 {
 			t.Fatalf("mails: got %d, want 2 (the first and one resend)", len(got))
 		}
-		first, second := parseMail(t, got[0].data), parseMail(t, got[1].data)
-		if first.messageID != second.messageID || !bytes.Equal(got[0].data, got[1].data) {
+		first, second := parseMail(t, got[0].Data), parseMail(t, got[1].Data)
+		if first.messageID != second.messageID || !bytes.Equal(got[0].Data, got[1].Data) {
 			t.Fatalf("resend: got Message-ID %s then %s, want the same message", first.messageID, second.messageID)
 		}
 		m := h.list(t, approval.OutboxNotification)[0]
@@ -128,8 +128,8 @@ func TestMail_RefusedAndRetried(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		h := newHarness(t, kind, approvers)
-		h.smtp.refuse("bob@example.com", &smtp.SMTPError{Code: 550, Message: "no such user"})
-		h.smtp.refuse("alice@example.com", &smtp.SMTPError{Code: 451, Message: "try again later"})
+		h.smtp.Refuse("bob@example.com", &smtp.SMTPError{Code: 550, Message: "no such user"})
+		h.smtp.Refuse("alice@example.com", &smtp.SMTPError{Code: 451, Message: "try again later"})
 		h.create(t, "deploy-9", 1)
 		h.outbox(nil).RunOnceT(t)
 		byTo := map[string]*approval.OutboxMessage{}
@@ -142,10 +142,10 @@ func TestMail_RefusedAndRetried(t *testing.T) {
 		if m := byTo["alice"]; m.Status != approval.OutboxPending || !strings.Contains(m.LastError, "451") || m.NextAttemptAt == nil || !m.NextAttemptAt.After(h.clock.Now()) {
 			t.Fatalf("alice's: got %+v, want pending later with the 451", m)
 		}
-		h.smtp.refuse("alice@example.com", nil)
+		h.smtp.Refuse("alice@example.com", nil)
 		h.clock.Advance(time.Hour)
 		h.outbox(nil).RunOnceT(t)
-		if got := h.smtp.messages(); len(got) != 1 || got[0].to != "alice@example.com" {
+		if got := h.smtp.Mails(); len(got) != 1 || got[0].To != "alice@example.com" {
 			t.Fatalf("mails: got %d, want alice's one", len(got))
 		}
 	})
@@ -217,13 +217,13 @@ const (
 type harness struct {
 	store approval.Store
 	clock *storetest.Clock
-	smtp  *smtpServer
+	smtp  *mailtest.Server
 }
 
 func newHarness(t *testing.T, kind string, routing approval.Routing) *harness {
 	t.Helper()
 	clock := storetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	h := &harness{clock: clock, smtp: newSMTPServer(t)}
+	h := &harness{clock: clock, smtp: mailtest.Start(t)}
 	h.store = testdb.OpenWith(t, kind, testdb.Options{Now: clock.Now, Routing: routing})
 	return h
 }
@@ -288,7 +288,7 @@ func (h *harness) outbox(fp *failpoint.Set) outboxT {
 		Rand: func() float64 { return 0.5 },
 		Senders: map[string]worker.Sender{
 			approval.ChannelEmail: &notify.Mail{
-				Host: "127.0.0.1", Port: h.smtp.port, StartTLS: notify.StartTLSNone,
+				Host: "127.0.0.1", Port: h.smtp.Port, StartTLS: notify.StartTLSNone,
 				From: "approvald <approvals@example.com>", PublicURL: publicURL,
 				Address: func(_ context.Context, p string) (string, error) { return p + "@example.com", nil },
 			},
@@ -306,84 +306,6 @@ func (h *harness) list(t *testing.T, kind approval.OutboxKind) []*approval.Outbo
 		t.Fatal(err)
 	}
 	return msgs
-}
-
-// smtpServer is a real SMTP server on loopback that records what it accepts.
-type smtpServer struct {
-	port int
-
-	mu       sync.Mutex
-	received []received
-	refusals map[string]error
-}
-
-type received struct {
-	to   string
-	data []byte
-}
-
-func newSMTPServer(t *testing.T) *smtpServer {
-	t.Helper()
-	s := &smtpServer{refusals: map[string]error{}}
-	srv := smtp.NewServer(s)
-	srv.Domain = "localhost"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return s
-}
-
-func (s *smtpServer) refuse(to string, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err == nil {
-		delete(s.refusals, to)
-	} else {
-		s.refusals[to] = err
-	}
-}
-
-func (s *smtpServer) messages() []received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]received(nil), s.received...)
-}
-
-func (s *smtpServer) NewSession(*smtp.Conn) (smtp.Session, error) { return &smtpSession{srv: s}, nil }
-
-type smtpSession struct {
-	srv *smtpServer
-	to  []string
-}
-
-func (s *smtpSession) Reset()                               { s.to = nil }
-func (s *smtpSession) Logout() error                        { return nil }
-func (s *smtpSession) Mail(string, *smtp.MailOptions) error { return nil }
-func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
-	s.srv.mu.Lock()
-	defer s.srv.mu.Unlock()
-	if err := s.srv.refusals[to]; err != nil {
-		return err
-	}
-	s.to = append(s.to, to)
-	return nil
-}
-
-func (s *smtpSession) Data(r io.Reader) error {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	s.srv.mu.Lock()
-	defer s.srv.mu.Unlock()
-	for _, to := range s.to {
-		s.srv.received = append(s.srv.received, received{to: to, data: data})
-	}
-	return nil
 }
 
 // parsedMail is what the tests look at in a mail.
@@ -570,11 +492,11 @@ func TestMail_SigninLink(t *testing.T) {
 		if n := h.outbox(nil).RunOnceT(t); n != 1 {
 			t.Fatalf("outbox round sent %d, want 1", n)
 		}
-		got := h.smtp.messages()
-		if len(got) != 1 || got[0].to != "alice@example.com" {
+		got := h.smtp.Mails()
+		if len(got) != 1 || got[0].To != "alice@example.com" {
 			t.Fatalf("mails: got %d (%v), want 1 to alice@example.com", len(got), got)
 		}
-		m := parseMail(t, got[0].data)
+		m := parseMail(t, got[0].Data)
 		link := publicURL + web.SigninLinkPath(p.Token)
 		if !strings.Contains(m.text, link) || !strings.Contains(m.html, `href="`+strings.ReplaceAll(link, "&", "&amp;")+`"`) {
 			t.Fatalf("mail does not hold the link %s:\n%s\n%s", link, m.text, m.html)

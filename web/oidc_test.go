@@ -4,20 +4,18 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/emersion/go-smtp"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
@@ -205,21 +203,21 @@ func TestOIDC_ProviderAddress(t *testing.T) {
 		}), "stored addresses: %v, %v", stored, err)
 
 		a := f.create("Deploy api", []string{"u-alice", "u-carol", "u-dana", "u-eve"}, 1, "")
-		srv := newSMTPServer(t)
+		srv := mailtest.Start(t)
 		svc := &approval.Service{Store: f.store}
 		outbox := &worker.Outbox{Store: f.store, Mailbox: svc, Senders: map[string]worker.Sender{
 			approval.ChannelEmail: &notify.Mail{
-				Host: "127.0.0.1", Port: srv.port, StartTLS: notify.StartTLSNone,
+				Host: "127.0.0.1", Port: srv.Port, StartTLS: notify.StartTLSNone,
 				From: "approvald <approvals@example.com>", PublicURL: f.srv.URL, Address: svc.EmailAddress,
 			},
 		}}
 		n, err := outbox.RunOnce(t.Context())
 		must(t, err == nil && n == 3, "outbox round: %d sent, %v; want 3", n, err)
-		got := srv.recipients()
+		got := srv.Recipients()
 		want := []string{"alice@config.example", "carol@idp.example", "dana@idp.example"}
 		must(t, slices.Equal(got, want), "mails to %v, want %v", got, want)
-		for _, msg := range srv.messages() {
-			must(t, strings.Contains(string(msg), web.ApprovalPath(a.ID)), "a mail without the approval's link")
+		for _, msg := range srv.Mails() {
+			must(t, strings.Contains(string(msg.Data), web.ApprovalPath(a.ID)), "a mail without the approval's link")
 		}
 		msgs, _, err := f.store.OutboxMessages(t.Context(), approval.OutboxFilter{Limit: approval.MaxPageSize})
 		must(t, err == nil && len(msgs) == 3, "outbox: %d messages, %v; want 3 (none to u-eve)", len(msgs), err)
@@ -251,68 +249,4 @@ func (u userinfoUser) Userinfo([]string) ([]byte, error) {
 }
 func (u userinfoUser) Claims(_ []string, c *mockoidc.IDTokenClaims) (jwt.Claims, error) {
 	return c, nil
-}
-
-// smtpServer is a real SMTP server on loopback that keeps what it accepts.
-type smtpServer struct {
-	port int
-	mu   sync.Mutex
-	to   []string
-	data [][]byte
-}
-
-func newSMTPServer(t *testing.T) *smtpServer {
-	t.Helper()
-	s := &smtpServer{}
-	srv := smtp.NewServer(s)
-	srv.Domain = "localhost"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return s
-}
-
-// recipients returns the address of each mail accepted, sorted.
-func (s *smtpServer) recipients() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Sorted(slices.Values(s.to))
-}
-
-func (s *smtpServer) messages() [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.data)
-}
-
-func (s *smtpServer) NewSession(*smtp.Conn) (smtp.Session, error) { return &smtpSession{srv: s}, nil }
-
-type smtpSession struct {
-	srv *smtpServer
-	to  []string
-}
-
-func (s *smtpSession) Reset()                               { s.to = nil }
-func (s *smtpSession) Logout() error                        { return nil }
-func (s *smtpSession) Mail(string, *smtp.MailOptions) error { return nil }
-func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
-	s.to = append(s.to, to)
-	return nil
-}
-
-func (s *smtpSession) Data(r io.Reader) error {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	s.srv.mu.Lock()
-	defer s.srv.mu.Unlock()
-	for _, to := range s.to {
-		s.srv.to, s.srv.data = append(s.srv.to, to), append(s.srv.data, data)
-	}
-	return nil
 }

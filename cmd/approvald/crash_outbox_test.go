@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
@@ -17,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emersion/go-smtp"
-
 	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/webhook"
 )
@@ -68,7 +65,7 @@ func TestCrash_MailResendsOnce(t *testing.T) {
 		t.Parallel()
 		begun := time.Now()
 		dsn := testdb.DSN(t, kind)
-		sink := newMailSink(t)
+		sink := mailtest.Start(t)
 		var people strings.Builder
 		for _, p := range mailApprovers {
 			fmt.Fprintf(&people, "  - {name: %s, email: %s@example.com}\n", p, p)
@@ -78,7 +75,7 @@ workers: {lease: %s, poll: %s}
 web: {public_url: %s}
 smtp: {host: 127.0.0.1, port: %d, starttls: none, from: "approvald <approvals@example.com>"}
 people:
-%s`, crashLease, crashPoll, outboxCrashPublicURL, sink.port, people.String())
+%s`, crashLease, crashPoll, outboxCrashPublicURL, sink.Port, people.String())
 		armed := serveOptions{config: config, env: []string{failpoint.EnvVar + "=outbox.after-send=crash"}}
 		healthy := serveOptions{config: config}
 		requester := createToken(t, dsn, "ci-bot", "requester")
@@ -114,19 +111,19 @@ people:
 				t.FailNow()
 			}
 		}
-		t.Logf("%s: %d rounds, %d mails for %d notifications, in %s", kind, rounds, len(sink.messages()), len(mailApprovers)*rounds, time.Since(begun).Round(time.Millisecond))
+		t.Logf("%s: %d rounds, %d mails for %d notifications, in %s", kind, rounds, len(sink.Mails()), len(mailApprovers)*rounds, time.Since(begun).Round(time.Millisecond))
 	})
 }
 
 // checkMails holds what the SMTP server received to the outbox's messages, all sent: one or
 // two identical copies of each, and at least one resent per round (ids: the rounds' approvals).
-func checkMails(t *testing.T, srv *server, token string, sink *mailSink, msgs []outboxView, ids []string) {
+func checkMails(t *testing.T, srv *server, token string, sink *mailtest.Server, msgs []outboxView, ids []string) {
 	t.Helper()
-	byMessageID := make(map[string][]receivedMail)
-	for _, m := range sink.messages() {
-		parsed, err := mail.ReadMessage(bytes.NewReader(m.data))
+	byMessageID := make(map[string][]mailtest.Mail)
+	for _, m := range sink.Mails() {
+		parsed, err := mail.ReadMessage(bytes.NewReader(m.Data))
 		if err != nil {
-			t.Fatalf("parse mail to %s: %v", m.to, err)
+			t.Fatalf("parse mail to %s: %v", m.To, err)
 		}
 		mid := parsed.Header.Get("Message-ID")
 		byMessageID[mid] = append(byMessageID[mid], m)
@@ -146,11 +143,11 @@ func checkMails(t *testing.T, srv *server, token string, sink *mailSink, msgs []
 			t.Errorf("notification %s to %s: got %d copies of %s, want at most 2 (one resend)", m.ID, m.Recipient, len(copies), mid)
 		}
 		for _, c := range copies {
-			if c.to != m.Recipient+"@example.com" {
-				t.Errorf("notification %s for %s: a copy went to %s", m.ID, m.Recipient, c.to)
+			if c.To != m.Recipient+"@example.com" {
+				t.Errorf("notification %s for %s: a copy went to %s", m.ID, m.Recipient, c.To)
 			}
-			if !bytes.Equal(c.data, copies[0].data) {
-				t.Errorf("notification %s: the resend differs from the first mail\nfirst:\n%s\nresend:\n%s", m.ID, copies[0].data, c.data)
+			if !bytes.Equal(c.Data, copies[0].Data) {
+				t.Errorf("notification %s: the resend differs from the first mail\nfirst:\n%s\nresend:\n%s", m.ID, copies[0].Data, c.Data)
 			}
 		}
 		if len(copies) == 2 {
@@ -396,76 +393,6 @@ func outboxAttempts(t *testing.T, srv *server, token, id string) []outboxAttempt
 	resp.wantStatus(t, http.StatusOK)
 	resp.decode(t, &m)
 	return m.AttemptLog
-}
-
-// mailSink is a real SMTP server on loopback that keeps every mail it accepts. A mail is
-// kept before the server answers 250 to its DATA, so a client that learns of the acceptance
-// finds it here.
-type mailSink struct {
-	port int
-
-	mu       sync.Mutex
-	received []receivedMail
-}
-
-type receivedMail struct {
-	to   string
-	data []byte
-}
-
-func newMailSink(t *testing.T) *mailSink {
-	t.Helper()
-	s := &mailSink{}
-	srv := smtp.NewServer(s)
-	srv.Domain = "localhost"
-	// Each crash resets the connections of the killed process: expected, not worth a line.
-	srv.ErrorLog = log.New(io.Discard, "", 0)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return s
-}
-
-func (s *mailSink) messages() []receivedMail {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.received)
-}
-
-// NewSession starts a conversation; see smtp.Backend.
-func (s *mailSink) NewSession(*smtp.Conn) (smtp.Session, error) { return &mailSession{sink: s}, nil }
-
-type mailSession struct {
-	sink *mailSink
-	to   []string
-}
-
-func (s *mailSession) Reset()                               { s.to = nil }
-func (s *mailSession) Logout() error                        { return nil }
-func (s *mailSession) Mail(string, *smtp.MailOptions) error { return nil }
-
-func (s *mailSession) Rcpt(to string, _ *smtp.RcptOptions) error {
-	s.to = append(s.to, to)
-	return nil
-}
-
-// Data keeps the mail only when it arrived whole: a connection cut mid-DATA by the crash is
-// an error here, and the client never heard a 250.
-func (s *mailSession) Data(r io.Reader) error {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return err
-	}
-	s.sink.mu.Lock()
-	defer s.sink.mu.Unlock()
-	for _, to := range s.to {
-		s.sink.received = append(s.sink.received, receivedMail{to: to, data: data})
-	}
-	return nil
 }
 
 // callbackReceiver is a caller's callback endpoint on loopback: it verifies each delivery's
