@@ -29,7 +29,7 @@ const insertApprovalAttempts = 3
 // then fail (unique violation) if that one committed; the caller then reads again.
 var insertApprovalSQL = `
 WITH held AS (
-	SELECT a.fingerprint FROM approvals a WHERE a.operation_key = $2::text AND a.requester = $1::text
+	SELECT 1 FROM approvals a WHERE a.operation_key = $2::text AND a.requester = $1::text
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
 		required_approvals, status, decided_at, expires_at, created_at, version, callback_url)
@@ -55,18 +55,14 @@ WITH held AS (
 	ON CONFLICT (natural_key) DO NOTHING
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM app), (SELECT fingerprint FROM held)`
+SELECT (SELECT count(*) FROM app)`
 
-// insertApprovalPlainSQL is the create of a request whose token has been checked already.
-// insertApprovalGuardedSQL carries the request's token check ($20 to $22) as one more column
-// of the one row the statement returns, so that it is evaluated whether the key is free or
-// held: when the token is no longer good it divides by zero, the statement fails as a whole
-// and nothing of it commits, nor is a held key's approval read.
-var (
-	insertApprovalPlainSQL   = insertApprovalSQL
-	insertApprovalGuardedSQL = insertApprovalSQL + `,
+// insertApprovalGuardedSQL is insertApprovalSQL with the request's token check ($20 to $22)
+// as one more column of the one row the statement returns, so that it is evaluated whether
+// the key is free or held: when the token is no longer good it divides by zero, the statement
+// fails as a whole and nothing of it commits, nor is a held key's approval read.
+var insertApprovalGuardedSQL = insertApprovalSQL + `,
 	(SELECT 1 / (` + sqldb.TokenCheckSQL(dialect, 20) + `))`
-)
 
 // heldApprovalSQL reads the approval holding a key, in the same round trip as the insert
 // and after it: nothing when the insert wrote the key's approval (its id is left out).
@@ -100,7 +96,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	args := []any{a.Requester, a.OperationKey, a.Fingerprint, a.ID, a.Action, a.Title,
 		[]byte(a.Context), a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
 		ids, keys, recipients, channels, events, payloads, a.CallbackURL}
-	stmt := insertApprovalPlainSQL
+	stmt := insertApprovalSQL
 	check := approval.PendingTokenCheck(ctx)
 	if check != nil {
 		stmt, args = insertApprovalGuardedSQL, append(args, sqldb.TokenCheckArgs(dialect, check)...)
@@ -138,8 +134,7 @@ func (s *Store) insertApproval(ctx context.Context, conn *pgxpool.Conn, stmt str
 	defer br.Close()
 
 	var inserted int
-	var fingerprint *string
-	dest := []any{&inserted, &fingerprint}
+	dest := []any{&inserted}
 	if check != nil {
 		var one int
 		dest = append(dest, &one)
@@ -166,7 +161,7 @@ func (s *Store) insertApproval(ctx context.Context, conn *pgxpool.Conn, stmt str
 	switch {
 	case inserted == 1:
 		return nil, true, nil
-	case len(list) == 0 || fingerprint == nil:
+	case len(list) == 0:
 		return nil, false, translate("insert approval", errors.New("the key is held, but its approval was not found"))
 	}
 	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, false, nil

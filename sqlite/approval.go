@@ -39,8 +39,8 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	// in the same statement, without queueing for the one write connection. Only a key that
 	// looks free (or a token that may be refused) goes on to the write transaction, which
 	// checks both again under the write lock.
-	if h, err := s.heldKey(ctx, a.Requester, a.OperationKey); err != nil || h != nil {
-		return h, err
+	if h, err := keyHolder(ctx, s.Reads.DB, a.Requester, a.OperationKey, approval.PendingTokenCheck(ctx)); err != nil || h != nil {
+		return h, fail("read the approval holding the key", err)
 	}
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	if err := tx.checkToken(ctx); err != nil {
 		return nil, err
 	}
-	holder, err := keyHolder(ctx, tx, a.Requester, a.OperationKey)
+	holder, err := keyHolder(ctx, querier{tx.Tx}, a.Requester, a.OperationKey, nil)
 	if err != nil {
 		return nil, fail("insert approval", err)
 	} else if holder != nil {
@@ -75,31 +75,20 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	return nil, nil
 }
 
-// heldKey finds the approval made under (requester, key) on the read pool, or nil; a pending
-// approval.TokenCheck in ctx rides in its WHERE clause, so a row read means it passed.
-func (s *Store) heldKey(ctx context.Context, requester, key string) (*approval.KeyHolder, error) {
-	q, args := approvalDetailSQL+` WHERE a.operation_key = ? AND a.requester = ?`, []any{key, requester}
-	c := approval.PendingTokenCheck(ctx)
+// keyHolder finds the approval made under (requester, key) through q, or nil. The token check
+// c, if any, rides in the WHERE clause: a row read means it passed.
+func keyHolder(ctx context.Context, q sqldb.Querier, requester, key string, c *approval.TokenCheck) (*approval.KeyHolder, error) {
+	stmt, args := approvalDetailSQL+` WHERE a.operation_key = ? AND a.requester = ?`, []any{key, requester}
 	if c != nil {
-		q, args = q+` AND (`+sqldb.TokenCheckSQL(dialect, 3)+`) = 1`, append(args, sqldb.TokenCheckArgs(dialect, c)...)
+		stmt, args = stmt+` AND (`+sqldb.TokenCheckSQL(dialect, 3)+`) = 1`, append(args, sqldb.TokenCheckArgs(dialect, c)...)
 	}
-	rows, err := s.Reads.DB.Query(ctx, q, args...)
-	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
-	if err != nil || len(list) == 0 {
-		return nil, fail("read the approval holding the key", err)
-	}
-	if c != nil {
-		c.Pass()
-	}
-	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, nil
-}
-
-// keyHolder finds the approval made under (requester, key), or nil.
-func keyHolder(ctx context.Context, tx *tx, requester, key string) (*approval.KeyHolder, error) {
-	rows, err := tx.query(ctx, approvalDetailSQL+` WHERE a.operation_key = ? AND a.requester = ?`, key, requester)
+	rows, err := q.Query(ctx, stmt, args...)
 	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
 	if err != nil || len(list) == 0 {
 		return nil, err
+	}
+	if c != nil {
+		c.Pass()
 	}
 	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, nil
 }
