@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/batch"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // SetListenTimes shortens how long the LISTEN connection may stay quiet before it is pinged,
@@ -72,4 +76,49 @@ func (c *countingConn) Read(b []byte) (int, error) {
 		c.mu.Unlock()
 	}
 	return n, err
+}
+
+// BatchOutcome is a create's outcome in a batch InsertBatch ran: Err, or refused, written,
+// or the holder of its key.
+type BatchOutcome struct {
+	Refused, Written bool
+	Holder           *approval.Approval
+	Err              error
+}
+
+// InsertBatch runs the creates as ONE batch of InsertApproval's batcher, as if they had
+// arrived together, each with its token check (nil: none).
+func (s *Store) InsertBatch(as []*approval.Approval, checks []*approval.TokenCheck) []BatchOutcome {
+	calls := make([]*batch.Call[insert, inserted], len(as))
+	for i, a := range as {
+		calls[i] = &batch.Call[insert, inserted]{Req: insert{a: a, cause: []byte(`{}`), check: checks[i]}}
+	}
+	s.insertApprovals(calls)
+	out := make([]BatchOutcome, len(calls))
+	for i, c := range calls {
+		out[i] = BatchOutcome{Refused: c.Res.refused, Written: c.Res.written, Err: c.Err}
+		if c.Res.holder != nil {
+			out[i].Holder = c.Res.holder.Approval
+		}
+	}
+	return out
+}
+
+// RecordInboxBatch stores the deliveries as ONE batch of RecordInbox's batcher, completed as
+// RecordInbox completes them, and returns whether each was stored, or its error.
+func (s *Store) RecordInboxBatch(es []*approval.InboxEvent) ([]bool, []error) {
+	calls := make([]*batch.Call[intake, bool], len(es))
+	now := s.now()
+	for i, e := range es {
+		if _, err := sqldb.RecordInbox(dialect, e, now); err != nil {
+			panic(err)
+		}
+		calls[i] = &batch.Call[intake, bool]{Req: intake{e: e, now: now}}
+	}
+	s.recordInboxes(calls)
+	stored, errs := make([]bool, len(calls)), make([]error, len(calls))
+	for i, c := range calls {
+		stored[i], errs[i] = c.Res, translate("record inbox event", c.Err)
+	}
+	return stored, errs
 }

@@ -3,119 +3,138 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
 // insertApprovalAttempts bounds how often InsertApproval looks again for the holder of a
-// key it lost to a concurrent insert: the second look runs after the winner committed, so it
-// finds the holder.
+// key whose holder it could not read: a key taken by a concurrent insert is read after that
+// insert committed, so the second look finds it.
 const insertApprovalAttempts = 3
 
-// insertApprovalSQL writes a create in ONE statement, atomic without an explicit
-// transaction: the approval (which is the key's record: it keeps the fingerprint), its
-// approvers, its approval.created event and the approvers' notifications in the outbox,
-// unless an approval already holds the key. It signals no long-poll: nothing waits on an
-// approval that did not exist yet. A concurrent insert of the same key makes the approval's
-// INSERT wait on the unique index (operation_key, requester) for the other transaction and
-// then fail (unique violation) if that one committed; the caller then reads again.
-var insertApprovalSQL = `
-WITH held AS (
-	SELECT 1 FROM approvals a WHERE a.operation_key = $2::text AND a.requester = $1::text
+// insert is one create handed to the batcher: the approval, its event's cause, its
+// notifications and the request's pending token check, if any.
+type insert struct {
+	a      *approval.Approval
+	cause  []byte
+	outbox []*approval.OutboxMessage
+	check  *approval.TokenCheck
+}
+
+// inserted is a create's outcome in its batch: refused (its token no longer good), written,
+// or its key's holder (nil when the holder could not be read: look again).
+type inserted struct {
+	refused, written bool
+	holder           *approval.KeyHolder
+}
+
+// insertApprovalsSQL writes a batch of creates in ONE statement, atomic without an explicit
+// transaction: for each create whose token check passes (allowed), the approval (which is the
+// key's record: it keeps the fingerprint), its approvers, its approval.created event and the
+// approvers' notifications in the outbox, unless an approval already holds its key. The
+// creates arrive as parallel arrays ($1 to $15, one element per create; $16 to $18 the
+// approvers and $19 to $25 the notifications, each naming its approval). ON CONFLICT DO
+// NOTHING skips a key that is held, that a concurrent transaction writes (after waiting for
+// it: it is skipped if that one commits), or that an earlier create of the same batch took.
+// The approvals are inserted in key order, so two batches that share keys take their locks in
+// the same order and cannot deadlock. It signals no long-poll: nothing waits on an approval
+// that did not exist yet. It returns, per create in order, whether its token was good and
+// whether its approval was written.
+const insertApprovalsSQL = `
+WITH req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+		$7::bytea[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::jsonb[],
+		$13::bytea[], $14::text[], $15::timestamptz[])
+		WITH ORDINALITY AS r(requester, operation_key, fingerprint, id, action, title, context,
+			required_approvals, expires_at, created_at, callback_url, cause,
+			token_hash, token_id, token_at, ord)
+), allowed AS (
+	SELECT * FROM req
+	WHERE req.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = req.token_hash
+		AND t.id = req.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > req.token_at))
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
 		required_approvals, status, decided_at, expires_at, created_at, version, callback_url)
-	SELECT $4::text, $1::text, $2::text, $3::text, $5::text, $6::text, $7::bytea, $8::integer,
-		'pending', NULL, $9::timestamptz, $10::timestamptz, 1, NULLIF($19::text, '')
-	WHERE NOT EXISTS (SELECT 1 FROM held)
-	RETURNING id
+	SELECT id, requester, operation_key, fingerprint, action, title, context,
+		required_approvals, 'pending', NULL, expires_at, created_at, 1, NULLIF(callback_url, '')
+	FROM allowed
+	ORDER BY operation_key, requester
+	ON CONFLICT (operation_key, requester) DO NOTHING
+	RETURNING id, requester, created_at
 ), approvers AS (
 	INSERT INTO approval_approvers (approval_id, position, approver, created_at)
-	SELECT app.id, x.position, x.approver, $10::timestamptz
-	FROM app, unnest($11::text[]) WITH ORDINALITY AS x(approver, position)
+	SELECT app.id, p.position, p.approver, app.created_at
+	FROM unnest($16::text[], $17::integer[], $18::text[]) AS p(approval_id, position, approver)
+	JOIN app ON app.id = p.approval_id
 ), created AS (
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
-	SELECT app.id, 1, '` + approval.EventCreated + `', $10::timestamptz, $1::text, $12::jsonb, NULL
-	FROM app
+	SELECT app.id, 1, '` + approval.EventCreated + `', app.created_at, app.requester, req.cause, NULL
+	FROM app JOIN req ON req.id = app.id
 ), outbox AS (
 	INSERT INTO outbox (id, natural_key, kind, approval_id, recipient, channel, event, payload,
 		status, next_attempt_at, created_at, updated_at)
 	SELECT m.id, m.natural_key, 'notification', app.id, m.recipient, m.channel, m.event, m.payload,
-		'pending', $10::timestamptz, $10::timestamptz, $10::timestamptz
-	FROM app, unnest($13::text[], $14::text[], $15::text[], $16::text[], $17::text[], $18::text[])
-		AS m(id, natural_key, recipient, channel, event, payload)
+		'pending', app.created_at, app.created_at, app.created_at
+	FROM unnest($19::text[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[])
+		AS m(approval_id, id, natural_key, recipient, channel, event, payload)
+	JOIN app ON app.id = m.approval_id
 	ON CONFLICT (natural_key) DO NOTHING
-	RETURNING 1
 )
-SELECT (SELECT count(*) FROM app)`
+SELECT req.id IN (SELECT id FROM allowed), req.id IN (SELECT id FROM app)
+FROM req ORDER BY req.ord`
 
-// insertApprovalGuardedSQL is insertApprovalSQL with the request's token check ($20 to $22)
-// as one more column of the one row the statement returns, so that it is evaluated whether
-// the key is free or held: when the token is no longer good it divides by zero, the statement
-// fails as a whole and nothing of it commits, nor is a held key's approval read.
-var insertApprovalGuardedSQL = insertApprovalSQL + `,
-	(SELECT 1 / (` + sqldb.TokenCheckSQL(dialect, 20) + `))`
-
-// heldApprovalSQL reads the approval holding a key, in the same round trip as the insert
-// and after it: nothing when the insert wrote the key's approval (its id is left out).
-const heldApprovalSQL = approvalDetailSQL + `
-WHERE a.operation_key = $1 AND a.requester = $2 AND a.id <> $3`
+// heldApprovalsSQL reads, after insertApprovalsSQL in the same round trip (a statement of its
+// own, so it sees what that one wrote and what concurrent creates of the same keys committed
+// meanwhile), the approval holding each create's key other than the create's own: nothing
+// for a create that wrote its key's approval. $1 to $3 are the creates' requesters, keys and
+// ids; the first column is the create's position (from 1).
+var heldApprovalsSQL = func() string {
+	const from = `FROM approvals a LEFT JOIN`
+	if !strings.Contains(approvalDetailSQL, from) {
+		panic("postgres: approvalDetailSQL no longer reads " + from)
+	}
+	return strings.Replace(strings.Replace(approvalDetailSQL, `SELECT `, `SELECT r.ord, `, 1), from,
+		`FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(requester, operation_key, id, ord)
+	JOIN approvals a ON a.operation_key = r.operation_key AND a.requester = r.requester AND a.id <> r.id
+	LEFT JOIN`, 1)
+}()
 
 // InsertApproval writes a new approval in one statement, or returns the approval that holds
-// its key (see approval.Store): the statement and the read of the holder go out as one batch,
-// so a create and a replay are each one round trip.
+// its key (see approval.Store). It goes through the store's batcher: the creates arriving at
+// the same moment share that statement and its round trip (the read of the holders rides in
+// the same batch), and each create's rows are all written or none.
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	causeJSON, err := json.Marshal(cause)
 	if err != nil {
 		return nil, fmt.Errorf("encode event cause: %w", err)
 	}
-	// The approvers' notifications travel as parallel arrays, empty when nobody is notified,
-	// so that the create stays one statement.
-	var ids, keys, recipients, channels, events, payloads []string
 	for _, m := range outbox {
 		if m.Kind != approval.OutboxNotification {
 			return nil, approval.Errorf(approval.EINTERNAL, "a create queues notifications only, not %s", m.Kind)
 		}
-		ids, keys, recipients = append(ids, m.ID), append(keys, m.NaturalKey), append(recipients, m.Recipient)
-		channels, events, payloads = append(channels, m.Channel), append(events, m.Event), append(payloads, string(m.Payload))
 	}
-	conn, _, err := s.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-
-	args := []any{a.Requester, a.OperationKey, a.Fingerprint, a.ID, a.Action, a.Title,
-		[]byte(a.Context), a.RequiredApprovals, a.ExpiresAt, a.CreatedAt, a.Approvers, causeJSON,
-		ids, keys, recipients, channels, events, payloads, a.CallbackURL}
-	stmt := insertApprovalSQL
-	check := approval.PendingTokenCheck(ctx)
-	if check != nil {
-		stmt, args = insertApprovalGuardedSQL, append(args, sqldb.TokenCheckArgs(dialect, check)...)
-	}
+	in := insert{a: a, cause: causeJSON, outbox: outbox, check: approval.PendingTokenCheck(ctx)}
 	for range insertApprovalAttempts {
-		holder, inserted, err := s.insertApproval(ctx, conn, stmt, args, check, a)
+		out, err := s.creates.Do(in)
 		switch {
-		case isUniqueViolation(err):
-			continue // lost to a concurrent insert that has committed since: look again
 		case err != nil:
 			return nil, err
-		case inserted && len(ids) > 0:
-			// The outbox worker's wake-up, after the commit and outside it (see signalSQL):
-			// one more round trip, only for a create that notifies someone.
-			if _, err := conn.Exec(ctx, signalSQL, []string{approval.TopicOutbox}); err != nil {
-				s.logger().Warn("postgres: outbox signal failed", "approval", a.ID, "err", err)
-			}
+		case out.refused:
+			return nil, in.check.Refuse()
+		case in.check != nil:
+			in.check.Pass()
 		}
-		return holder, nil
+		in.check = nil // checked: a second look need not check again
+		if out.written || out.holder != nil {
+			return out.holder, nil
+		}
 	}
 	return nil, &approval.Error{
 		Code:       approval.ECONFLICT,
@@ -124,52 +143,110 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	}
 }
 
-// insertApproval runs one attempt of InsertApproval: the insert and the read of the holder
-// in one batch (one implicit transaction, committed at its end).
-func (s *Store) insertApproval(ctx context.Context, conn *pgxpool.Conn, stmt string, args []any, check *approval.TokenCheck, a *approval.Approval) (*approval.KeyHolder, bool, error) {
-	b := &pgx.Batch{}
-	b.Queue(stmt, args...)
-	b.Queue(heldApprovalSQL, a.OperationKey, a.Requester, a.ID)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-
-	var inserted int
-	dest := []any{&inserted}
-	if check != nil {
-		var one int
-		dest = append(dest, &one)
-	}
-	err := br.QueryRow().Scan(dest...)
-	switch {
-	case check != nil && isDivisionByZero(err):
-		return nil, false, check.Refuse()
-	case err != nil && isUniqueViolation(err):
-		return nil, false, err
-	case err != nil:
-		return nil, false, translate("insert approval", err)
-	case check != nil:
-		check.Pass()
-	}
-	rows, err := br.Query()
-	list, err := sqldb.Collect(sqldb.Rows(rows), err, sqldb.ScanApprovalDetail)
-	if err != nil {
-		return nil, false, translate("read the approval holding the key", err)
-	}
-	if err := br.Close(); err != nil { // the commit
-		return nil, false, translate("insert approval", err)
-	}
-	switch {
-	case inserted == 1:
-		return nil, true, nil
-	case len(list) == 0:
-		return nil, false, translate("insert approval", errors.New("the key is held, but its approval was not found"))
-	}
-	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, false, nil
+// insertApprovals runs one batch of creates (the batcher's run; see eachAlone).
+func (s *Store) insertApprovals(calls []*batch.Call[insert, inserted]) {
+	eachAlone(calls, s.insertBatch)
 }
 
-// isUniqueViolation reports whether err is a concurrent create's win on the key: the unique
-// index (operation_key, requester) of approvals, added by migration 0012.
-func isUniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "approvals_operation_key_requester"
+// insertBatch runs insertApprovalsSQL and heldApprovalsSQL over calls in one round trip, then
+// signals the outbox worker when the batch queued a notification, and sets each call's
+// result, or returns the error that failed them all.
+func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, inserted]) error {
+	n := len(calls)
+	var (
+		requesters, keys, fingerprints, ids, actions, titles         = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		contexts, causes, hashes                                     = make([][]byte, n), make([]string, n), make([][]byte, n)
+		required                                                     = make([]int, n)
+		expires, created, checkedAt                                  = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		callbacks, tokenIDs                                          = make([]string, n), make([]string, n)
+		pApproval, pApprover                                         []string
+		pPosition                                                    []int
+		mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload []string
+	)
+	notifies := false
+	for i, c := range calls {
+		a := c.Req.a
+		requesters[i], keys[i], fingerprints[i], ids[i], actions[i], titles[i] = a.Requester, a.OperationKey, a.Fingerprint, a.ID, a.Action, a.Title
+		contexts[i], causes[i], required[i] = []byte(a.Context), string(c.Req.cause), a.RequiredApprovals
+		expires[i], created[i], checkedAt[i], callbacks[i] = a.ExpiresAt, a.CreatedAt, a.CreatedAt, a.CallbackURL
+		hashes[i] = []byte{}
+		if check := c.Req.check; check != nil {
+			tokenIDs[i], hashes[i], checkedAt[i] = check.ID, check.Hash, check.Now
+		}
+		for j, approver := range a.Approvers {
+			pApproval, pPosition, pApprover = append(pApproval, a.ID), append(pPosition, j+1), append(pApprover, approver)
+		}
+		for _, m := range c.Req.outbox {
+			mApproval, mID, mKey, mRecipient = append(mApproval, a.ID), append(mID, m.ID), append(mKey, m.NaturalKey), append(mRecipient, m.Recipient)
+			mChannel, mEvent, mPayload = append(mChannel, m.Channel), append(mEvent, m.Event), append(mPayload, string(m.Payload))
+		}
+	}
+
+	conn, _, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(insertApprovalsSQL, requesters, keys, fingerprints, ids, actions, titles,
+		contexts, required, expires, created, callbacks, causes, hashes, tokenIDs, checkedAt,
+		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload)
+	b.Queue(heldApprovalsSQL, requesters, keys, ids)
+	results := make([]inserted, n)
+	err = func() error {
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		rows, err := br.Query()
+		i := 0
+		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+			var allowed, written bool
+			if err := r.Scan(&allowed, &written); err != nil {
+				return struct{}{}, err
+			}
+			if i < n {
+				results[i] = inserted{refused: !allowed, written: written}
+				notifies = notifies || (written && len(calls[i].Req.outbox) > 0)
+			}
+			i++
+			return struct{}{}, nil
+		}); err != nil {
+			return err
+		}
+		if i != n {
+			return fmt.Errorf("%d results for %d creates", i, n)
+		}
+		rows, err = br.Query()
+		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+			var ord int
+			var d sqldb.ApprovalDetail
+			if err := r.Scan(append([]any{&ord}, d.Dest()...)...); err != nil {
+				return struct{}{}, err
+			}
+			a, err := d.Approval()
+			if err != nil {
+				return struct{}{}, err
+			}
+			if ord >= 1 && ord <= n && !results[ord-1].refused && !results[ord-1].written {
+				results[ord-1].holder = &approval.KeyHolder{Fingerprint: a.Fingerprint, Approval: a}
+			}
+			return struct{}{}, nil
+		}); err != nil {
+			return err
+		}
+		return br.Close() // the commit
+	}()
+	if err != nil {
+		return translate("insert approvals", err)
+	}
+	for i, c := range calls {
+		c.Res = results[i]
+	}
+	if notifies {
+		// The outbox worker's wake-up, after the commit and outside it (see signalSQL): one
+		// more round trip, only for a batch that notifies someone.
+		if _, err := conn.Exec(ctx, signalSQL, []string{approval.TopicOutbox}); err != nil {
+			s.logger().Warn("postgres: outbox signal failed", "err", err)
+		}
+	}
+	return nil
 }

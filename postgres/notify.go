@@ -41,10 +41,6 @@ const signalSQL = `SELECT count(pg_notify('approvald_' || split_part(topic, '/',
 		substr(topic, length(split_part(topic, '/', 1)) + 2)))
 	FROM unnest($1::text[]) AS topic, set_config('synchronous_commit', 'off', true)`
 
-// signalStoredInboxSQL is signalSQL for an intake: it signals only when the event $2 names
-// was stored (a duplicate delivery stores nothing and wakes no one).
-const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = $2)`
-
 // Subscribe returns a channel that receives a value (coalesced, buffered 1) after each
 // committed change on topic by any store on this schema (topic may name a key, as
 // approval.TopicApproval does), and a function that ends the subscription. The first call

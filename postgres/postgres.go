@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -66,6 +67,8 @@ type Store struct {
 
 	pool     *pgxpool.Pool
 	notifier *notifier
+	creates  *batch.Batcher[insert, inserted] // InsertApproval's batches
+	intakes  *batch.Batcher[intake, bool]     // RecordInbox's batches of new events
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -130,6 +133,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	s := &Store{Now: time.Now, pool: pool}
 	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.now, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
+	s.creates = batch.New(writeBatches, writeBatchMax, s.insertApprovals)
+	s.intakes = batch.New(writeBatches, writeBatchMax, s.recordInboxes)
 	return s, nil
 }
 

@@ -1,0 +1,135 @@
+package batch_test
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/approvald/approval/internal/batch"
+)
+
+// double is a run that answers each call with twice its request and records the batches.
+type double struct {
+	mu      sync.Mutex
+	batches [][]int
+	hold    chan struct{} // when set, the first batch waits for it to close
+	started chan struct{} // closed when the first batch starts
+	once    sync.Once
+}
+
+func (d *double) run(calls []*batch.Call[int, int]) {
+	d.once.Do(func() {
+		if d.started != nil {
+			close(d.started)
+		}
+		if d.hold != nil {
+			<-d.hold
+		}
+	})
+	reqs := make([]int, len(calls))
+	for i, c := range calls {
+		reqs[i] = c.Req
+		c.Res = 2 * c.Req
+	}
+	d.mu.Lock()
+	d.batches = append(d.batches, reqs)
+	d.mu.Unlock()
+}
+
+func TestLoneCallRunsAtOnce(t *testing.T) {
+	d := &double{}
+	b := batch.New(2, 8, d.run)
+	for i := range 3 {
+		res, err := b.Do(i)
+		if err != nil || res != 2*i {
+			t.Fatalf("Do(%d) = %d, %v; want %d, nil", i, res, err, 2*i)
+		}
+	}
+	if len(d.batches) != 3 {
+		t.Fatalf("batches = %v; want three batches of one", d.batches)
+	}
+}
+
+// TestCallsQueuedBehindABatchShareTheNext holds the only slot with a first call, queues
+// many calls behind it, and checks that they are run in batches of at most max, each call
+// once, with its own answer.
+func TestCallsQueuedBehindABatchShareTheNext(t *testing.T) {
+	const calls, max = 50, 16
+	d := &double{hold: make(chan struct{}), started: make(chan struct{})}
+	b := batch.New(1, max, d.run)
+
+	results := make([]int, calls+1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the first call takes the slot and blocks in its batch
+		defer wg.Done()
+		results[0], _ = b.Do(0)
+	}()
+	<-d.started
+
+	var queued sync.WaitGroup
+	for i := 1; i <= calls; i++ {
+		wg.Add(1)
+		queued.Add(1)
+		go func() {
+			defer wg.Done()
+			queued.Done()
+			res, err := b.Do(i)
+			if err != nil {
+				t.Errorf("Do(%d): %v", i, err)
+			}
+			results[i] = res
+		}()
+	}
+	queued.Wait()
+	// Every goroutine has started; let each reach the queue. They cannot run (the slot is
+	// held), so waiting for the queue to fill is waiting on the batcher, not on the clock.
+	for batch.Queued(b) < calls {
+		runtime.Gosched()
+	}
+	close(d.hold)
+	wg.Wait()
+
+	for i, r := range results {
+		if r != 2*i {
+			t.Errorf("result of %d = %d; want %d", i, r, 2*i)
+		}
+	}
+	seen := map[int]bool{}
+	for _, batch := range d.batches {
+		if len(batch) > max {
+			t.Errorf("a batch of %d; max is %d", len(batch), max)
+		}
+		for _, r := range batch {
+			if seen[r] {
+				t.Errorf("call %d ran twice", r)
+			}
+			seen[r] = true
+		}
+	}
+	if len(seen) != calls+1 {
+		t.Errorf("%d calls ran; want %d", len(seen), calls+1)
+	}
+	// 1 (the first) + 50 queued in batches of at most 16: 1 + 4 batches.
+	if len(d.batches) != 5 {
+		t.Errorf("batches = %d (%v); want 5: the queued calls share batches", len(d.batches), d.batches)
+	}
+}
+
+func TestPanicFailsTheBatchNotTheProcess(t *testing.T) {
+	b := batch.New(1, 4, func(calls []*batch.Call[int, int]) {
+		if calls[0].Req == 13 {
+			panic("thirteen")
+		}
+		for _, c := range calls {
+			c.Res = c.Req
+		}
+	})
+	if _, err := b.Do(13); err == nil || !strings.Contains(err.Error(), "thirteen") {
+		t.Fatalf("Do(13) error = %v; want the panic", err)
+	}
+	if res, err := b.Do(1); err != nil || res != 1 {
+		t.Fatalf("after a panic, Do(1) = %d, %v; want 1, nil", res, err)
+	}
+}

@@ -1,0 +1,45 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/approvald/approval/internal/batch"
+)
+
+// Writes that arrive together are written together (internal/batch): at most writeBatches
+// batches of a kind at once, of at most writeBatchMax writes each. A batch is one statement
+// of work and one commit, so under load a write costs a fraction of a commit, while a lone
+// write starts at once, alone. Fewer batches in flight make bigger batches (less work per
+// write) and a longer wait behind the batch in flight (BENCHMARKS.md, session 6).
+const (
+	writeBatches  = 4
+	writeBatchMax = 64
+)
+
+// batchTimeout bounds a batch, which runs on a context of its own: it writes for callers
+// who may have gone, and each caller waits for it to end.
+const batchTimeout = 30 * time.Second
+
+// eachAlone runs write over calls as one batch and, when the batch fails with an error of
+// PostgreSQL's (its content refused, a deadlock: nothing of it committed), over each call
+// alone, so that one call's failure is its own. Any other error (the connection lost, when
+// the commit may or may not have happened) is every call's.
+func eachAlone[Req, Res any](calls []*batch.Call[Req, Res], write func(context.Context, []*batch.Call[Req, Res]) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	err := write(ctx, calls)
+	var pgErr *pgconn.PgError
+	if err != nil && len(calls) > 1 && errors.As(err, &pgErr) {
+		for _, c := range calls {
+			c.Err = write(ctx, []*batch.Call[Req, Res]{c})
+		}
+		return
+	}
+	for _, c := range calls {
+		c.Err = err
+	}
+}
