@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -53,4 +55,89 @@ func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 func readApproval(ctx context.Context, q querier, id string) (*approval.Approval, error) {
 	a, err := sqldb.ApprovalByID(ctx, q, dialect, id)
 	return a, translate("read approval", err)
+}
+
+// approvalDetailFrom is approvalDetailSQL for a batch: the approvals read from the join
+// source (whose table of requests is r, numbered by r.ord), each row led by r.ord.
+func approvalDetailFrom(source string) string {
+	const from = `FROM approvals a LEFT JOIN`
+	if !strings.Contains(approvalDetailSQL, from) {
+		panic("postgres: approvalDetailSQL no longer reads " + from)
+	}
+	return strings.Replace(strings.Replace(approvalDetailSQL, `SELECT `, `SELECT r.ord, `, 1), from,
+		`FROM `+source+`
+	LEFT JOIN`, 1)
+}
+
+// readApprovalsSQL reads a batch of approvals by id ($1), each with its request's token
+// check ($2 to $4: hash, id, instant; an empty id for none) in its WHERE clause: no row for
+// an approval that is missing or whose request's token is no longer good.
+var readApprovalsSQL = approvalDetailFrom(`unnest($1::text[], $2::bytea[], $3::text[], $4::timestamptz[])
+		WITH ORDINALITY AS r(id, token_hash, token_id, token_at, ord)
+	JOIN approvals a ON a.id = r.id`) + `
+WHERE r.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = r.token_hash
+	AND t.id = r.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > r.token_at))`
+
+// read is one read of an approval handed to the batcher, with its request's pending token
+// check, if any.
+type read struct {
+	id    string
+	check *approval.TokenCheck
+}
+
+// Approval reads one approval with everything its answer shows (see approval.Store), through
+// the store's batcher: the reads arriving at the same moment share one statement and one
+// round trip. A pending token check rides in the read; when no row comes back, the approval
+// is missing or the token no longer good, and a second statement, the check alone, tells
+// which (as sqldb.Reads.Approval, which this replaces on PostgreSQL).
+func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
+	c := approval.PendingTokenCheck(ctx)
+	a, err := s.reads.Do(read{id: id, check: c})
+	switch {
+	case err != nil:
+		return nil, translate("read approval", err)
+	case a != nil:
+		if c != nil {
+			c.Pass()
+		}
+		return a, nil
+	case c != nil:
+		if err := sqldb.CheckToken(ctx, querier{s.pool}, dialect, c); err != nil {
+			return nil, translate("read approval", err)
+		}
+	}
+	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+}
+
+// readApprovals runs one batch of reads (the batcher's run; see eachAlone).
+func (s *Store) readApprovals(calls []*batch.Call[read, *approval.Approval]) {
+	eachAlone(calls, s.readBatch)
+}
+
+// readBatch reads calls' approvals with readApprovalsSQL and sets each call's result: its
+// approval, or nil.
+func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approval.Approval]) error {
+	n := len(calls)
+	// A read without a check has an empty token id, and the other two are not compared.
+	ids, hashes, tokens, at := make([]string, n), make([][]byte, n), make([]string, n), make([]time.Time, n)
+	for i, c := range calls {
+		ids[i], hashes[i] = c.Req.id, []byte{}
+		if check := c.Req.check; check != nil {
+			hashes[i], tokens[i], at[i] = check.Hash, check.ID, check.Now
+		}
+	}
+	rows, err := s.pool.Query(ctx, readApprovalsSQL, ids, hashes, tokens, at)
+	_, err = sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+		var ord int
+		var d sqldb.ApprovalDetail
+		if err := r.Scan(append([]any{&ord}, d.Dest()...)...); err != nil {
+			return struct{}{}, err
+		}
+		a, err := d.Approval()
+		if err == nil && ord >= 1 && ord <= n {
+			calls[ord-1].Res = a
+		}
+		return struct{}{}, err
+	})
+	return err
 }

@@ -26,7 +26,8 @@ const batchTimeout = 30 * time.Second
 
 // eachAlone runs write over calls as one batch and, when the batch fails with an error of
 // PostgreSQL's (its content refused, a deadlock: nothing of it committed), over each call
-// alone, so that one call's failure is its own. Any other error (the connection lost, when
+// alone, so that one call's failure is its own. write may also fail a call of its own
+// accord (its content checked before the batch is sent), setting its Err. Any other error (the connection lost, when
 // the commit may or may not have happened) is every call's.
 func eachAlone[Req, Res any](calls []*batch.Call[Req, Res], write func(context.Context, []*batch.Call[Req, Res]) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
@@ -35,11 +36,16 @@ func eachAlone[Req, Res any](calls []*batch.Call[Req, Res], write func(context.C
 	var pgErr *pgconn.PgError
 	if err != nil && len(calls) > 1 && errors.As(err, &pgErr) {
 		for _, c := range calls {
-			c.Err = write(ctx, []*batch.Call[Req, Res]{c})
+			c.Err = nil
+			if err := write(ctx, []*batch.Call[Req, Res]{c}); err != nil {
+				c.Err = err
+			}
 		}
 		return
 	}
-	for _, c := range calls {
-		c.Err = err
+	if err != nil {
+		for _, c := range calls {
+			c.Err = err
+		}
 	}
 }

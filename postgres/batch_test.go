@@ -72,6 +72,29 @@ func TestCreateBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("reads", func(t *testing.T) {
+		a := create("k7", "seven")
+		if out := s.InsertBatch([]*approval.Approval{a}, []*approval.TokenCheck{nil}); !out[0].Written {
+			t.Fatalf("create: %+v", out[0])
+		}
+		got, err := s.ReadBatch([]string{a.ID, "apr_missing", a.ID, a.ID}, []*approval.TokenCheck{good(), good(), gone, nil})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] == nil || got[0].ID != a.ID || len(got[0].Approvers) != 2 {
+			t.Errorf("read with a good token: %+v; want the approval with its approvers", got[0])
+		}
+		if got[1] != nil {
+			t.Errorf("read of a missing id: %+v; want nothing", got[1])
+		}
+		if got[2] != nil {
+			t.Errorf("read with a gone token: %+v; want nothing", got[2])
+		}
+		if got[3] == nil || got[3].ID != a.ID {
+			t.Errorf("read without a check: %+v; want the approval", got[3])
+		}
+	})
+
 	t.Run("one refused by the database", func(t *testing.T) {
 		before, bad, after := create("k4", "four"), create("k5", "nul \x00 byte"), create("k6", "six")
 		out := s.InsertBatch([]*approval.Approval{before, bad, after}, []*approval.TokenCheck{nil, nil, nil})
@@ -113,7 +136,11 @@ func TestInboxBatch(t *testing.T) {
 
 	stored, errs = s.RecordInboxBatch([]*approval.InboxEvent{
 		event("in_4", "d4", "push"), event("in_5", "d5", "nul \x00 type"), event("in_6", "d6", "push"),
+		event("in_7", "", "push"),
 	})
+	if approval.ErrorCode(errs[3]) != approval.EINVALID || stored[3] {
+		t.Errorf("the delivery without an event id: %v %v; want EINVALID", stored[3], errs[3])
+	}
 	if errs[0] != nil || !stored[0] || errs[2] != nil || !stored[2] {
 		t.Errorf("the good deliveries beside a bad one: %v %v, %v %v; want both stored", stored[0], errs[0], stored[2], errs[2])
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/batch"
-	"github.com/approvald/approval/internal/sqldb"
 )
 
 // SetListenTimes shortens how long the LISTEN connection may stay quiet before it is pinged,
@@ -104,21 +103,35 @@ func (s *Store) InsertBatch(as []*approval.Approval, checks []*approval.TokenChe
 	return out
 }
 
-// RecordInboxBatch stores the deliveries as ONE batch of RecordInbox's batcher, completed as
-// RecordInbox completes them, and returns whether each was stored, or its error.
+// RecordInboxBatch stores the deliveries as ONE batch of RecordInbox's batcher, and returns
+// whether each was stored, or its error.
 func (s *Store) RecordInboxBatch(es []*approval.InboxEvent) ([]bool, []error) {
-	calls := make([]*batch.Call[intake, bool], len(es))
-	now := s.now()
+	calls := make([]*batch.Call[*approval.InboxEvent, recorded], len(es))
 	for i, e := range es {
-		if _, err := sqldb.RecordInbox(dialect, e, now); err != nil {
-			panic(err)
-		}
-		calls[i] = &batch.Call[intake, bool]{Req: intake{e: e, now: now}}
+		calls[i] = &batch.Call[*approval.InboxEvent, recorded]{Req: e}
 	}
 	s.recordInboxes(calls)
 	stored, errs := make([]bool, len(calls)), make([]error, len(calls))
 	for i, c := range calls {
-		stored[i], errs[i] = c.Res, translate("record inbox event", c.Err)
+		stored[i], errs[i] = c.Res.stored, translate("record inbox event", c.Err)
 	}
 	return stored, errs
+}
+
+// ReadBatch reads the ids as ONE batch of Approval's batcher, each with its token check
+// (nil: none), and returns each approval read, or nil.
+func (s *Store) ReadBatch(ids []string, checks []*approval.TokenCheck) ([]*approval.Approval, error) {
+	calls := make([]*batch.Call[read, *approval.Approval], len(ids))
+	for i, id := range ids {
+		calls[i] = &batch.Call[read, *approval.Approval]{Req: read{id: id, check: checks[i]}}
+	}
+	s.readApprovals(calls)
+	out := make([]*approval.Approval, len(calls))
+	for i, c := range calls {
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		out[i] = c.Res
+	}
+	return out, nil
 }

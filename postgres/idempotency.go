@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,16 +94,8 @@ FROM req ORDER BY req.ord`
 // meanwhile), the approval holding each create's key other than the create's own: nothing
 // for a create that wrote its key's approval. $1 to $3 are the creates' requesters, keys and
 // ids; the first column is the create's position (from 1).
-var heldApprovalsSQL = func() string {
-	const from = `FROM approvals a LEFT JOIN`
-	if !strings.Contains(approvalDetailSQL, from) {
-		panic("postgres: approvalDetailSQL no longer reads " + from)
-	}
-	return strings.Replace(strings.Replace(approvalDetailSQL, `SELECT `, `SELECT r.ord, `, 1), from,
-		`FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(requester, operation_key, id, ord)
-	JOIN approvals a ON a.operation_key = r.operation_key AND a.requester = r.requester AND a.id <> r.id
-	LEFT JOIN`, 1)
-}()
+var heldApprovalsSQL = approvalDetailFrom(`unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS r(requester, operation_key, id, ord)
+	JOIN approvals a ON a.operation_key = r.operation_key AND a.requester = r.requester AND a.id <> r.id`)
 
 // InsertApproval writes a new approval in one statement, or returns the approval that holds
 // its key (see approval.Store). It goes through the store's batcher: the creates arriving at

@@ -22,24 +22,23 @@ import (
 // A duplicate costs a second round trip, for the conflict's count and the read of the event
 // kept: a duplicate is the exception, so the usual intake pays for neither.
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
-	now := s.now()
-	r, err := sqldb.RecordInbox(dialect, e, now)
-	if err != nil {
-		return false, err
-	}
-	inserted, err := s.intakes.Do(intake{e: e, now: now})
+	out, err := s.intakes.Do(e)
 	if err != nil {
 		return false, translate("record inbox event", err)
 	}
-	if inserted {
-		e.Status, e.NextAttemptAt, e.LeaseToken = approval.InboxPending, &now, ""
+	if out.stored {
+		e.Status, e.NextAttemptAt, e.LeaseToken = approval.InboxPending, &out.at, ""
 		return false, nil
 	}
-	conn, _, err := s.acquire(ctx)
+	conn, now, err := s.acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Release()
+	r, err := sqldb.RecordInbox(dialect, e, now)
+	if err != nil {
+		return false, err
+	}
 
 	// A duplicate: the conflict's count and the read of the event kept, in one batch (one
 	// implicit transaction, so the read sees the count).
@@ -62,15 +61,15 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	return sqldb.Recorded(e, stored), nil
 }
 
-// intake is one new delivery handed to the batcher, completed by sqldb.RecordInbox, and the
-// instant it is due for processing.
-type intake struct {
-	e   *approval.InboxEvent
-	now time.Time
+// recorded is an intake's outcome in its batch: whether its event was stored, and the
+// batch's instant, at which a stored event is due for processing.
+type recorded struct {
+	stored bool
+	at     time.Time
 }
 
-// insertInboxSQL stores a batch of deliveries ($1 to $9, parallel arrays, one element per
-// delivery), skipping each whose (source, event_id) or (source, body_hash) is taken, by an
+// insertInboxSQL stores a batch of deliveries ($1 to $8, parallel arrays, one element per
+// delivery; $9 the instant they are due for processing), skipping each whose (source, event_id) or (source, body_hash) is taken, by an
 // event stored before, by a concurrent intake (after waiting for it: skipped if it commits)
 // or by an earlier delivery of the same batch. The rows go in in key order, so two batches
 // that share keys take their locks in the same order and cannot deadlock. It returns the
@@ -80,8 +79,8 @@ INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, 
 	status, next_attempt_at)
 SELECT id, source, event_id, type, headers, body, body_hash, received_at, 'pending', next_attempt_at
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bytea[], $7::bytea[],
-	$8::timestamptz[], $9::timestamptz[])
-	AS e(id, source, event_id, type, headers, body, body_hash, received_at, next_attempt_at)
+	$8::timestamptz[]) AS e(id, source, event_id, type, headers, body, body_hash, received_at),
+	(SELECT $9::timestamptz AS next_attempt_at) AS due
 ORDER BY source, event_id
 ON CONFLICT DO NOTHING
 RETURNING id`
@@ -91,41 +90,47 @@ RETURNING id`
 const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
 
 // recordInboxes runs one batch of intakes (the batcher's run; see eachAlone).
-func (s *Store) recordInboxes(calls []*batch.Call[intake, bool]) {
+func (s *Store) recordInboxes(calls []*batch.Call[*approval.InboxEvent, recorded]) {
 	eachAlone(calls, s.recordInboxBatch)
 }
 
-// recordInboxBatch stores calls' deliveries with insertInboxSQL in a transaction of its own
-// and signals the processors, in one round trip, and sets each call's result: whether its
-// event was stored.
-func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[intake, bool]) error {
-	n := len(calls)
-	ids, sources, eventIDs, types, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	bodies, hashes := make([][]byte, n), make([][]byte, n)
-	received, due := make([]time.Time, n), make([]time.Time, n)
-	for i, c := range calls {
-		e := c.Req.e
-		h, err := json.Marshal(e.Headers)
-		if err != nil {
-			return fmt.Errorf("encode inbox headers: %w", err)
-		}
-		ids[i], sources[i], eventIDs[i], types[i], headers[i] = e.ID, e.Source, e.EventID, e.Type, string(h)
-		bodies[i], received[i], due[i] = e.Body, e.ReceivedAt, c.Req.now
-		if len(e.BodyHash) > 0 { // NULL otherwise, which the unique index leaves out
-			hashes[i] = e.BodyHash
-		}
-	}
-	conn, _, err := s.acquire(ctx)
+// recordInboxBatch completes calls' deliveries as sqldb.RecordInbox does (one it refuses
+// fails alone), stores them with insertInboxSQL in a transaction of its own and signals the
+// processors, in one round trip, and sets each call's result.
+func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*approval.InboxEvent, recorded]) error {
+	conn, now, err := s.acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
+	var ids, sources, eventIDs, types, headers []string
+	var bodies, hashes [][]byte
+	var received []time.Time
+	for _, c := range calls {
+		e := c.Req
+		if _, c.Err = sqldb.RecordInbox(dialect, e, now); c.Err != nil {
+			continue
+		}
+		h, err := json.Marshal(e.Headers)
+		if err != nil {
+			return fmt.Errorf("encode inbox headers: %w", err)
+		}
+		var hash []byte // NULL unless the scheme hashes bodies, which the unique index leaves out
+		if len(e.BodyHash) > 0 {
+			hash = e.BodyHash
+		}
+		ids, sources, eventIDs, types = append(ids, e.ID), append(sources, e.Source), append(eventIDs, e.EventID), append(types, e.Type)
+		headers, bodies, hashes, received = append(headers, string(h)), append(bodies, e.Body), append(hashes, hash), append(received, e.ReceivedAt)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(insertInboxSQL, ids, sources, eventIDs, types, headers, bodies, hashes, received, due)
+	b.Queue(insertInboxSQL, ids, sources, eventIDs, types, headers, bodies, hashes, received, now)
 	b.Queue("COMMIT")
 	b.Queue(signalStoredInboxSQL, []string{approval.TopicInbox}, ids)
-	stored := make(map[string]bool, n)
+	stored := make(map[string]bool, len(ids))
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
@@ -160,7 +165,9 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[intake
 		return err
 	}
 	for _, c := range calls {
-		c.Res = stored[c.Req.e.ID]
+		if c.Err == nil {
+			c.Res = recorded{stored: stored[c.Req.ID], at: now}
+		}
 	}
 	return nil
 }

@@ -67,8 +67,9 @@ type Store struct {
 
 	pool     *pgxpool.Pool
 	notifier *notifier
-	creates  *batch.Batcher[insert, inserted] // InsertApproval's batches
-	intakes  *batch.Batcher[intake, bool]     // RecordInbox's batches of new events
+	creates  *batch.Batcher[insert, inserted]               // InsertApproval's batches
+	intakes  *batch.Batcher[*approval.InboxEvent, recorded] // RecordInbox's batches of new events
+	reads    *batch.Batcher[read, *approval.Approval]       // Approval's batches
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -135,6 +136,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	s.creates = batch.New(writeBatches, writeBatchMax, s.insertApprovals)
 	s.intakes = batch.New(writeBatches, writeBatchMax, s.recordInboxes)
+	s.reads = batch.New(writeBatches, writeBatchMax, s.readApprovals)
 	return s, nil
 }
 

@@ -1,6 +1,6 @@
 // Package batch gathers calls that arrive at the same moment into one batch, so that a store
 // writes them with one statement and one commit instead of one each (docs/architecture.md,
-// "Creates in batches").
+// "Creates, intakes and reads in batches").
 //
 // It batches naturally, with no timer: a call that finds fewer than Concurrent batches
 // running starts one at once with whatever is waiting, so a lone caller is never held back;
