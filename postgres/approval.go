@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -47,10 +46,4 @@ func (q querier) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows
 func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 	_, err := q.q.Exec(ctx, sql, args...)
 	return err
-}
-
-// readApproval reads one approval with its details through q, or ENOTFOUND.
-func readApproval(ctx context.Context, q querier, id string) (*approval.Approval, error) {
-	a, err := sqldb.ApprovalByID(ctx, q, dialect, id)
-	return a, translate("read approval", err)
 }

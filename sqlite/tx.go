@@ -168,13 +168,6 @@ func (t *ruleTx) claim(ctx context.Context, rec *approval.ExecutionRecord, lease
 	return err
 }
 
-// ids runs a query of one text column and collects it.
-func (t *ruleTx) ids(ctx context.Context, op, query string, args ...any) ([]string, error) {
-	rows, err := t.tx.query(ctx, query, args...)
-	ids, err := sqldb.Collect(rows, err, func(row sqldb.Row) (id string, err error) { return id, row.Scan(&id) })
-	return ids, fail(op, err)
-}
-
 // runner runs sqldb.Tx's statements on the write transaction, each at once.
 type runner struct{ tx *tx }
 
