@@ -63,12 +63,6 @@ func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 	return t, nil
 }
 
-// HasTarget reports whether an action has a downstream target (the Targeted field).
-func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
-
-// Routes returns the routing the store was opened with.
-func (s *Store) Routes() approval.Routing { return s.Routing }
-
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
 // and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
 // A guarded write whose guard fails raises an error inside the database, so the transaction
@@ -93,8 +87,6 @@ type queued struct {
 	// check, when set, is the token check this statement guards (see Begin).
 	check *approval.TokenCheck
 }
-
-func (t *ruleTx) Now() time.Time { return t.At }
 
 // enqueue adds a write to the next batch.
 func (t *ruleTx) enqueue(op, sql string, args ...any) {

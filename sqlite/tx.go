@@ -32,12 +32,6 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	return newRuleTx(t), nil
 }
 
-// HasTarget reports whether an action has a downstream target (the Targeted field).
-func (s *Store) HasTarget(action string) bool { return s.targeted(action) }
-
-// Routes returns the routing the store was opened with.
-func (s *Store) Routes() approval.Routing { return s.Routing }
-
 // ruleTx is approval.Tx on the write connection. Its statements run at once: they cost no
 // network round trip. The statements both dialects share are sqldb.Tx's.
 type ruleTx struct {
@@ -48,8 +42,6 @@ type ruleTx struct {
 func newRuleTx(t *tx) *ruleTx {
 	return &ruleTx{tx: t, Tx: sqldb.Tx{Run: runner{t}, Dialect: dialect, At: t.now, Translate: fail}}
 }
-
-func (t *ruleTx) Now() time.Time { return t.tx.now }
 
 func (t *ruleTx) Commit(ctx context.Context) error { return fail("commit", t.tx.commit()) }
 

@@ -43,6 +43,9 @@ type Tx struct {
 	Translate func(op string, err error) error
 }
 
+// Now is approval.Tx's: the transaction's clock, At.
+func (t Tx) Now() time.Time { return t.At }
+
 // query runs a statement now, in the dialect, and collects its rows with scan.
 func query[T any](ctx context.Context, t Tx, sql string, scan func(Row) (T, error), args ...any) ([]T, error) {
 	rows, err := t.Run.Query(ctx, t.Dialect.SQL(sql), args...)
