@@ -234,15 +234,6 @@ func (t *ruleTx) end() {
 	t.conn.Release()
 }
 
-// ApprovalGetForUpdate locks one approval's row, then reads it with its approvers, decisions
-// and execution: two statements in one round trip. Not one: a statement that waited for the
-// row lock sees the locked row as it is now, but its subqueries (the decisions) still see
-// the snapshot it started with, which misses the vote that held the lock.
-func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
-	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, id)
-	return t.Tx.ApprovalGetForUpdate(ctx, id)
-}
-
 // ApprovalGetByIDMany reads the approvals and their details in one statement.
 func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
 	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
@@ -399,18 +390,6 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	return claims, nil
 }
 
-// ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
-// the approval's row, and the execution's is locked only after it, when the outer query
-// returns its row.
-func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
-	// The approval's lock first (the lock order), as a statement of its own: a statement that
-	// waited for a lock sees the rows it locks anew, but reads anything else as of its start.
-	t.enqueue("lock approval of execution", `
-		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
-		FOR UPDATE`, id)
-	return t.Tx.ExecutionGetForUpdate(ctx, id)
-}
-
 // ExecutionGetForUpdateMany locks as ExecutionGetForUpdate does, for every execution at
 // once: two statements in one round trip, each locking its rows in id order.
 func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
@@ -428,14 +407,6 @@ func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([
 		return sqldb.ScanExecution(row)
 	})
 	return list, translate("lock executions", err)
-}
-
-// ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, two statements in one
-// round trip. The execution is read by a statement that starts after the approval's lock is
-// held, so it sees the execution that the vote holding the lock before it created.
-func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
-	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
-	return t.Tx.ExecutionGetByApprovalForUpdate(ctx, approvalID)
 }
 
 // ExecutionUpdateIfAttemptMany writes every execution in one statement over arrays; a failed
@@ -501,9 +472,9 @@ func (r *batchRows) Err() error {
 	return r.closeErr
 }
 
-// runner runs sqldb.Tx's statements on the transaction: reads at once, writes queued, a
-// guarded write made to abort the transaction inside the database when its guard fails (1
-// divided by the count of the rows it changed divides by zero).
+// runner runs sqldb.Tx's statements on the transaction: reads at once, writes and locks
+// queued, a guarded write made to abort the transaction inside the database when its guard
+// fails (1 divided by the count of the rows it changed divides by zero).
 type runner struct{ t *ruleTx }
 
 func (r runner) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
@@ -522,5 +493,10 @@ func (r runner) Write(ctx context.Context, op, sql string, args ...any) error {
 
 func (r runner) WriteOne(ctx context.Context, op, sql string, args ...any) error {
 	r.t.enqueue(op, `WITH changed AS (`+sql+` RETURNING 1) SELECT 1 / count(*) FROM changed`, args...)
+	return nil
+}
+
+func (r runner) Lock(ctx context.Context, op, sql string, args ...any) error {
+	r.t.enqueue(op, sql, args...)
 	return nil
 }

@@ -190,6 +190,9 @@ func (r runner) WriteOne(ctx context.Context, op, query string, args ...any) err
 	return err
 }
 
+// Lock skips the statement: the transaction holds the write lock from its first statement.
+func (r runner) Lock(ctx context.Context, op, query string, args ...any) error { return nil }
+
 // ExecutionGetForUpdateMany needs no lock of its own: the transaction holds the write lock.
 func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
 	idsJSON, err := json.Marshal(ids)
