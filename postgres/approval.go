@@ -18,6 +18,8 @@ var dialect = sqldb.Dialect{
 	ForUpdate:      " FOR UPDATE",
 	SkipLocked:     " FOR UPDATE SKIP LOCKED",
 	LowerASCII:     func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
+	AnyOf:          func(expr, p string) string { return expr + " = ANY(" + p + ")" },
+	List:           func(list []string) any { return list },
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement, so a

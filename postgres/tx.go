@@ -234,13 +234,6 @@ func (t *ruleTx) end() {
 	t.conn.Release()
 }
 
-// ApprovalGetByIDMany reads the approvals and their details in one statement.
-func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
-	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
-	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
-	return list, translate("read approvals", err)
-}
-
 // DecisionInsert orders the decision by the approval.voted event just appended.
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
 	t.enqueue("insert decision", `
@@ -388,25 +381,6 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		return nil, translate("claim executions", err)
 	}
 	return claims, nil
-}
-
-// ExecutionGetForUpdateMany locks as ExecutionGetForUpdate does, for every execution at
-// once: two statements in one round trip, each locking its rows in id order.
-func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
-	t.enqueue("lock approvals of executions", `
-		SELECT 1 FROM approvals
-		WHERE id IN (SELECT approval_id FROM executions WHERE id = ANY($1))
-		ORDER BY id FOR UPDATE`, ids)
-	rows, err := t.Query(ctx, `
-		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id = ANY($1)
-		ORDER BY x.id FOR UPDATE OF x`, ids)
-	if err != nil {
-		return nil, translate("lock executions", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionRecord, error) {
-		return sqldb.ScanExecution(row)
-	})
-	return list, translate("lock executions", err)
 }
 
 // ExecutionUpdateIfAttemptMany writes every execution in one statement over arrays; a failed

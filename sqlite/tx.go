@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -50,16 +49,6 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 		return fail("rollback", err)
 	}
 	return nil
-}
-
-func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return nil, fmt.Errorf("encode approval ids: %w", err)
-	}
-	rows, err := t.tx.query(ctx, approvalDetailSQL+` WHERE a.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
-	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
-	return list, fail("read approvals", err)
 }
 
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
@@ -192,14 +181,3 @@ func (r runner) WriteOne(ctx context.Context, op, query string, args ...any) err
 
 // Lock skips the statement: the transaction holds the write lock from its first statement.
 func (r runner) Lock(ctx context.Context, op, query string, args ...any) error { return nil }
-
-// ExecutionGetForUpdateMany needs no lock of its own: the transaction holds the write lock.
-func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return nil, fmt.Errorf("encode execution ids: %w", err)
-	}
-	rows, err := t.tx.query(ctx, `SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
-	list, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionRecord, error) { return sqldb.ScanExecution(row) })
-	return list, fail("read executions", err)
-}

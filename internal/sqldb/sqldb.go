@@ -64,6 +64,11 @@ type Dialect struct {
 	// LowerASCII returns the SQL of the text expr with its ASCII letters, and only those,
 	// lower-cased: what SQLite's lower() does; PostgreSQL's does so under the "C" collation.
 	LowerASCII func(expr string) string
+	// AnyOf returns the condition that the text expr is one of the list bound at placeholder
+	// p (List): "= ANY(p)" over an array, or IN over json_each where there are no arrays.
+	AnyOf func(expr, p string) string
+	// List returns a list of strings as AnyOf reads it: the slice, or its JSON text.
+	List func([]string) any
 }
 
 // NullTime returns an optional time as the dialect stores it, nil for NULL.
