@@ -59,15 +59,16 @@ func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 		return nil, err
 	}
 	t := &ruleTx{conn: conn, log: s.logger}
-	t.Tx = sqldb.Tx{Run: runner{t}, Dialect: dialect, At: now, Translate: translate}
+	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
 	return t, nil
 }
 
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
-// and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
-// A guarded write whose guard fails raises an error inside the database, so the transaction
-// aborts there and a COMMIT sent behind it cannot commit the rest. The statements both
-// dialects share are sqldb.Tx's; its At is the transaction's clock (Now).
+// and the queued writes in the same batch (pipelined, one round trip); writes and locks wait
+// in queue. A guarded write whose guard fails raises an error inside the database, so the
+// transaction aborts there and a COMMIT sent behind it cannot commit the rest. The statements
+// both dialects share are sqldb.Tx's, which runs them on ruleTx itself (its sqldb.Runner);
+// its At is the transaction's clock (Now).
 type ruleTx struct {
 	sqldb.Tx
 	conn  *pgxpool.Conn
@@ -88,9 +89,26 @@ type queued struct {
 	check *approval.TokenCheck
 }
 
-// enqueue adds a write to the next batch.
+// enqueue adds a write or a lock to the next batch.
 func (t *ruleTx) enqueue(op, sql string, args ...any) {
 	t.queue = append(t.queue, queued{op: op, sql: sql, args: args})
+}
+
+// Write queues a write whose answer the caller does not need (sqldb.Runner).
+func (t *ruleTx) Write(ctx context.Context, op, sql string, args ...any) error {
+	t.enqueue(op, sql, args...)
+	return nil
+}
+
+// WriteOne queues a guarded write that divides by zero, aborting the transaction inside the
+// database, when it changes no row: 1 divided by the count of the rows it changed.
+func (t *ruleTx) WriteOne(ctx context.Context, op, sql string, args ...any) error {
+	return t.Write(ctx, op, `WITH changed AS (`+sql+` RETURNING 1) SELECT 1 / count(*) FROM changed`, args...)
+}
+
+// Lock queues a statement that takes locks ahead of the next read (sqldb.Runner).
+func (t *ruleTx) Lock(ctx context.Context, op, sql string, args ...any) error {
+	return t.Write(ctx, op, sql, args...)
 }
 
 // send sends BEGIN (the first time), the queued writes and then the statement sql, if any,
@@ -138,7 +156,7 @@ func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queu
 }
 
 // Query runs one statement, after BEGIN and the queued writes, in one round trip.
-func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
 	br, err := t.send(ctx, sql, args)
 	if err != nil {
 		return nil, err
@@ -151,17 +169,18 @@ func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
-// Exec runs one statement now, after BEGIN and the queued writes, in one round trip.
-func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+// Exec runs one statement now, after BEGIN and the queued writes, in one round trip, and
+// returns how many rows it changed.
+func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	br, err := t.send(ctx, sql, args)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return 0, err
 	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return tag, err
+	return tag.RowsAffected(), err
 }
 
 // Commit sends the queued writes, COMMIT and the signals Notify asked for (in a transaction
@@ -236,11 +255,10 @@ func (t *ruleTx) end() {
 
 // DecisionInsert orders the decision by the approval.voted event just appended.
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
-	t.enqueue("insert decision", `
+	return t.Write(ctx, "insert decision", `
 		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
 		SELECT $1, $2, $3, $4, $5, max(seq) FROM events WHERE approval_id = $1`,
 		approvalID, d.Approver, string(d.Verdict), d.Comment, d.At)
-	return nil
 }
 
 // EventInsertMany appends every event in one statement: each approval's next seq is its
@@ -262,7 +280,7 @@ func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) e
 			details[i] = &d
 		}
 	}
-	t.enqueue("append events", `
+	return t.Write(ctx, "append events", `
 		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 		SELECT v.approval_id,
 			COALESCE((SELECT max(seq) FROM events e WHERE e.approval_id = v.approval_id), 0)
@@ -271,7 +289,6 @@ func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) e
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
 			WITH ORDINALITY AS v(approval_id, type, actor, cause, detail, ord)`,
 		ids, types, actors, causes, details, t.At)
-	return nil
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
@@ -357,10 +374,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		FROM claimed x JOIN approvals a ON a.id = x.approval_id
 		ORDER BY x.due_at, x.id`,
 		t.At, limit, leaseUntil)
-	if err != nil {
-		return nil, translate("claim executions", err)
-	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionClaim, error) {
+	claims, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionClaim, error) {
 		c := &approval.ExecutionClaim{}
 		var (
 			dueAt  time.Time
@@ -405,7 +419,7 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 		results[i], nexts[i], leases[i] = rec.Result, rec.NextAttemptAt, rec.LeaseExpiresAt
 		versions[i], uncertain[i] = rec.AppliedVersion, rec.Uncertain
 	}
-	t.enqueue("record execution attempts", `
+	return t.Write(ctx, "record execution attempts", `
 		WITH changed AS (
 			UPDATE executions x
 			SET status = v.status, attempts = v.attempts, last_error = v.last_error,
@@ -421,7 +435,6 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 		)
 		SELECT 1 / (count(*) = $13)::int FROM changed`,
 		ids, statuses, counts, lastErrors, results, nexts, leases, versions, uncertain, bases, fences, t.At, n)
-	return nil
 }
 
 // batchRows are a batch's last rows: closing them closes the batch.
@@ -444,33 +457,4 @@ func (r *batchRows) Err() error {
 		return err
 	}
 	return r.closeErr
-}
-
-// runner runs sqldb.Tx's statements on the transaction: reads at once, writes and locks
-// queued, a guarded write made to abort the transaction inside the database when its guard
-// fails (1 divided by the count of the rows it changed divides by zero).
-type runner struct{ t *ruleTx }
-
-func (r runner) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
-	return r.t.Query(ctx, sql, args...)
-}
-
-func (r runner) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := r.t.Exec(ctx, sql, args...)
-	return tag.RowsAffected(), err
-}
-
-func (r runner) Write(ctx context.Context, op, sql string, args ...any) error {
-	r.t.enqueue(op, sql, args...)
-	return nil
-}
-
-func (r runner) WriteOne(ctx context.Context, op, sql string, args ...any) error {
-	r.t.enqueue(op, `WITH changed AS (`+sql+` RETURNING 1) SELECT 1 / count(*) FROM changed`, args...)
-	return nil
-}
-
-func (r runner) Lock(ctx context.Context, op, sql string, args ...any) error {
-	r.t.enqueue(op, sql, args...)
-	return nil
 }
