@@ -365,12 +365,7 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			WHERE x.id = due.id
 			RETURNING x.*, due.recovered, due.due_at
 		)
-		SELECT `+sqldb.ExecutionColumns+`, x.recovered, x.due_at, `+sqldb.ApprovalColumns+`,
-			(SELECT json_agg(p.approver ORDER BY p.position) FROM approval_approvers p WHERE p.approval_id = a.id),
-			(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
-				'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
-			 FROM decisions d WHERE d.approval_id = a.id),
-			`+sqldb.ApprovalDetailColumns+`
+		SELECT `+sqldb.ExecutionColumns+`, x.recovered, x.due_at, `+approvalDetailColumns+`
 		FROM claimed x JOIN approvals a ON a.id = x.approval_id
 		ORDER BY x.due_at, x.id`,
 		t.At, limit, leaseUntil)
