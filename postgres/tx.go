@@ -77,7 +77,11 @@ type ruleTx struct {
 	queue []queued
 	// signals are the topics Notify was asked for, sent after COMMIT (see signalSQL).
 	signals []string
-	log     func() *slog.Logger
+	// after are statements Commit sends behind COMMIT, in the same round trip, besides the
+	// signals: each a transaction of its own whose failure is only logged (RecordInbox's
+	// conditional signal).
+	after []queued
+	log   func() *slog.Logger
 }
 
 // queued is a write waiting for the next batch.
@@ -87,6 +91,8 @@ type queued struct {
 	args []any
 	// check, when set, is the token check this statement guards (see Begin).
 	check *approval.TokenCheck
+	// rows, when set, receives how many rows the statement changed.
+	rows *int64
 }
 
 // enqueue adds a write or a lock to the next batch.
@@ -141,12 +147,16 @@ func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queu
 	queue := t.queue
 	t.queue = nil
 	for _, q := range queue {
-		if _, err := br.Exec(); err != nil {
+		tag, err := br.Exec()
+		if err != nil {
 			br.Close()
 			if q.check != nil && isDivisionByZero(err) {
 				return nil, q.check.Refuse()
 			}
 			return nil, translate(q.op, err)
+		}
+		if q.rows != nil {
+			*q.rows = tag.RowsAffected()
 		}
 		if q.check != nil {
 			q.check.Pass()
@@ -193,22 +203,22 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 		t.end()
 		return nil
 	}
-	var br pgx.BatchResults
-	var err error
-	if len(t.signals) == 0 {
-		br, err = t.send(ctx, "COMMIT", nil)
-	} else {
-		br, err = t.send(ctx, "COMMIT", nil, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
+	after := t.after
+	if len(t.signals) > 0 {
+		after = append(after, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
 	}
+	br, err := t.send(ctx, "COMMIT", nil, after...)
 	if err != nil {
 		t.Rollback(ctx)
 		return err
 	}
 	tag, err := br.Exec()
-	if err == nil && len(t.signals) > 0 {
-		if _, serr := br.Exec(); serr != nil {
-			// Committed: the signal is only a hint, and every waiter also polls.
-			t.log().Warn("postgres: signal after commit failed", "topics", t.signals, "err", serr)
+	if err == nil {
+		for _, q := range after {
+			if _, serr := br.Exec(); serr != nil {
+				// Committed: the signal is only a hint, and every waiter also polls.
+				t.log().Warn("postgres: signal after commit failed", "topics", q.args[0], "err", serr)
+			}
 		}
 	}
 	if cerr := br.Close(); err == nil {
