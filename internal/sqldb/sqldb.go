@@ -1,10 +1,13 @@
 // Package sqldb is what the two SQL drivers, sqlite and postgres, share: the read methods of
-// approval.Store that are one statement alike in both dialects but for the placeholders and
-// the stored form of a time, the scanning of approval, execution, inbox event and event rows,
-// the building of paged listings with keyset cursors, the applying of embedded migrations,
-// and the settings a Store is configured by. It decides nothing: the rules are
-// the root package's, and each driver keeps its own statements (writes, locking, RETURNING,
-// NOTIFY) and its own translation of errors. See docs/architecture.md, "The drivers".
+// approval.Store (Reads) and the statements of approval.Tx (Tx) that are alike in both
+// dialects but for what the Dialect gives (the placeholders, the stored form of a time, the
+// lock clauses, the binding of a list), the scanning of approval, execution, inbox event and
+// event rows, the building of paged listings with keyset cursors, the applying of embedded
+// migrations, and the settings a Store is configured by (Settings). It decides nothing: the
+// rules are the root package's, and each driver keeps the statements whose SQL is its own
+// (the claims, advisory locks, statements over arrays, NOTIFY), how its transaction runs
+// statements (Runner) and its own translation of errors. See docs/architecture.md,
+// "Layers" and "What is left in the drivers".
 package sqldb
 
 import (
