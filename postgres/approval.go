@@ -21,18 +21,24 @@ var dialect = sqldb.Dialect{
 	ForUpdate:      " FOR UPDATE",
 	SkipLocked:     " FOR UPDATE SKIP LOCKED",
 	LowerASCII:     func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
+	AnyOf:          func(expr, p string) string { return expr + " = ANY(" + p + ")" },
+	List:           func(list []string) any { return list },
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement, so a
 // GET is one round trip and one snapshot: the approvers in listed order, the decisions in
 // the order of their approval.voted events, and the public fields of the execution.
-const approvalDetailSQL = `SELECT ` + sqldb.ApprovalColumns + `,
+const approvalDetailSQL = `SELECT ` + approvalDetailColumns + `
+FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
+
+// approvalDetailColumns are what approvalDetailSQL selects from an approval a and its
+// execution x, which the execution claim reads from the rows it updated.
+const approvalDetailColumns = sqldb.ApprovalColumns + `,
 	(SELECT json_agg(p.approver ORDER BY p.position) FROM approval_approvers p WHERE p.approval_id = a.id),
 	(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
 		'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
 	 FROM decisions d WHERE d.approval_id = a.id),
-	` + sqldb.ApprovalDetailColumns + `
-FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
+	` + sqldb.ApprovalDetailColumns
 
 // querier adapts what runs pgx statements (the pool, a connection, ruleTx) to sqldb.Execer.
 type querier struct {
@@ -49,12 +55,6 @@ func (q querier) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows
 func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 	_, err := q.q.Exec(ctx, sql, args...)
 	return err
-}
-
-// readApproval reads one approval with its details through q, or ENOTFOUND.
-func readApproval(ctx context.Context, q querier, id string) (*approval.Approval, error) {
-	a, err := sqldb.ApprovalByID(ctx, q, dialect, id)
-	return a, translate("read approval", err)
 }
 
 // approvalDetailFrom is approvalDetailSQL for a batch: the approvals read from the join

@@ -42,20 +42,9 @@ const migrationLock int64 = 0x61707664
 
 // Store is the PostgreSQL approval.Store.
 type Store struct {
-	// Now is the store's clock, time.Now by default. Every method reads it once, at
-	// approval.Precision in UTC, and compares expiry and lease times with that value instead
-	// of the database's now(), so tests can move time.
-	Now func() time.Time
-
-	// Targeted reports whether an action has a downstream target, which decides whether the
-	// approving transaction queues its execution or records it as not_configured. Nil means
-	// no action has one.
-	Targeted func(action string) bool
-
-	// Routing says who is told of what, and how (approval.Routing): the transactions that
-	// cause notifications and callbacks queue them by it. Zero: nobody is told. Set it
-	// before the store is used.
-	Routing approval.Routing
+	// Settings are the clock (Now), the actions with a target (Targeted) and the routing of
+	// notifications (Routing), as on SQLite's Store.
+	sqldb.Settings
 
 	// Logger receives what the store cannot return to a caller: the LISTEN connection
 	// dropping and reconnecting. slog.Default() when nil.
@@ -131,8 +120,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Now: time.Now, pool: pool}
-	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.now, Translate: translate}
+	s := &Store{Settings: sqldb.Settings{Now: time.Now}, pool: pool}
+	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.Instant, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	s.creates = batch.New(writeBatches, writeBatchMax, s.insertApprovals)
 	s.intakes = batch.New(writeBatches, writeBatchMax, s.recordInboxes)
@@ -175,7 +164,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 		return translate("take migration lock", err)
 	}
-	if err := schema.Apply(ctx, querier{tx}, dialect, s.now()); err != nil {
+	if err := schema.Apply(ctx, querier{tx}, dialect, s.Instant()); err != nil {
 		return translate("migrate", err)
 	}
 	return translate("commit migrations", tx.Commit(ctx))
@@ -192,9 +181,6 @@ var schema = sqldb.Migrations{
 	Name: func(path string) string { return strings.TrimPrefix(path, "migrations/") },
 }
 
-// now reads the clock once for a method, at store precision.
-func (s *Store) now() time.Time { return s.Now().UTC().Truncate(approval.Precision) }
-
 // acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
 // runs atomically without an explicit transaction (one round trip instead of three), and
 // reads the clock once the connection is held: a method that waited for a connection must
@@ -204,7 +190,7 @@ func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)
 	}
-	return conn, s.now(), nil
+	return conn, s.Instant(), nil
 }
 
 // translate turns a driver error into the application's vocabulary: a server that cannot be

@@ -11,10 +11,10 @@ import (
 // bootstrap table decides: of several transactions inserting at once, one inserts and the
 // others wait for its commit and then insert nothing.
 func (t *ruleTx) BootstrapInsert(ctx context.Context, tokenID string) (bool, error) {
-	tag, err := t.Exec(ctx, `
+	n, err := t.Exec(ctx, `
 		INSERT INTO bootstrap (token_id, created_at) VALUES ($1, $2)
 		ON CONFLICT (singleton) DO NOTHING`, tokenID, t.At)
-	return tag.RowsAffected() == 1, translate("claim bootstrap", err)
+	return n == 1, translate("claim bootstrap", err)
 }
 
 // TokenSetLastUsedIfOlder is one statement outside a transaction: one round trip.

@@ -59,21 +59,16 @@ func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
 		return nil, err
 	}
 	t := &ruleTx{conn: conn, log: s.logger}
-	t.Tx = sqldb.Tx{Run: runner{t}, Dialect: dialect, At: now, Translate: translate}
+	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
 	return t, nil
 }
 
-// HasTarget reports whether an action has a downstream target (the Targeted field).
-func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
-
-// Routes returns the routing the store was opened with.
-func (s *Store) Routes() approval.Routing { return s.Routing }
-
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
-// and the queued writes in the same batch (pipelined, one round trip); writes wait in queue.
-// A guarded write whose guard fails raises an error inside the database, so the transaction
-// aborts there and a COMMIT sent behind it cannot commit the rest. The statements both
-// dialects share are sqldb.Tx's; its At is the transaction's clock (Now).
+// and the queued writes in the same batch (pipelined, one round trip); writes and locks wait
+// in queue. A guarded write whose guard fails raises an error inside the database, so the
+// transaction aborts there and a COMMIT sent behind it cannot commit the rest. The statements
+// both dialects share are sqldb.Tx's, which runs them on ruleTx itself (its sqldb.Runner);
+// its At is the transaction's clock (Now).
 type ruleTx struct {
 	sqldb.Tx
 	conn  *pgxpool.Conn
@@ -94,11 +89,26 @@ type queued struct {
 	check *approval.TokenCheck
 }
 
-func (t *ruleTx) Now() time.Time { return t.At }
-
-// enqueue adds a write to the next batch.
+// enqueue adds a write or a lock to the next batch.
 func (t *ruleTx) enqueue(op, sql string, args ...any) {
 	t.queue = append(t.queue, queued{op: op, sql: sql, args: args})
+}
+
+// Write queues a write whose answer the caller does not need (sqldb.Runner).
+func (t *ruleTx) Write(ctx context.Context, op, sql string, args ...any) error {
+	t.enqueue(op, sql, args...)
+	return nil
+}
+
+// WriteOne queues a guarded write that divides by zero, aborting the transaction inside the
+// database, when it changes no row: 1 divided by the count of the rows it changed.
+func (t *ruleTx) WriteOne(ctx context.Context, op, sql string, args ...any) error {
+	return t.Write(ctx, op, `WITH changed AS (`+sql+` RETURNING 1) SELECT 1 / count(*) FROM changed`, args...)
+}
+
+// Lock queues a statement that takes locks ahead of the next read (sqldb.Runner).
+func (t *ruleTx) Lock(ctx context.Context, op, sql string, args ...any) error {
+	return t.Write(ctx, op, sql, args...)
 }
 
 // send sends BEGIN (the first time), the queued writes and then the statement sql, if any,
@@ -146,7 +156,7 @@ func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queu
 }
 
 // Query runs one statement, after BEGIN and the queued writes, in one round trip.
-func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
 	br, err := t.send(ctx, sql, args)
 	if err != nil {
 		return nil, err
@@ -159,17 +169,18 @@ func (t *ruleTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
-// Exec runs one statement now, after BEGIN and the queued writes, in one round trip.
-func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+// Exec runs one statement now, after BEGIN and the queued writes, in one round trip, and
+// returns how many rows it changed.
+func (t *ruleTx) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
 	br, err := t.send(ctx, sql, args)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return 0, err
 	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return tag, err
+	return tag.RowsAffected(), err
 }
 
 // Commit sends the queued writes, COMMIT and the signals Notify asked for (in a transaction
@@ -242,29 +253,12 @@ func (t *ruleTx) end() {
 	t.conn.Release()
 }
 
-// ApprovalGetForUpdate locks one approval's row, then reads it with its approvers, decisions
-// and execution: two statements in one round trip. Not one: a statement that waited for the
-// row lock sees the locked row as it is now, but its subqueries (the decisions) still see
-// the snapshot it started with, which misses the vote that held the lock.
-func (t *ruleTx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
-	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, id)
-	return t.Tx.ApprovalGetForUpdate(ctx, id)
-}
-
-// ApprovalGetByIDMany reads the approvals and their details in one statement.
-func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
-	rows, err := t.Query(ctx, approvalDetailSQL+` WHERE a.id = ANY($1)`, ids)
-	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
-	return list, translate("read approvals", err)
-}
-
 // DecisionInsert orders the decision by the approval.voted event just appended.
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
-	t.enqueue("insert decision", `
+	return t.Write(ctx, "insert decision", `
 		INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
 		SELECT $1, $2, $3, $4, $5, max(seq) FROM events WHERE approval_id = $1`,
 		approvalID, d.Approver, string(d.Verdict), d.Comment, d.At)
-	return nil
 }
 
 // EventInsertMany appends every event in one statement: each approval's next seq is its
@@ -286,7 +280,7 @@ func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) e
 			details[i] = &d
 		}
 	}
-	t.enqueue("append events", `
+	return t.Write(ctx, "append events", `
 		INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 		SELECT v.approval_id,
 			COALESCE((SELECT max(seq) FROM events e WHERE e.approval_id = v.approval_id), 0)
@@ -295,7 +289,6 @@ func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) e
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
 			WITH ORDINALITY AS v(approval_id, type, actor, cause, detail, ord)`,
 		ids, types, actors, causes, details, t.At)
-	return nil
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
@@ -372,19 +365,11 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			WHERE x.id = due.id
 			RETURNING x.*, due.recovered, due.due_at
 		)
-		SELECT `+sqldb.ExecutionColumns+`, x.recovered, x.due_at, `+sqldb.ApprovalColumns+`,
-			(SELECT json_agg(p.approver ORDER BY p.position) FROM approval_approvers p WHERE p.approval_id = a.id),
-			(SELECT json_agg(json_build_object('approver', d.approver, 'verdict', d.verdict,
-				'comment', d.comment, 'at', d.decided_at) ORDER BY d.event_seq)
-			 FROM decisions d WHERE d.approval_id = a.id),
-			`+sqldb.ApprovalDetailColumns+`
+		SELECT `+sqldb.ExecutionColumns+`, x.recovered, x.due_at, `+approvalDetailColumns+`
 		FROM claimed x JOIN approvals a ON a.id = x.approval_id
 		ORDER BY x.due_at, x.id`,
 		t.At, limit, leaseUntil)
-	if err != nil {
-		return nil, translate("claim executions", err)
-	}
-	claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionClaim, error) {
+	claims, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionClaim, error) {
 		c := &approval.ExecutionClaim{}
 		var (
 			dueAt  time.Time
@@ -405,45 +390,6 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		return nil, translate("claim executions", err)
 	}
 	return claims, nil
-}
-
-// ExecutionGetForUpdate takes both locks in one statement, in the lock order: the CTE locks
-// the approval's row, and the execution's is locked only after it, when the outer query
-// returns its row.
-func (t *ruleTx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
-	// The approval's lock first (the lock order), as a statement of its own: a statement that
-	// waited for a lock sees the rows it locks anew, but reads anything else as of its start.
-	t.enqueue("lock approval of execution", `
-		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)
-		FOR UPDATE`, id)
-	return t.Tx.ExecutionGetForUpdate(ctx, id)
-}
-
-// ExecutionGetForUpdateMany locks as ExecutionGetForUpdate does, for every execution at
-// once: two statements in one round trip, each locking its rows in id order.
-func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
-	t.enqueue("lock approvals of executions", `
-		SELECT 1 FROM approvals
-		WHERE id IN (SELECT approval_id FROM executions WHERE id = ANY($1))
-		ORDER BY id FOR UPDATE`, ids)
-	rows, err := t.Query(ctx, `
-		SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id = ANY($1)
-		ORDER BY x.id FOR UPDATE OF x`, ids)
-	if err != nil {
-		return nil, translate("lock executions", err)
-	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*approval.ExecutionRecord, error) {
-		return sqldb.ScanExecution(row)
-	})
-	return list, translate("lock executions", err)
-}
-
-// ExecutionGetByApprovalForUpdate locks as ExecutionGetForUpdate does, two statements in one
-// round trip. The execution is read by a statement that starts after the approval's lock is
-// held, so it sees the execution that the vote holding the lock before it created.
-func (t *ruleTx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
-	t.enqueue("lock approval", `SELECT 1 FROM approvals WHERE id = $1 FOR UPDATE`, approvalID)
-	return t.Tx.ExecutionGetByApprovalForUpdate(ctx, approvalID)
 }
 
 // ExecutionUpdateIfAttemptMany writes every execution in one statement over arrays; a failed
@@ -468,7 +414,7 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 		results[i], nexts[i], leases[i] = rec.Result, rec.NextAttemptAt, rec.LeaseExpiresAt
 		versions[i], uncertain[i] = rec.AppliedVersion, rec.Uncertain
 	}
-	t.enqueue("record execution attempts", `
+	return t.Write(ctx, "record execution attempts", `
 		WITH changed AS (
 			UPDATE executions x
 			SET status = v.status, attempts = v.attempts, last_error = v.last_error,
@@ -484,7 +430,6 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 		)
 		SELECT 1 / (count(*) = $13)::int FROM changed`,
 		ids, statuses, counts, lastErrors, results, nexts, leases, versions, uncertain, bases, fences, t.At, n)
-	return nil
 }
 
 // batchRows are a batch's last rows: closing them closes the batch.
@@ -507,28 +452,4 @@ func (r *batchRows) Err() error {
 		return err
 	}
 	return r.closeErr
-}
-
-// runner runs sqldb.Tx's statements on the transaction: reads at once, writes queued, a
-// guarded write made to abort the transaction inside the database when its guard fails (1
-// divided by the count of the rows it changed divides by zero).
-type runner struct{ t *ruleTx }
-
-func (r runner) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
-	return r.t.Query(ctx, sql, args...)
-}
-
-func (r runner) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
-	tag, err := r.t.Exec(ctx, sql, args...)
-	return tag.RowsAffected(), err
-}
-
-func (r runner) Write(ctx context.Context, op, sql string, args ...any) error {
-	r.t.enqueue(op, sql, args...)
-	return nil
-}
-
-func (r runner) WriteOne(ctx context.Context, op, sql string, args ...any) error {
-	r.t.enqueue(op, `WITH changed AS (`+sql+` RETURNING 1) SELECT 1 / count(*) FROM changed`, args...)
-	return nil
 }

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -16,6 +17,11 @@ var dialect = sqldb.Dialect{
 	Time:           func(t time.Time) any { return micros(t) },
 	ApprovalDetail: approvalDetailSQL,
 	LowerASCII:     func(expr string) string { return "lower(" + expr + ")" },
+	AnyOf:          func(expr, p string) string { return expr + " IN (SELECT value FROM json_each(" + p + "))" },
+	List: func(list []string) any {
+		doc, _ := json.Marshal(list) // a list of strings always encodes
+		return string(doc)
+	},
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement: the

@@ -48,19 +48,9 @@ var _ approval.Store = (*Store)(nil)
 
 // Store is the SQLite implementation of approval.Store.
 type Store struct {
-	// Now is the store's clock, time.Now by default. Every method reads it once, at the start
-	// of its transaction, and uses that instant for all its comparisons and stored times.
-	Now func() time.Time
-
-	// Targeted reports whether an action has a downstream target: approving an approval of
-	// such an action queues its execution, any other gets a not_configured one. Nil means no
-	// action has a target. Set it before the store is used.
-	Targeted func(action string) bool
-
-	// Routing says who is told of what, and how (approval.Routing): the transactions that
-	// cause notifications and callbacks queue them by it. Zero: nobody is told. Set it
-	// before the store is used.
-	Routing approval.Routing
+	// Settings are the clock (Now), the actions with a target (Targeted) and the routing of
+	// notifications (Routing), as on PostgreSQL's Store.
+	sqldb.Settings
 
 	// Reads are the read methods both drivers run alike (internal/sqldb), on the read pool:
 	// each is one statement, one snapshot.
@@ -79,8 +69,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Now: time.Now, write: write, read: read, hub: signal.NewHub()}
-	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.now, Translate: fail}
+	s := &Store{Settings: sqldb.Settings{Now: time.Now}, write: write, read: read, hub: signal.NewHub()}
+	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.Instant, Translate: fail}
 	return s, nil
 }
 
@@ -273,16 +263,6 @@ func (s *Store) Close() error {
 	return errors.Join(s.read.Close(), s.write.Close())
 }
 
-// targeted reports whether action has a downstream target (see Targeted).
-func (s *Store) targeted(action string) bool {
-	return s.Targeted != nil && s.Targeted(action)
-}
-
-// now reads the clock once for a transaction, at store precision.
-func (s *Store) now() time.Time {
-	return s.Now().UTC().Truncate(approval.Precision)
-}
-
 // tx is one transaction together with the instant it runs at (wtf's Tx.now): every
 // comparison with expires_at or a lease and every stored time inside it uses now. It also
 // collects the Notifier topics its changes concern, signalled only once it commits.
@@ -310,7 +290,7 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	return &tx{Tx: t, now: s.now(), hub: s.hub}, nil
+	return &tx{Tx: t, now: s.Instant(), hub: s.hub}, nil
 }
 
 // checkToken runs the pending approval.TokenCheck of ctx, if any, as the transaction's first

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -32,12 +31,6 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	return newRuleTx(t), nil
 }
 
-// HasTarget reports whether an action has a downstream target (the Targeted field).
-func (s *Store) HasTarget(action string) bool { return s.targeted(action) }
-
-// Routes returns the routing the store was opened with.
-func (s *Store) Routes() approval.Routing { return s.Routing }
-
 // ruleTx is approval.Tx on the write connection. Its statements run at once: they cost no
 // network round trip. The statements both dialects share are sqldb.Tx's.
 type ruleTx struct {
@@ -49,8 +42,6 @@ func newRuleTx(t *tx) *ruleTx {
 	return &ruleTx{tx: t, Tx: sqldb.Tx{Run: runner{t}, Dialect: dialect, At: t.now, Translate: fail}}
 }
 
-func (t *ruleTx) Now() time.Time { return t.tx.now }
-
 func (t *ruleTx) Commit(ctx context.Context) error { return fail("commit", t.tx.commit()) }
 
 func (t *ruleTx) Rollback(ctx context.Context) error {
@@ -58,16 +49,6 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 		return fail("rollback", err)
 	}
 	return nil
-}
-
-func (t *ruleTx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return nil, fmt.Errorf("encode approval ids: %w", err)
-	}
-	rows, err := t.tx.query(ctx, approvalDetailSQL+` WHERE a.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
-	list, err := sqldb.Collect(rows, err, sqldb.ScanApprovalDetail)
-	return list, fail("read approvals", err)
 }
 
 func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approval.Decision) error {
@@ -168,13 +149,6 @@ func (t *ruleTx) claim(ctx context.Context, rec *approval.ExecutionRecord, lease
 	return err
 }
 
-// ids runs a query of one text column and collects it.
-func (t *ruleTx) ids(ctx context.Context, op, query string, args ...any) ([]string, error) {
-	rows, err := t.tx.query(ctx, query, args...)
-	ids, err := sqldb.Collect(rows, err, func(row sqldb.Row) (id string, err error) { return id, row.Scan(&id) })
-	return ids, fail(op, err)
-}
-
 // runner runs sqldb.Tx's statements on the write transaction, each at once.
 type runner struct{ tx *tx }
 
@@ -205,13 +179,5 @@ func (r runner) WriteOne(ctx context.Context, op, query string, args ...any) err
 	return err
 }
 
-// ExecutionGetForUpdateMany needs no lock of its own: the transaction holds the write lock.
-func (t *ruleTx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
-	idsJSON, err := json.Marshal(ids)
-	if err != nil {
-		return nil, fmt.Errorf("encode execution ids: %w", err)
-	}
-	rows, err := t.tx.query(ctx, `SELECT `+sqldb.ExecutionColumns+` FROM executions x WHERE x.id IN (SELECT value FROM json_each(?))`, string(idsJSON))
-	list, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionRecord, error) { return sqldb.ScanExecution(row) })
-	return list, fail("read executions", err)
-}
+// Lock skips the statement: the transaction holds the write lock from its first statement.
+func (r runner) Lock(ctx context.Context, op, query string, args ...any) error { return nil }

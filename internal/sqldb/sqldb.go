@@ -1,10 +1,13 @@
 // Package sqldb is what the two SQL drivers, sqlite and postgres, share: the read methods of
-// approval.Store that are one statement alike in both dialects but for the placeholders and
-// the stored form of a time, the scanning of approval, execution, inbox event and event rows,
-// the building of paged listings with keyset cursors, and the applying of embedded
-// migrations. It decides nothing: the rules are
-// the root package's, and each driver keeps its own statements (writes, locking, RETURNING,
-// NOTIFY) and its own translation of errors. See docs/architecture.md, "The drivers".
+// approval.Store (Reads) and the statements of approval.Tx (Tx) that are alike in both
+// dialects but for what the Dialect gives (the placeholders, the stored form of a time, the
+// lock clauses, the binding of a list), the scanning of approval, execution, inbox event and
+// event rows, the building of paged listings with keyset cursors, the applying of embedded
+// migrations, and the settings a Store is configured by (Settings). It decides nothing: the
+// rules are the root package's, and each driver keeps the statements whose SQL is its own
+// (the claims, advisory locks, statements over arrays, NOTIFY), how its transaction runs
+// statements (Runner) and its own translation of errors. See docs/architecture.md,
+// "Layers" and "What is left in the drivers".
 package sqldb
 
 import (
@@ -15,6 +18,35 @@ import (
 
 	"github.com/approvald/approval"
 )
+
+// Settings are the fields a driver's Store is configured by, alike in both drivers: a Store
+// embeds them, so that they read as its own. Set them before the store is used.
+type Settings struct {
+	// Now is the store's clock, time.Now by default. A method or transaction reads it once
+	// (Instant), once it holds its connection, and uses that instant for every comparison
+	// with an expiry or a lease and for every time it stores, never the database's clock, so
+	// tests can move time.
+	Now func() time.Time
+
+	// Targeted reports whether an action has a downstream target, which decides whether the
+	// approving transaction queues its execution or records it as not_configured. Nil means
+	// no action has one.
+	Targeted func(action string) bool
+
+	// Routing says who is told of what, and how (approval.Routing): the transactions that
+	// cause notifications and callbacks queue them by it. Zero: nobody is told.
+	Routing approval.Routing
+}
+
+// Instant reads the clock once, at approval.Precision in UTC. Its receiver is a pointer, so
+// that a method value (sqldb.Reads' Clock) sees a clock set after it was taken.
+func (s *Settings) Instant() time.Time { return s.Now().UTC().Truncate(approval.Precision) }
+
+// HasTarget reports whether an action has a downstream target (the Targeted field).
+func (s *Settings) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
+
+// Routes returns the routing the store was configured with.
+func (s *Settings) Routes() approval.Routing { return s.Routing }
 
 // Dialect is what a driver tells the shared code about its SQL.
 type Dialect struct {
@@ -35,6 +67,11 @@ type Dialect struct {
 	// LowerASCII returns the SQL of the text expr with its ASCII letters, and only those,
 	// lower-cased: what SQLite's lower() does; PostgreSQL's does so under the "C" collation.
 	LowerASCII func(expr string) string
+	// AnyOf returns the condition that the text expr is one of the list bound at placeholder
+	// p (List): "= ANY(p)" over an array, or IN over json_each where there are no arrays.
+	AnyOf func(expr, p string) string
+	// List returns a list of strings as AnyOf reads it: the slice, or its JSON text.
+	List func([]string) any
 }
 
 // NullTime returns an optional time as the dialect stores it, nil for NULL.

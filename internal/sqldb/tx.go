@@ -25,13 +25,20 @@ type Runner interface {
 	// change exactly one row, and anything else fails the transaction (PostgreSQL wraps it
 	// so that the database aborts the transaction; SQLite counts the rows).
 	WriteOne(ctx context.Context, op, sql string, args ...any) error
+	// Lock runs a statement that only takes row locks, ahead of the statement that reads what
+	// they guard. It is a statement of its own because a statement that waited for a row
+	// lock sees the locked rows as they are now, but reads anything else (a subquery, another
+	// table) as of its start, and would miss what the holder of the lock wrote. PostgreSQL
+	// queues it for the next round trip; SQLite skips it, its transaction holding the
+	// database's write lock from its first statement.
+	Lock(ctx context.Context, op, sql string, args ...any) error
 }
 
 // Tx is the part of approval.Tx that both dialects run alike: one statement per method, the
 // same SQL but for the placeholders, the stored form of a time and the lock clauses the
 // Dialect gives. A driver's transaction embeds it and adds, or replaces, the methods whose
-// SQL is its own (the claims, the locks PostgreSQL takes before a read, RETURNING where
-// SQLite has no equivalent). It decides nothing.
+// SQL is its own (the claims, PostgreSQL's advisory locks, RETURNING where SQLite has no
+// equivalent, statements over arrays). It decides nothing.
 type Tx struct {
 	// Run runs the statements: the driver's transaction, adapted.
 	Run Runner
@@ -42,6 +49,9 @@ type Tx struct {
 	// Translate turns a driver error into the application's, naming op.
 	Translate func(op string, err error) error
 }
+
+// Now is approval.Tx's: the transaction's clock, At.
+func (t Tx) Now() time.Time { return t.At }
 
 // query runs a statement now, in the dialect, and collects its rows with scan.
 func query[T any](ctx context.Context, t Tx, sql string, scan func(Row) (T, error), args ...any) ([]T, error) {
@@ -61,6 +71,16 @@ func (t Tx) write(ctx context.Context, op, sql string, args ...any) error {
 
 func (t Tx) writeOne(ctx context.Context, op, sql string, args ...any) error {
 	return t.Translate(op, t.Run.WriteOne(ctx, op, t.Dialect.SQL(sql), args...))
+}
+
+func (t Tx) lock(ctx context.Context, op, sql string, args ...any) error {
+	return t.Translate(op, t.Run.Lock(ctx, op, t.Dialect.SQL(sql), args...))
+}
+
+// lockApproval locks one approval's row (see Runner.Lock), the first lock in the order every
+// transaction takes them in: an approval, then its execution.
+func (t Tx) lockApproval(ctx context.Context, id string) error {
+	return t.lock(ctx, "lock approval", `SELECT 1 FROM approvals WHERE id = $1`+t.Dialect.ForUpdate, id)
 }
 
 func (t Tx) exec(ctx context.Context, op, sql string, args ...any) (int64, error) {
@@ -88,11 +108,21 @@ func (t Tx) TokenInsert(ctx context.Context, tok approval.Token) error {
 	return t.Translate("insert token", t.Run.Write(ctx, "insert token", sql, args...))
 }
 
-// ApprovalGetForUpdate reads one approval with its details. It takes no lock: SQLite's
-// writer holds the database's, and PostgreSQL replaces it with one that locks the row first.
+// ApprovalGetForUpdate locks one approval's row, then reads it with its approvers, decisions
+// and execution: two statements (one round trip on PostgreSQL). Not one: the read's subquery
+// of the decisions would miss the vote that held the lock (see Runner.Lock).
 func (t Tx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Approval, error) {
+	if err := t.lockApproval(ctx, id); err != nil {
+		return nil, err
+	}
 	a, err := ApprovalByID(ctx, t.Run, t.Dialect, id)
 	return a, t.Translate("read approval", err)
+}
+
+// ApprovalGetByIDMany reads the approvals and their details in one statement.
+func (t Tx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
+	list, err := query(ctx, t, t.Dialect.ApprovalDetail+` WHERE `+t.Dialect.AnyOf("a.id", "$1"), ScanApprovalDetail, t.Dialect.List(ids))
+	return list, t.Translate("read approvals", err)
 }
 
 func (t Tx) ApprovalIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
@@ -181,25 +211,49 @@ func (t Tx) ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt i
 	return n == 1, err
 }
 
-// ExecutionGetForUpdate reads and locks one execution. The approval's lock, which comes
-// first in the lock order, is the driver's: PostgreSQL takes it in a statement before this
-// one, SQLite's writer holds the database's.
+// ExecutionGetForUpdate locks one execution's approval, first in the lock order, in a
+// statement of its own (see Runner.Lock), then reads and locks the execution.
 func (t Tx) ExecutionGetForUpdate(ctx context.Context, id string) (*approval.ExecutionRecord, error) {
+	if err := t.lock(ctx, "lock approval of execution", `
+		SELECT 1 FROM approvals WHERE id = (SELECT approval_id FROM executions WHERE id = $1)`+t.Dialect.ForUpdate, id); err != nil {
+		return nil, err
+	}
 	rec, err := t.execution(ctx, `x.id = $1`, id)("execution %s not found", id)
 	return rec, t.Translate("lock execution", err)
 }
 
-// ExecutionGetByApprovalForUpdate is ExecutionGetForUpdate by approval.
+// ExecutionGetByApprovalForUpdate is ExecutionGetForUpdate by approval. The execution is read
+// by a statement that starts once the approval's lock is held, so it sees the execution that
+// the vote holding the lock before it created.
 func (t Tx) ExecutionGetByApprovalForUpdate(ctx context.Context, approvalID string) (*approval.ExecutionRecord, error) {
+	if err := t.lockApproval(ctx, approvalID); err != nil {
+		return nil, err
+	}
 	rec, err := t.execution(ctx, `x.approval_id = $1`, approvalID)("approval %s has no execution", approvalID)
 	return rec, t.Translate("lock execution of approval", err)
 }
 
 // execution reads and locks the execution matching where (with arg).
 func (t Tx) execution(ctx context.Context, where string, arg any) func(string, ...any) (*approval.ExecutionRecord, error) {
-	return first(query(ctx, t, `SELECT `+ExecutionColumns+` FROM executions x WHERE `+where+t.Dialect.ForUpdate,
-		func(row Row) (*approval.ExecutionRecord, error) { return ScanExecution(row) }, arg))
+	return first(query(ctx, t, `SELECT `+ExecutionColumns+` FROM executions x WHERE `+where+t.Dialect.ForUpdate, scanExecution, arg))
 }
+
+// ExecutionGetForUpdateMany locks as ExecutionGetForUpdate does, every execution at once: two
+// statements (one round trip on PostgreSQL), each locking its rows in id order.
+func (t Tx) ExecutionGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.ExecutionRecord, error) {
+	d, list := t.Dialect, t.Dialect.List(ids)
+	if err := t.lock(ctx, "lock approvals of executions", `
+		SELECT 1 FROM approvals WHERE id IN (SELECT approval_id FROM executions WHERE `+d.AnyOf("id", "$1")+`)
+		ORDER BY id`+d.ForUpdate, list); err != nil {
+		return nil, err
+	}
+	recs, err := query(ctx, t, `SELECT `+ExecutionColumns+` FROM executions x WHERE `+d.AnyOf("x.id", "$1")+`
+		ORDER BY x.id`+d.ForUpdate, scanExecution, list)
+	return recs, t.Translate("lock executions", err)
+}
+
+// scanExecution is ScanExecution with no extra column, for Collect.
+func scanExecution(row Row) (*approval.ExecutionRecord, error) { return ScanExecution(row) }
 
 func (t Tx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit int) ([]string, error) {
 	return t.ids(ctx, "find executions by operation key",
