@@ -15,14 +15,15 @@ import (
 
 // dialect is PostgreSQL's SQL for the statements the drivers share (internal/sqldb).
 var dialect = sqldb.Dialect{
-	Param:          sqldb.Positional,
-	Time:           func(t time.Time) any { return t },
-	ApprovalDetail: approvalDetailSQL,
-	ForUpdate:      " FOR UPDATE",
-	SkipLocked:     " FOR UPDATE SKIP LOCKED",
-	LowerASCII:     func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
-	AnyOf:          func(expr, p string) string { return expr + " = ANY(" + p + ")" },
-	List:           func(list []string) any { return list },
+	Param:               sqldb.Positional,
+	Time:                func(t time.Time) any { return t },
+	ApprovalDetail:      approvalDetailSQL,
+	ForUpdate:           " FOR UPDATE",
+	SkipLocked:          " FOR UPDATE SKIP LOCKED",
+	LowerASCII:          func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
+	AnyOf:               func(expr, p string) string { return expr + " = ANY(" + p + ")" },
+	List:                func(list []string) any { return list },
+	InboxBodyPurgeOrder: "received_at, id",
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement, so a

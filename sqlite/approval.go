@@ -22,6 +22,7 @@ var dialect = sqldb.Dialect{
 		doc, _ := json.Marshal(list) // a list of strings always encodes
 		return string(doc)
 	},
+	InboxBodyPurgeOrder: "status, received_at",
 }
 
 // approvalDetailSQL reads approvals with everything their answer shows in one statement: the

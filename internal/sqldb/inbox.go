@@ -24,7 +24,7 @@ func (t Tx) InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, 
 			SELECT id FROM inbox_events
 			WHERE status = 'pending' AND next_attempt_at <= $1
 				AND (lease_token = '' OR lease_expires_at <= $1)
-			ORDER BY received_at, id
+			ORDER BY `+t.Dialect.InboxBodyPurgeOrder+`
 			LIMIT $2`+t.Dialect.SkipLocked+`
 		)
 		UPDATE inbox_events
@@ -44,7 +44,7 @@ func (t Tx) InboxDeleteHandled(ctx context.Context, receivedBefore time.Time, li
 		WITH old AS (
 			SELECT id FROM inbox_events
 			WHERE status IN ('processed', 'ignored', 'stale') AND received_at < $1
-			ORDER BY received_at, id
+			ORDER BY `+t.Dialect.InboxBodyPurgeOrder+`
 			LIMIT $2`+t.Dialect.SkipLocked+`
 		)
 		DELETE FROM inbox_events WHERE id IN (SELECT id FROM old)`,
@@ -57,7 +57,7 @@ func (t Tx) InboxClearBodyHandled(ctx context.Context, receivedBefore time.Time,
 		WITH old AS (
 			SELECT id FROM inbox_events
 			WHERE status IN ('processed', 'ignored', 'stale') AND body IS NOT NULL AND received_at < $1
-			ORDER BY received_at, id
+			ORDER BY `+t.Dialect.InboxBodyPurgeOrder+`
 			LIMIT $2`+t.Dialect.SkipLocked+`
 		)
 		UPDATE inbox_events SET body = NULL WHERE id IN (SELECT id FROM old)`,

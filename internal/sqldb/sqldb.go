@@ -72,6 +72,13 @@ type Dialect struct {
 	AnyOf func(expr, p string) string
 	// List returns a list of strings as AnyOf reads it: the slice, or its JSON text.
 	List func([]string) any
+	// InboxBodyPurgeOrder is the ORDER BY of the purge of inbox bodies
+	// (InboxClearBodyHandled): the order of the dialect's index of the events that still have
+	// a body (migration 0005), so that a batch reads only the rows it clears. PostgreSQL's
+	// index holds the handled events in (received_at, id) order; SQLite's leads with the
+	// status, and ordered by received_at alone SQLite sorted every due row of the three
+	// statuses to take a batch (docs/query-plans.md, "At a million, session 6").
+	InboxBodyPurgeOrder string
 }
 
 // NullTime returns an optional time as the dialect stores it, nil for NULL.
