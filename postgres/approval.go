@@ -127,7 +127,7 @@ func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approv
 			hashes[i], tokens[i], at[i] = check.Hash, check.ID, check.Now
 		}
 	}
-	rows, err := s.pool.Query(ctx, readApprovalsSQL, ids, hashes, tokens, at)
+	rows, err := s.batchPool.Query(ctx, readApprovalsSQL, ids, hashes, tokens, at)
 	_, err = sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
 		var ord int
 		var d sqldb.ApprovalDetail

@@ -20,8 +20,10 @@ func (s *Store) SetListenTimes(idle, pingTimeout time.Duration) {
 	s.notifier.idle, s.notifier.pingTimeout = idle, pingTimeout
 }
 
-// AcquiredConns is how many of the pool's connections are in use.
-func (s *Store) AcquiredConns() int32 { return s.pool.Stat().AcquiredConns() }
+// AcquiredConns is how many of the store's connections (both pools) are in use.
+func (s *Store) AcquiredConns() int32 {
+	return s.pool.Stat().AcquiredConns() + s.batchPool.Stat().AcquiredConns()
+}
 
 // OpenCounting opens a store whose connections count their round trips to the server.
 func OpenCounting(ctx context.Context, url string) (*Store, *RoundTrips, error) {

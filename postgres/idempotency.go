@@ -173,7 +173,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		}
 	}
 
-	conn, _, err := s.acquire(ctx)
+	conn, _, err := s.acquireBatch(ctx)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (s *Store) recordInboxes(calls []*batch.Call[*approval.InboxEvent, recorded
 // fails alone), stores them with insertInboxSQL in a transaction of its own and signals the
 // processors, in one round trip, and sets each call's result.
 func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*approval.InboxEvent, recorded]) error {
-	conn, now, err := s.acquire(ctx)
+	conn, now, err := s.acquireBatch(ctx)
 	if err != nil {
 		return err
 	}

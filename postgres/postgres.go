@@ -54,11 +54,12 @@ type Store struct {
 	// is one statement, one round trip.
 	sqldb.Reads
 
-	pool     *pgxpool.Pool
-	notifier *notifier
-	creates  *batch.Batcher[insert, inserted]               // InsertApproval's batches
-	intakes  *batch.Batcher[*approval.InboxEvent, recorded] // RecordInbox's batches of new events
-	reads    *batch.Batcher[read, *approval.Approval]       // Approval's batches
+	pool      *pgxpool.Pool
+	batchPool *pgxpool.Pool // the batches' connections (see openConfig)
+	notifier  *notifier
+	creates   *batch.Batcher[insert, inserted]               // InsertApproval's batches
+	intakes   *batch.Batcher[*approval.InboxEvent, recorded] // RecordInbox's batches of new events
+	reads     *batch.Batcher[read, *approval.Approval]       // Approval's batches
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -101,7 +102,8 @@ func parseConfig(url string) (*pgxpool.Config, error) {
 // store's writes mostly wait for their commit's WAL flush, and PostgreSQL flushes the commits
 // waiting at the same moment together, so more connections in flight mean more commits per
 // flush. Measured on 2 cores: 16 connections against 4 carried about twice the creates and
-// plain inserts per second at 32 clients (BENCHMARKS.md). Each replica opens up to this many.
+// plain inserts per second at 32 clients (BENCHMARKS.md). Each replica opens up to this many,
+// and up to six more for its batches (see openConfig).
 func DefaultMaxConns() int32 {
 	return int32(max(16, 4*runtime.NumCPU()))
 }
@@ -120,7 +122,23 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Settings: sqldb.Settings{Now: time.Now}, pool: pool}
+	// The batches run on connections of their own, whose sessions plan their statements once
+	// (plan_cache_mode force_generic_plan): a statement over arrays is cheap to run but not to
+	// plan, and PostgreSQL kept planning it anew for each batch (a custom plan knows the
+	// arrays' length, so it always looked cheaper than the generic one), which doubled the
+	// time of a GET from a lone client. The other statements keep the planner's choice.
+	bcfg := cfg.Copy()
+	bcfg.MaxConns, bcfg.MinConns = 3*writeBatches, 0 // a connection per batch in flight
+	if bcfg.ConnConfig.RuntimeParams == nil {
+		bcfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	bcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	batchPool, err := newPool(ctx, bcfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := &Store{Settings: sqldb.Settings{Now: time.Now}, pool: pool, batchPool: batchPool}
 	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.Instant, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	s.creates = batch.New(writeBatches, writeBatchMax, s.insertApprovals)
@@ -134,6 +152,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.notifier.Close()
 	s.pool.Close()
+	s.batchPool.Close()
 	return nil
 }
 
@@ -186,7 +205,16 @@ var schema = sqldb.Migrations{
 // reads the clock once the connection is held: a method that waited for a connection must
 // not compare expires_at or leases with the instant it began to wait.
 func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
-	conn, err := s.pool.Acquire(ctx)
+	return s.acquireFrom(ctx, s.pool)
+}
+
+// acquireBatch is acquire for a batch, on the batches' connections.
+func (s *Store) acquireBatch(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
+	return s.acquireFrom(ctx, s.batchPool)
+}
+
+func (s *Store) acquireFrom(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, time.Time, error) {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)
 	}
