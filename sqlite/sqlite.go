@@ -99,7 +99,7 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 	write.SetMaxOpenConns(1)
 	// Connect the writer first: it creates the file and switches it to WAL before any
 	// read-only connection (which could do neither) opens it.
-	if err := write.PingContext(ctx); err != nil {
+	if err := ping(ctx, write); err != nil {
 		write.Close()
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
@@ -111,12 +111,32 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 	}
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
-	if err := read.PingContext(ctx); err != nil {
+	if err := ping(ctx, read); err != nil {
 		write.Close()
 		read.Close()
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 	return write, read, nil
+}
+
+// ping connects db, again while SQLite answers SQLITE_BUSY, for up to busyTimeout. A
+// connection's opening pragmas can meet another process switching a new file to WAL, and
+// SQLite answers that at once, without waiting for busy_timeout: four processes opening a
+// new database together failed so 4 times in 150 (sqlite TestMigrate_ConcurrentProcesses).
+func ping(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(busyTimeout)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := db.PingContext(ctx)
+		var e *sqlite.Error
+		if err == nil || !errors.As(err, &e) || e.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // dbPath returns the file a DSN names, as SQLite will open it (a file: URI's path is
