@@ -76,8 +76,21 @@ func approvalDetailFrom(source string) string {
 var readApprovalsSQL = approvalDetailFrom(`unnest($1::text[], $2::bytea[], $3::text[], $4::timestamptz[])
 		WITH ORDINALITY AS r(id, token_hash, token_id, token_at, ord)
 	JOIN approvals a ON a.id = r.id`) + `
-WHERE r.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = r.token_hash
-	AND t.id = r.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > r.token_at))`
+WHERE ` + batchTokenGoodSQL
+
+// batchTokenGoodSQL is the token check of a batch's request r (its token_hash, token_id and
+// token_at; an empty token_id for none), as sqldb.TokenCheckSQL is for one request.
+const batchTokenGoodSQL = `(r.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = r.token_hash
+	AND t.id = r.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > r.token_at)))`
+
+// tokenArgs are a batch request's token_hash, token_id and token_at for its check c: empty
+// (no check) when c is nil.
+func tokenArgs(c *approval.TokenCheck) ([]byte, string, time.Time) {
+	if c == nil {
+		return []byte{}, "", time.Time{}
+	}
+	return c.Hash, c.ID, c.Now
+}
 
 // read is one read of an approval handed to the batcher, with its request's pending token
 // check, if any.
@@ -119,13 +132,10 @@ func (s *Store) readApprovals(calls []*batch.Call[read, *approval.Approval]) {
 // approval, or nil.
 func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approval.Approval]) error {
 	n := len(calls)
-	// A read without a check has an empty token id, and the other two are not compared.
 	ids, hashes, tokens, at := make([]string, n), make([][]byte, n), make([]string, n), make([]time.Time, n)
 	for i, c := range calls {
-		ids[i], hashes[i] = c.Req.id, []byte{}
-		if check := c.Req.check; check != nil {
-			hashes[i], tokens[i], at[i] = check.Hash, check.ID, check.Now
-		}
+		ids[i] = c.Req.id
+		hashes[i], tokens[i], at[i] = tokenArgs(c.Req.check)
 	}
 	rows, err := s.batchPool.Query(ctx, readApprovalsSQL, ids, hashes, tokens, at)
 	_, err = sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {

@@ -46,7 +46,7 @@ type inserted struct {
 // the same order and cannot deadlock. It signals no long-poll: nothing waits on an approval
 // that did not exist yet. It returns, per create in order, whether its token was good and
 // whether its approval was written.
-const insertApprovalsSQL = `
+var insertApprovalsSQL = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
 		$7::bytea[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::jsonb[],
@@ -55,9 +55,7 @@ WITH req AS (
 			required_approvals, expires_at, created_at, callback_url, cause,
 			token_hash, token_id, token_at, ord)
 ), allowed AS (
-	SELECT * FROM req
-	WHERE req.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = req.token_hash
-		AND t.id = req.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > req.token_at))
+	SELECT r.* FROM req AS r WHERE ` + batchTokenGoodSQL + `
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
 		required_approvals, status, decided_at, expires_at, created_at, version, callback_url)
@@ -159,11 +157,8 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		a := c.Req.a
 		requesters[i], keys[i], fingerprints[i], ids[i], actions[i], titles[i] = a.Requester, a.OperationKey, a.Fingerprint, a.ID, a.Action, a.Title
 		contexts[i], causes[i], required[i] = []byte(a.Context), string(c.Req.cause), a.RequiredApprovals
-		expires[i], created[i], checkedAt[i], callbacks[i] = a.ExpiresAt, a.CreatedAt, a.CreatedAt, a.CallbackURL
-		hashes[i] = []byte{}
-		if check := c.Req.check; check != nil {
-			tokenIDs[i], hashes[i], checkedAt[i] = check.ID, check.Hash, check.Now
-		}
+		expires[i], created[i], callbacks[i] = a.ExpiresAt, a.CreatedAt, a.CallbackURL
+		hashes[i], tokenIDs[i], checkedAt[i] = tokenArgs(c.Req.check)
 		for j, approver := range a.Approvers {
 			pApproval, pPosition, pApprover = append(pApproval, a.ID), append(pPosition, j+1), append(pApprover, approver)
 		}

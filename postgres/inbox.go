@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -30,15 +29,12 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		e.Status, e.NextAttemptAt, e.LeaseToken = approval.InboxPending, &out.at, ""
 		return false, nil
 	}
-	conn, now, err := s.acquire(ctx)
+	conn, _, err := s.acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Release()
-	r, err := sqldb.RecordInbox(dialect, e, now)
-	if err != nil {
-		return false, err
-	}
+	r := out.record // the batch's statements, at its instant
 
 	// A duplicate: the conflict's count and the read of the event kept, in one batch (one
 	// implicit transaction, so the read sees the count).
@@ -61,11 +57,13 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	return sqldb.Recorded(e, stored), nil
 }
 
-// recorded is an intake's outcome in its batch: whether its event was stored, and the
-// batch's instant, at which a stored event is due for processing.
+// recorded is an intake's outcome in its batch: whether its event was stored, the batch's
+// instant, at which a stored event is due for processing, and the event's statements at that
+// instant (sqldb.RecordInbox), which a duplicate's count and read use.
 type recorded struct {
 	stored bool
 	at     time.Time
+	record sqldb.InboxRecord
 }
 
 // insertInboxSQL stores a batch of deliveries ($1 to $8, parallel arrays, one element per
@@ -106,21 +104,18 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 	var ids, sources, eventIDs, types, headers []string
 	var bodies, hashes [][]byte
 	var received []time.Time
-	for _, c := range calls {
+	records := make([]sqldb.InboxRecord, len(calls))
+	for i, c := range calls {
 		e := c.Req
-		if _, c.Err = sqldb.RecordInbox(dialect, e, now); c.Err != nil {
+		if records[i], c.Err = sqldb.RecordInbox(dialect, e, now); c.Err != nil {
 			continue
-		}
-		h, err := json.Marshal(e.Headers)
-		if err != nil {
-			return fmt.Errorf("encode inbox headers: %w", err)
 		}
 		var hash []byte // NULL unless the scheme hashes bodies, which the unique index leaves out
 		if len(e.BodyHash) > 0 {
 			hash = e.BodyHash
 		}
 		ids, sources, eventIDs, types = append(ids, e.ID), append(sources, e.Source), append(eventIDs, e.EventID), append(types, e.Type)
-		headers, bodies, hashes, received = append(headers, string(h)), append(bodies, e.Body), append(hashes, hash), append(received, e.ReceivedAt)
+		headers, bodies, hashes, received = append(headers, records[i].Headers), append(bodies, e.Body), append(hashes, hash), append(received, e.ReceivedAt)
 	}
 	if len(ids) == 0 {
 		return nil
@@ -164,9 +159,9 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 		cancel()
 		return err
 	}
-	for _, c := range calls {
+	for i, c := range calls {
 		if c.Err == nil {
-			c.Res = recorded{stored: stored[c.Req.ID], at: now}
+			c.Res = recorded{stored: stored[c.Req.ID], at: now, record: records[i]}
 		}
 	}
 	return nil

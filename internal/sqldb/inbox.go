@@ -73,6 +73,9 @@ func (t Tx) InboxClearBodyHandled(ctx context.Context, receivedBefore time.Time,
 // one whose id matches before one whose body hash does (a replay under another id).
 type InboxRecord struct {
 	Insert, Conflict, Stored Statement
+	// Headers are the event's headers as stored (JSON), for a driver that writes the event
+	// with a statement of its own (PostgreSQL's batches).
+	Headers string
 }
 
 // Statement is one statement in a dialect, with its arguments.
@@ -107,6 +110,7 @@ func RecordInbox(d Dialect, e *approval.InboxEvent, now time.Time) (InboxRecord,
 		hash = e.BodyHash
 	}
 	return InboxRecord{
+		Headers: string(headers),
 		Insert: Statement{d.SQL(`
 			INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at,
 				status, next_attempt_at)
