@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"crypto/sha256"
 	"sync"
 	"time"
 )
@@ -35,6 +36,10 @@ type Service struct {
 	// than looking them up first (see TokenCheck).
 	knownMu sync.Mutex
 	known   map[string]*Token
+
+	// recent remembers which approval holds the keys of the creates this process answered
+	// lately, so that a retry is answered from a read (see recentKeys).
+	recent recentKeys
 }
 
 // Defaults of the Service.
@@ -64,9 +69,12 @@ type CreateCommand struct {
 	// Body is the request body as sent: its fingerprint (with the requester and the route)
 	// tells a retry of the same request from a different request under the same key.
 	Body []byte
-	// Request is Body decoded by the caller, which refuses unknown fields.
-	Request CreateRequest
-	Cause   Cause
+	// Decode decodes Body as the caller's contract says (refusing unknown fields, say). It is
+	// not called for a retry that sends the very bytes this process accepted under the key
+	// (see recentKeys); otherwise it runs before anything else looks at Body, so that a body
+	// it refuses is refused whatever the key holds.
+	Decode func() (CreateRequest, error)
+	Cause  Cause
 	// Respond renders the answer to a new approval, the response kept for replays.
 	Respond func(*Approval) (StoredResponse, error)
 }
@@ -97,11 +105,30 @@ type CreateResult struct {
 //     under the key waited for the first one's commit and gets this too;
 //   - the same, made Retention ago or more: the approval's current state, Replayed.
 func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, error) {
+	sum := sha256.Sum256(c.Body)
+	known, remembered := s.recent.get(c.Requester, c.Key)
+	if remembered && known.body == sum {
+		// The very bytes this process accepted under the key: valid, and of the fingerprint
+		// it remembers.
+		if res, ok, err := s.replayRecent(ctx, c, known.id, known.fingerprint); ok || err != nil {
+			return res, err
+		}
+	}
+	req, err := c.Decode()
+	if err != nil {
+		return CreateResult{}, err
+	}
 	fingerprint, err := Fingerprint(c.Requester, CreateMethod, CreatePath, c.Body)
 	if err != nil {
 		return CreateResult{}, err
 	}
-	a, err := NewApproval(c.Request, c.Requester, c.Key, fingerprint, s.now())
+	if remembered && known.body != sum && known.fingerprint == fingerprint {
+		// Other bytes of the same request (white space, the order of keys).
+		if res, ok, err := s.replayRecent(ctx, c, known.id, fingerprint); ok || err != nil {
+			return res, err
+		}
+	}
+	a, err := NewApproval(req, c.Requester, c.Key, fingerprint, s.now())
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -126,24 +153,53 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 		return CreateResult{}, err
 	}
 	holder, err := s.Store.InsertApproval(ctx, a, c.Cause, outbox)
-	if err != nil {
-		return CreateResult{}, err
-	}
 	switch {
+	case err != nil:
+		return CreateResult{}, err
 	case holder == nil:
+		s.recent.put(c.Requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum})
 		return CreateResult{Response: &resp, Approval: a}, nil
 	case holder.Approval == nil:
 		return CreateResult{}, Errorf(EINTERNAL, "the store found the key %q held by nothing", c.Key)
 	case holder.Fingerprint != fingerprint:
 		return CreateResult{}, Errorf(EMISMATCH, "the Idempotency-Key was already used for a different request")
-	case s.now().Before(holder.Approval.CreatedAt.Add(s.retention())):
-		again, err := c.Respond(holder.Approval.AsCreated())
+	}
+	s.recent.put(c.Requester, c.Key, recentKey{id: holder.Approval.ID, fingerprint: fingerprint, body: sum})
+	return s.replay(c, holder.Approval)
+}
+
+// replayRecent answers a create whose key this process remembers (see recentKeys) from one
+// read of the approval remembered, when that approval holds the key under fingerprint, the
+// create's: ok reports that it did. Otherwise (the approval gone, or the key used for another
+// request) the create goes on by the write path, which answers it as if nothing were
+// remembered. The read runs the request's token check, as the write would have.
+func (s *Service) replayRecent(ctx context.Context, c CreateCommand, id, fingerprint string) (CreateResult, bool, error) {
+	a, err := s.Store.Approval(ctx, id)
+	switch {
+	case ErrorCode(err) == ENOTFOUND:
+		s.recent.forget(c.Requester, c.Key)
+		return CreateResult{}, false, nil
+	case err != nil:
+		return CreateResult{}, false, err
+	case a.Requester != c.Requester || a.OperationKey != c.Key || a.Fingerprint != fingerprint:
+		s.recent.forget(c.Requester, c.Key)
+		return CreateResult{}, false, nil
+	}
+	res, err := s.replay(c, a)
+	return res, err == nil, err
+}
+
+// replay answers a retry of the create that made a: the original answer when a was created
+// less than Retention ago, rendered again from a as it was created, and otherwise a as it is.
+func (s *Service) replay(c CreateCommand, a *Approval) (CreateResult, error) {
+	if s.now().Before(a.CreatedAt.Add(s.retention())) {
+		again, err := c.Respond(a.AsCreated())
 		if err != nil {
 			return CreateResult{}, err
 		}
-		return CreateResult{Replayed: true, Response: &again, Approval: holder.Approval}, nil
+		return CreateResult{Replayed: true, Response: &again, Approval: a}, nil
 	}
-	return CreateResult{Replayed: true, Approval: holder.Approval}, nil
+	return CreateResult{Replayed: true, Approval: a}, nil
 }
 
 // Authenticate returns the token whose secret is given, or EUNAUTHORIZED for an unknown,

@@ -46,19 +46,16 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var req approval.CreateRequest
-	if err := decodeObject(body, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 
 	res, err := s.svc.Create(ctx, approval.CreateCommand{
 		Requester: p.Subject,
 		Key:       key,
 		Body:      body,
-		Request:   req,
-		Cause:     s.cause(r),
-		Respond:   created,
+		Decode: func() (req approval.CreateRequest, err error) {
+			return req, decodeObject(body, &req)
+		},
+		Cause:   s.cause(r),
+		Respond: created,
 	})
 	if err != nil {
 		s.writeCreateError(w, r, err)

@@ -249,7 +249,7 @@ func (h *harness) create(t *testing.T, key string, times int) string {
 	id := ""
 	for range times {
 		res, err := h.service().Create(t.Context(), approval.CreateCommand{
-			Requester: "ci-bot", Key: key, Body: []byte(body), Request: req, Cause: approval.HTTPCause("create"),
+			Requester: "ci-bot", Key: key, Body: []byte(body), Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 			Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 				return approval.StoredResponse{StatusCode: 201, Body: []byte(`{"id":"` + a.ID + `"}`)}, nil
 			},
@@ -413,7 +413,7 @@ func TestCallback_URLOnCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, err := svc.Create(t.Context(), approval.CreateCommand{
-				Requester: "ci-bot", Key: key, Body: body, Request: req, Cause: approval.HTTPCause("create"),
+				Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 				Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 					return approval.StoredResponse{StatusCode: 201}, nil
 				},

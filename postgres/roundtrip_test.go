@@ -54,6 +54,15 @@ func TestRoundTrips(t *testing.T) {
 		}
 		return err
 	}
+	// A retry reaching a process that did not answer the create takes the create's path.
+	elsewhere := &approval.Service{Store: s}
+	replayElsewhere := func(ctx context.Context) error {
+		res, err := elsewhere.Create(ctx, createCommand(t, "deploy-1"))
+		if err == nil && !res.Replayed {
+			return fmt.Errorf("replay of deploy-1 created a new approval")
+		}
+		return err
+	}
 	var first *approval.Approval
 	get := func(ctx context.Context) error {
 		a, err := s.Approval(ctx, first.ID)
@@ -129,10 +138,12 @@ func TestRoundTrips(t *testing.T) {
 		max  int64
 	}{
 		{"create", create, 3},
-		{"replay", replay, 3},
+		{"replay", replay, 2},
+		{"replay elsewhere", replayElsewhere, 3},
 		{"get", get, 2},
 		{"authenticate", authenticate, 1},
 		{"authenticated create", authenticated(create), 1},
+		{"authenticated replay", authenticated(replay), 1},
 		{"authenticated get", authenticated(get), 1},
 		{"intake", intake, 3},
 		{"redelivery", redelivery, 3},
@@ -178,7 +189,12 @@ func TestRoundTrips(t *testing.T) {
 		t.Helper()
 		voter++
 		cmd := createCommand(t, fmt.Sprintf("payout-%d", voter))
-		cmd.Request.Action = "payout"
+		decode := cmd.Decode
+		cmd.Decode = func() (approval.CreateRequest, error) {
+			req, err := decode()
+			req.Action = "payout"
+			return req, err
+		}
 		a, err := svc.Create(ctx, cmd)
 		if err != nil {
 			t.Fatalf("create: %v", err)
@@ -233,7 +249,7 @@ func createCommand(tb testing.TB, key string) approval.CreateCommand {
 		tb.Fatal(err)
 	}
 	return approval.CreateCommand{
-		Requester: "ci-bot", Key: key, Body: body, Request: req, Cause: approval.HTTPCause("create"),
+		Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 			return approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte(`{}`)}, nil
 		},

@@ -187,6 +187,62 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		wantResponse(t, again.Response, *recent.Response)
 	})
 
+	// A retry reaching the process that answered the create is answered from one read of the
+	// approval that process remembers (approval.Service's memory of recent keys); one reaching
+	// a process that never saw the key, from the write path. Both answer the same, and the
+	// memory never answers what the key does not hold.
+	s.run(t, "ReplayFromMemory", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		const body = `{"action":"deploy","title":"memory","approvers":["alice","bob"]}`
+		here, elsewhere := f.service(), f.service()
+		first := mustServiceCreate(t, here, "ci-bot", "deploy-1", body)
+		if first.Replayed || first.Response == nil {
+			t.Fatalf("first create: got %+v, want a new approval", first)
+		}
+		mustDecide(t, f.store, first.Approval.ID, "alice", approval.VerdictApprove)
+		for name, svc := range map[string]*approval.Service{"here": here, "elsewhere": elsewhere} {
+			// The same request: the very bytes, then the same JSON spelled otherwise. A process
+			// that answered the very bytes before (here the create, elsewhere the first retry)
+			// answers them again without decoding them.
+			for i, retry := range []string{body, body, " {\"title\": \"memory\", \"action\":\"deploy\",\"approvers\":[\"alice\",\"bob\"]}\n"} {
+				cmd := createCommand(t, "ci-bot", "deploy-1", retry)
+				decoded := 0
+				decode := cmd.Decode
+				cmd.Decode = func() (approval.CreateRequest, error) { decoded++; return decode() }
+				got, err := svc.Create(ctx, cmd)
+				if err != nil {
+					t.Fatalf("retry %s: %v", name, err)
+				} else if !got.Replayed || got.Approval.ID != first.Approval.ID {
+					t.Fatalf("retry %s: got Replayed %v, approval %s, want a replay of %s", name, got.Replayed, got.Approval.ID, first.Approval.ID)
+				}
+				wantResponse(t, got.Response, *first.Response)
+				wantState(t, got.Approval, approval.StatusApproved, 2)
+				want := 1
+				if retry == body && (name == "here" || i > 0) {
+					want = 0
+				}
+				if decoded != want {
+					t.Fatalf("retry %d %s of %q: decoded %d times, want %d", i, name, retry, decoded, want)
+				}
+			}
+			// Another request under the key: refused as invalid when it is, else a mismatch.
+			_, err := svc.Create(ctx, createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"memory","approvers":[]}`))
+			wantCode(t, err, approval.EINVALID)
+			_, err = svc.Create(ctx, createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"other","approvers":["alice"]}`))
+			wantCode(t, err, approval.EMISMATCH)
+		}
+		// The same key and body from another requester is another operation.
+		other := mustServiceCreate(t, here, "cd-bot", "deploy-1", body)
+		if other.Replayed || other.Approval.ID == first.Approval.ID {
+			t.Fatalf("another requester's key: got Replayed %v, approval %s, want a new approval", other.Replayed, other.Approval.ID)
+		}
+		again := mustServiceCreate(t, here, "cd-bot", "deploy-1", body)
+		if !again.Replayed || again.Approval.ID != other.Approval.ID {
+			t.Fatalf("retry of the other requester's create: got Replayed %v, approval %s, want a replay of %s", again.Replayed, again.Approval.ID, other.Approval.ID)
+		}
+		wantResponse(t, again.Response, *other.Response)
+	})
+
 	// Many identical requests at once, as from a client retrying on a short timeout: exactly
 	// one creates, every other one waits for it and replays its answer (never a conflict to
 	// retry), and one approval exists per key.
@@ -260,7 +316,7 @@ func createCommand(tb testing.TB, requester, key, body string) approval.CreateCo
 		Requester: requester,
 		Key:       key,
 		Body:      []byte(body),
-		Request:   req,
+		Decode:    func() (approval.CreateRequest, error) { return req, nil },
 		Cause:     approval.HTTPCause("create-" + key),
 		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 			return ResponseFor(a), nil
