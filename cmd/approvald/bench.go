@@ -304,6 +304,8 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 
 	// Warnings and errors only: an access log line per request would bury the progress.
 	logger := slog.New(slog.NewJSONHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// serve's collector settings, which then hold for the load generator in this process too.
+	tuneCollector(logger, os.LookupEnv)
 	svc := newService(cfg, logger, nil)
 	st, err := openStore(ctx, dsn, svc.targeted, svc.config.routing())
 	if err != nil {

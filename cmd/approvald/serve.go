@@ -110,10 +110,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	if c.failpoints != nil {
 		c.logger.Warn("failpoints armed: this process may fail or kill itself on purpose", "failpoints", c.failpoints.String())
 	}
-	if limit, ok := defaultMemoryLimit(os.LookupEnv); ok {
-		debug.SetMemoryLimit(limit)
-		c.logger.Info("soft memory limit", "bytes", limit, "override", "GOMEMLIMIT")
-	}
+	tuneCollector(c.logger, os.LookupEnv)
 	svc := newService(c.config, c.logger, c.failpoints)
 	svc.connState = c.connState
 	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted, c.config.routing())
@@ -140,6 +137,29 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 // clients passed 100 MiB; with it the collector works harder as the process nears the limit
 // instead. It is soft: a process that truly needs more gets it, at a higher GC cost.
 const DefaultMemoryLimit = 64 << 20
+
+// DefaultGCPercent is the collector's GOGC that serve sets when GOGC is not in its
+// environment (docs/operations.md, "Memory"): a collection when the heap has grown by four
+// times what is live, not by once (Go's default, 100). A server's live heap is small (a few
+// MiB of pools, caches and requests in flight), so at 100 it collected every few hundred
+// requests, and the collector's work beside the requests was the tail of a replay's latency
+// (p99 at 8 clients 6.5 ms at 100, 4.3-4.7 ms at 400; BENCHMARKS.md, session 7). The memory
+// limit bounds what the larger growth may cost: as the heap nears DefaultMemoryLimit the
+// collector runs as often as it must, whatever GOGC says.
+const DefaultGCPercent = 400
+
+// tuneCollector sets the collector's defaults (DefaultMemoryLimit, DefaultGCPercent) where
+// the environment does not name its own (GOMEMLIMIT, GOGC), and logs what it set.
+func tuneCollector(logger *slog.Logger, lookup func(string) (string, bool)) {
+	if limit, ok := defaultMemoryLimit(lookup); ok {
+		debug.SetMemoryLimit(limit)
+		logger.Info("soft memory limit", "bytes", limit, "override", "GOMEMLIMIT")
+	}
+	if _, set := lookup("GOGC"); !set {
+		debug.SetGCPercent(DefaultGCPercent)
+		logger.Info("collector growth", "percent", DefaultGCPercent, "override", "GOGC")
+	}
+}
 
 // defaultMemoryLimit returns the limit serve sets, and false when GOMEMLIMIT is set (the
 // runtime has applied it already).
