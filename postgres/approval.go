@@ -123,9 +123,9 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 }
 
-// readApprovals runs one batch of reads (the batcher's run; see eachAlone).
+// readApprovals runs one batch of reads (the batcher's run).
 func (s *Store) readApprovals(calls []*batch.Call[read, *approval.Approval]) {
-	eachAlone(calls, s.readBatch)
+	batch.EachAlone(batchTimeout, calls, s.readBatch, refusedWhole)
 }
 
 // readBatch reads calls' approvals with readApprovalsSQL and sets each call's result: its

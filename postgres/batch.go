@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -28,28 +27,17 @@ const (
 // who may have gone, and each caller waits for it to end.
 const batchTimeout = 30 * time.Second
 
-// eachAlone runs write over calls as one batch and, when the batch fails with an error of
-// PostgreSQL's (its content refused, a deadlock: nothing of it committed), over each call
-// alone, so that one call's failure is its own. write may also fail a call of its own
-// accord (its content checked before the batch is sent), setting its Err. Any other error (the connection lost, when
-// the commit may or may not have happened) is every call's.
-func eachAlone[Req, Res any](calls []*batch.Call[Req, Res], write func(context.Context, []*batch.Call[Req, Res]) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	err := write(ctx, calls)
+// refusedWhole reports whether a batch's error is PostgreSQL's refusal of its statement (its
+// content, a deadlock), after which nothing of the batch committed and each call is tried
+// alone (batch.EachAlone).
+func refusedWhole(err error) bool {
 	var pgErr *pgconn.PgError
-	if err != nil && len(calls) > 1 && errors.As(err, &pgErr) {
-		for _, c := range calls {
-			c.Err = nil
-			if err := write(ctx, []*batch.Call[Req, Res]{c}); err != nil {
-				c.Err = err
-			}
-		}
-		return
-	}
-	if err != nil {
-		for _, c := range calls {
-			c.Err = err
-		}
-	}
+	return errors.As(err, &pgErr)
+}
+
+// BatchStats returns what each kind of batch has run so far in this process ("create",
+// "intake", "read"), for the metrics approvald_store_batches_total and
+// approvald_store_batched_calls_total.
+func (s *Store) BatchStats() map[string]batch.Stats {
+	return map[string]batch.Stats{"create": s.creates.Stats(), "intake": s.intakes.Stats(), "read": s.reads.Stats()}
 }

@@ -132,9 +132,9 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	}
 }
 
-// insertApprovals runs one batch of creates (the batcher's run; see eachAlone).
+// insertApprovals runs one batch of creates (the batcher's run).
 func (s *Store) insertApprovals(calls []*batch.Call[insert, inserted]) {
-	eachAlone(calls, s.insertBatch)
+	batch.EachAlone(batchTimeout, calls, s.insertBatch, refusedWhole)
 }
 
 // insertBatch runs insertApprovalsSQL and heldApprovalsSQL over calls in one round trip, then

@@ -87,9 +87,9 @@ RETURNING id`
 // the events $2 names was stored (a duplicate delivery stores nothing and wakes no one).
 const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
 
-// recordInboxes runs one batch of intakes (the batcher's run; see eachAlone).
+// recordInboxes runs one batch of intakes (the batcher's run).
 func (s *Store) recordInboxes(calls []*batch.Call[*approval.InboxEvent, recorded]) {
-	eachAlone(calls, s.recordInboxBatch)
+	batch.EachAlone(batchTimeout, calls, s.recordInboxBatch, refusedWhole)
 }
 
 // recordInboxBatch completes calls' deliveries as sqldb.RecordInbox does (one it refuses

@@ -141,10 +141,18 @@ func TestServe(t *testing.T) {
 		srv.do(t, "GET", "/readyz", "", "", "").wantStatus(t, http.StatusOK)
 		metrics := srv.do(t, "GET", "/metrics", "", "", "")
 		metrics.wantStatus(t, http.StatusOK)
-		for _, name := range []string{"approvald_http_requests_total", "approvald_approvals", "go_goroutines"} {
+		names := []string{"approvald_http_requests_total", "approvald_approvals", "go_goroutines"}
+		if kind == testdb.Postgres {
+			// The create above ran in a batch (of one), and so did the GETs.
+			names = append(names, `approvald_store_batches_total{kind="create"} `, `approvald_store_batched_calls_total{kind="read"} `)
+		}
+		for _, name := range names {
 			if !bytes.Contains(metrics.body, []byte(name)) {
 				t.Errorf("/metrics does not show %s", name)
 			}
+		}
+		if kind == testdb.Postgres && bytes.Contains(metrics.body, []byte(`approvald_store_batches_total{kind="create"} 0`)) {
+			t.Errorf("/metrics counts no create batch:\n%s", metrics.body)
 		}
 
 		// A second process on the same database finds it bootstrapped and prints nothing on

@@ -19,6 +19,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/web"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -138,6 +139,35 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 // instead. It is soft: a process that truly needs more gets it, at a higher GC cost.
 const DefaultMemoryLimit = 64 << 20
 
+// batching is a store that gathers calls into batches (PostgreSQL's creates, intakes and
+// reads: docs/architecture.md, "Creates, intakes and reads in batches").
+type batching interface {
+	BatchStats() map[string]batch.Stats
+}
+
+// batchCollector reports a batching store's counts: batches run and calls in them, by kind.
+// Their rates' ratio is the mean batch size, which grows with the load.
+type batchCollector struct{ store batching }
+
+var (
+	batchesDesc = prometheus.NewDesc("approvald_store_batches_total",
+		"Batches this process's store ran, by kind (create, intake, read): each one statement and one round trip for all its calls.", []string{"kind"}, nil)
+	batchedCallsDesc = prometheus.NewDesc("approvald_store_batched_calls_total",
+		"Calls this process's store ran in batches, by kind; over approvald_store_batches_total, the mean batch size.", []string{"kind"}, nil)
+)
+
+func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- batchesDesc
+	ch <- batchedCallsDesc
+}
+
+func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
+	for kind, st := range c.store.BatchStats() {
+		ch <- prometheus.MustNewConstMetric(batchesDesc, prometheus.CounterValue, float64(st.Batches), kind)
+		ch <- prometheus.MustNewConstMetric(batchedCallsDesc, prometheus.CounterValue, float64(st.Calls), kind)
+	}
+}
+
 // DefaultGCPercent is the collector's GOGC that serve sets when GOGC is not in its
 // environment (docs/operations.md, "Memory"): a collection when the heap has grown by four
 // times what is live, not by once (Go's default, 100). A server's live heap is small (a few
@@ -233,6 +263,9 @@ func (svc *service) targeted(action string) bool {
 func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if b, ok := st.(batching); ok {
+		registry.MustRegister(batchCollector{b})
+	}
 	// One Service holds the rules for every consumer in this process: the API, the pages and
 	// the workers decide alike.
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses}

@@ -13,9 +13,12 @@
 package batch
 
 import (
+	"context"
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Call is one caller's item in a batch: Run sets Res or Err of each call it is given.
@@ -34,6 +37,19 @@ type Batcher[Req, Res any] struct {
 	mu      sync.Mutex
 	queue   []*waiting[Req, Res]
 	running int // batches running, at most concurrent
+
+	batches, calls atomic.Uint64 // run so far, for Stats
+}
+
+// Stats counts what a Batcher has run: its batches and the calls in them. Calls over
+// Batches is the mean batch size.
+type Stats struct {
+	Batches, Calls uint64
+}
+
+// Stats returns what b has run so far.
+func (b *Batcher[Req, Res]) Stats() Stats {
+	return Stats{Batches: b.batches.Load(), Calls: b.calls.Load()}
 }
 
 type waiting[Req, Res any] struct {
@@ -97,6 +113,8 @@ func (b *Batcher[Req, Res]) lead(own *waiting[Req, Res]) {
 // with an error that carries it and its stack, rather than going on: it may be in a
 // goroutine of the batcher's own, where nothing would recover it and the process would die.
 func (b *Batcher[Req, Res]) runBatch(batch []*waiting[Req, Res]) {
+	b.batches.Add(1)
+	b.calls.Add(uint64(len(batch)))
 	calls := make([]*Call[Req, Res], len(batch))
 	for i, w := range batch {
 		calls[i] = &w.call
@@ -124,5 +142,33 @@ func isDone[Req, Res any](w *waiting[Req, Res]) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// EachAlone runs write over calls as one batch, on a context of its own bounded by timeout
+// (a batch works for callers who may have gone, and each of them waits for it to end). When
+// the batch fails with an error that alone says is a refusal of the whole batch with nothing
+// of it done (the database refused one call's content, or a deadlock), it runs write again
+// over each call alone, so that one call's failure is its own. write may also fail a call of
+// its own accord (its content checked before the batch is sent), setting its Err. Any other
+// error (the connection lost, when the batch may or may not have taken effect) is every
+// call's.
+func EachAlone[Req, Res any](timeout time.Duration, calls []*Call[Req, Res], write func(context.Context, []*Call[Req, Res]) error, alone func(error) bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := write(ctx, calls)
+	switch {
+	case err == nil:
+	case len(calls) > 1 && alone(err):
+		for _, c := range calls {
+			c.Err = nil
+			if err := write(ctx, []*Call[Req, Res]{c}); err != nil {
+				c.Err = err
+			}
+		}
+	default:
+		for _, c := range calls {
+			c.Err = err
+		}
 	}
 }

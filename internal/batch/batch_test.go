@@ -1,10 +1,14 @@
 package batch_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/approvald/approval/internal/batch"
 )
@@ -131,5 +135,68 @@ func TestPanicFailsTheBatchNotTheProcess(t *testing.T) {
 	}
 	if res, err := b.Do(1); err != nil || res != 1 {
 		t.Fatalf("after a panic, Do(1) = %d, %v; want 1, nil", res, err)
+	}
+}
+
+// TestEachAlone: a batch refused whole is run again call by call, so that only the call
+// that caused the refusal fails; any other error fails every call, and is not retried.
+func TestEachAlone(t *testing.T) {
+	refused := errors.New("refused: a call is negative")
+	lost := errors.New("connection lost")
+	var runs [][]int
+	write := func(fail error) func(context.Context, []*batch.Call[int, int]) error {
+		return func(ctx context.Context, calls []*batch.Call[int, int]) error {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Fatal("write: the context has no deadline")
+			}
+			reqs := make([]int, len(calls))
+			for i, c := range calls {
+				reqs[i] = c.Req
+			}
+			runs = append(runs, reqs)
+			for _, c := range calls {
+				if c.Req < 0 {
+					return fail
+				}
+			}
+			for _, c := range calls {
+				c.Res = 2 * c.Req
+			}
+			return nil
+		}
+	}
+	calls := func(reqs ...int) []*batch.Call[int, int] {
+		out := make([]*batch.Call[int, int], len(reqs))
+		for i, r := range reqs {
+			out[i] = &batch.Call[int, int]{Req: r}
+		}
+		return out
+	}
+	isRefused := func(err error) bool { return errors.Is(err, refused) }
+
+	cs := calls(1, -2, 3)
+	batch.EachAlone(time.Minute, cs, write(refused), isRefused)
+	if fmt.Sprint(runs) != "[[1 -2 3] [1] [-2] [3]]" {
+		t.Fatalf("runs: got %v, want the batch then each call alone", runs)
+	}
+	for i, want := range []struct {
+		res int
+		err error
+	}{{2, nil}, {0, refused}, {6, nil}} {
+		if cs[i].Res != want.res || !errors.Is(cs[i].Err, want.err) {
+			t.Fatalf("call %d: got %d, %v; want %d, %v", i, cs[i].Res, cs[i].Err, want.res, want.err)
+		}
+	}
+
+	runs = nil
+	cs = calls(1, -2, 3)
+	batch.EachAlone(time.Minute, cs, write(lost), isRefused)
+	if len(runs) != 1 {
+		t.Fatalf("runs after a lost connection: got %v, want the batch alone", runs)
+	}
+	for i, c := range cs {
+		if !errors.Is(c.Err, lost) {
+			t.Fatalf("call %d after a lost connection: got %v, want %v", i, c.Err, lost)
+		}
 	}
 }
