@@ -71,6 +71,13 @@ func TestRoundTrips(t *testing.T) {
 		}
 		return err
 	}
+	list := func(ctx context.Context) error {
+		page, _, err := s.Approvals(ctx, approval.ApprovalFilter{Limit: 10})
+		if err == nil && len(page) == 0 {
+			return fmt.Errorf("list: no approval")
+		}
+		return err
+	}
 	voter := 0
 	var decideTrips int64
 	decide := func(ctx context.Context) error {
@@ -145,6 +152,7 @@ func TestRoundTrips(t *testing.T) {
 		{"authenticated create", authenticated(create), 1},
 		{"authenticated replay", authenticated(replay), 1},
 		{"authenticated get", authenticated(get), 1},
+		{"authenticated list", authenticated(list), 1},
 		{"intake", intake, 3},
 		{"redelivery", redelivery, 3},
 	} {

@@ -60,6 +60,16 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		if _, err := f.store.Approval(rctx, first.Approval.ID); err != nil || approval.PendingTokenCheck(rctx) != nil {
 			t.Fatalf("read with a known token: %v, check pending %v", err, approval.PendingTokenCheck(rctx) != nil)
 		}
+		// A listing carries the check in its page's statement; an empty page asks the token.
+		for _, filter := range []approval.ApprovalFilter{{Limit: 10, VisibleTo: "alice"}, {Limit: 10, Action: "no-such-action"}} {
+			rctx = auth(aliceSecret, true)
+			list, _, err := f.store.Approvals(rctx, filter)
+			if err != nil || approval.PendingTokenCheck(rctx) != nil {
+				t.Fatalf("list %+v with a known token: %v, check pending %v", filter, err, approval.PendingTokenCheck(rctx) != nil)
+			} else if want := map[string]int{"": 2, "no-such-action": 0}[filter.Action]; len(list) != want {
+				t.Fatalf("list %+v with a known token: got %d approvals, want %d", filter, len(list), want)
+			}
+		}
 
 		for _, tok := range []*approval.Token{ciTok, aliceTok} {
 			if _, err := b.RevokeToken(ctx, tok.ID); err != nil {
@@ -88,6 +98,14 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		}
 		if err := a.ConfirmToken(ctx, check); approval.ErrorMessage(err) != "the bearer token was revoked" {
 			t.Fatalf("confirm a refused check: got %v, want the lookup's reason", err)
+		}
+		for _, filter := range []approval.ApprovalFilter{{Limit: 10, VisibleTo: "alice"}, {Limit: 10, Action: "no-such-action"}} {
+			check = &approval.TokenCheck{ID: aliceTok.ID, Hash: approval.HashToken(aliceSecret), Now: f.clock.Now()}
+			list, _, err := f.store.Approvals(approval.WithTokenCheck(ctx, check), filter)
+			wantCode(t, err, approval.EUNAUTHORIZED)
+			if len(list) != 0 || !check.Refused() {
+				t.Fatalf("list %+v with a revoked token: got %d approvals, check refused %v; want none, refused", filter, len(list), check.Refused())
+			}
 		}
 		check = &approval.TokenCheck{ID: aliceTok.ID, Hash: approval.HashToken(aliceSecret), Now: f.clock.Now()}
 		_, err = a.Vote(approval.WithTokenCheck(ctx, check), approval.DecideRequest{

@@ -108,8 +108,25 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 			q.And("(a.created_at, a.id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")")
 		}
 	}
-	return page(ctx, r, "list approvals", r.Dialect.ApprovalDetail, &q, "a.created_at", "a.id", limit, ScanApprovalDetail,
+	// A pending token check rides in the page's own statement, as in Approval: a page found
+	// passes it; an empty page asks the token alone.
+	check := approval.PendingTokenCheck(ctx)
+	if check != nil {
+		q.And("(" + tokenCheckCond(&q, check) + ") = 1")
+	}
+	list, next, err := page(ctx, r, "list approvals", r.Dialect.ApprovalDetail, &q, "a.created_at", "a.id", limit, ScanApprovalDetail,
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
+	switch {
+	case err != nil || check == nil:
+		return list, next, err
+	case len(list) > 0:
+		check.Pass()
+		return list, next, nil
+	}
+	if err := CheckToken(ctx, r.DB, r.Dialect, check); err != nil {
+		return nil, "", r.Translate("list approvals", err)
+	}
+	return list, next, nil
 }
 
 // cursorAt is a decoded cursor: the position of the last row of the previous page.

@@ -88,6 +88,12 @@ func TokenCheckSQL(d Dialect, from int) string {
 		` AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ` + d.Param(from+2) + `)`
 }
 
+// tokenCheckCond is TokenCheckSQL for c with its arguments added to q.
+func tokenCheckCond(q *Query, c *approval.TokenCheck) string {
+	return `SELECT count(*) FROM tokens WHERE hash = ` + q.Arg(c.Hash) + ` AND id = ` + q.Arg(c.ID) +
+		` AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ` + q.Arg(q.Dialect.Time(c.Now)) + `)`
+}
+
 // TokenCheckArgs are the arguments of TokenCheckSQL for c in d.
 func TokenCheckArgs(d Dialect, c *approval.TokenCheck) []any {
 	return []any{c.Hash, c.ID, d.Time(c.Now)}
