@@ -13,7 +13,7 @@ import (
 )
 
 // The inbox's claim and purges, one statement each. Each first picks its rows in a WITH
-// clause, oldest first, skipping on PostgreSQL the rows another transaction holds (a claim
+// clause, oldest first (the claim by when they are due, the purges by when they arrived), skipping on PostgreSQL the rows another transaction holds (a claim
 // racing on another replica, an operator's retry), and then changes exactly those: a
 // WITH query that locks rows is run once, never folded into the statement that uses it.
 
@@ -24,7 +24,7 @@ func (t Tx) InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, 
 			SELECT id FROM inbox_events
 			WHERE status = 'pending' AND next_attempt_at <= $1
 				AND (lease_token = '' OR lease_expires_at <= $1)
-			ORDER BY `+t.Dialect.InboxBodyPurgeOrder+`
+			ORDER BY next_attempt_at, id
 			LIMIT $2`+t.Dialect.SkipLocked+`
 		)
 		UPDATE inbox_events
