@@ -107,18 +107,14 @@ type read struct {
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
 	c := approval.PendingTokenCheck(ctx)
 	a, err := s.reads.Do(read{id: id, check: c})
+	if err == nil {
+		err = sqldb.SettleCheck(ctx, querier{s.pool}, dialect, c, a != nil)
+	}
 	switch {
 	case err != nil:
 		return nil, translate("read approval", err)
 	case a != nil:
-		if c != nil {
-			c.Pass()
-		}
 		return a, nil
-	case c != nil:
-		if err := sqldb.CheckToken(ctx, querier{s.pool}, dialect, c); err != nil {
-			return nil, translate("read approval", err)
-		}
 	}
 	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 }

@@ -40,14 +40,13 @@ func (r Reads) Approval(ctx context.Context, id string) (*approval.Approval, err
 	rows, err := r.DB.Query(ctx, d.ApprovalDetail+` WHERE a.id = `+d.Param(1)+` AND (`+TokenCheckSQL(d, 2)+`) = 1`,
 		append([]any{id}, TokenCheckArgs(d, c)...)...)
 	list, err := Collect(rows, err, ScanApprovalDetail)
+	if err == nil {
+		err = SettleCheck(ctx, r.DB, d, c, len(list) == 1)
+	}
 	if err != nil {
 		return nil, r.Translate("read approval", err)
 	} else if len(list) == 1 {
-		c.Pass()
 		return list[0], nil
-	}
-	if err := CheckToken(ctx, r.DB, d, c); err != nil {
-		return nil, r.Translate("read approval", err)
 	}
 	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 }
@@ -116,14 +115,10 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 	}
 	list, next, err := page(ctx, r, "list approvals", r.Dialect.ApprovalDetail, &q, "a.created_at", "a.id", limit, ScanApprovalDetail,
 		func(a *approval.Approval) (time.Time, string) { return a.CreatedAt, a.ID })
-	switch {
-	case err != nil || check == nil:
-		return list, next, err
-	case len(list) > 0:
-		check.Pass()
-		return list, next, nil
+	if err != nil {
+		return nil, "", err
 	}
-	if err := CheckToken(ctx, r.DB, r.Dialect, check); err != nil {
+	if err := SettleCheck(ctx, r.DB, r.Dialect, check, len(list) > 0); err != nil {
 		return nil, "", r.Translate("list approvals", err)
 	}
 	return list, next, nil
