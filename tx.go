@@ -137,10 +137,18 @@ type Tx interface {
 	// InboxGetForUpdate returns one inbox event without its body, locked until the
 	// transaction ends, or ENOTFOUND.
 	InboxGetForUpdate(ctx context.Context, id string) (*InboxEvent, error)
+	// InboxGetForUpdateMany is InboxGetForUpdate for several events at once, in one
+	// statement: the events found, locked in id order, without their bodies; a missing one is
+	// left out.
+	InboxGetForUpdateMany(ctx context.Context, ids []string) ([]*InboxEvent, error)
 	// InboxSetDone marks a pending event handled (status processed, ignored or stale) with
 	// its outcome and the approval it touched, clears its lease, and returns it with its
 	// body.
 	InboxSetDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) (*InboxEvent, error)
+	// InboxMarkDone is InboxSetDone without the read: a write whose answer the rules do not
+	// need (on PostgreSQL it travels with the next statement); one that finds the event no
+	// longer pending fails the transaction.
+	InboxMarkDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) error
 	// InboxSetAttemptFailed records a failed attempt of a pending event: its status (pending
 	// again, or failed), last_error, next_attempt_at and processed_at, and clears its lease.
 	// The caller holds the event's lock and has checked that it is pending: the transaction

@@ -276,6 +276,92 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 	})
 
+	// A batch applies each event as ApplyInbox would, in the order given, in one transaction,
+	// and answers each event as the store now holds it (but for its body).
+	s.run(t, "ApplyBatch", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		actions := map[string]approval.InboxAction{
+			"evt_1": decideAction(a.ID, "alice", approval.VerdictApprove),
+			"evt_2": {Kind: approval.ActionIgnore, Reason: "no handler for ping"},
+			"evt_3": decideAction(a.ID, "bob", approval.VerdictReject),
+		}
+		for _, id := range []string{"evt_1", "evt_2", "evt_3"} {
+			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", id, approval.TypeApprovalDecision, `{}`))
+			f.clock.Advance(time.Second)
+		}
+		claimed := mustClaimInbox(t, f.store, 10)
+		if got := eventIDs(claimed); !slices.Equal(got, []string{"chat/evt_1", "chat/evt_2", "chat/evt_3"}) {
+			t.Fatalf("claim: got %v, want evt_1, evt_2, evt_3", got)
+		}
+		batch := make([]approval.InboxAction, len(claimed))
+		for i, e := range claimed {
+			batch[i] = actions[e.EventID]
+		}
+		done, err := f.service().ApplyInboxBatch(ctx, claimed, batch)
+		if err != nil {
+			t.Fatalf("apply batch: %v", err)
+		}
+		// alice's approval decided it; bob's rejection came after, to a decided approval.
+		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusApproved, 2)
+		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
+		wantStatus := []approval.InboxStatus{approval.InboxProcessed, approval.InboxIgnored, approval.InboxProcessed}
+		for i, e := range claimed {
+			got := mustInboxEvent(t, f.store, e.ID)
+			if got.Status != wantStatus[i] || done[i].Status != got.Status || done[i].Outcome != got.Outcome ||
+				done[i].ApprovalID != got.ApprovalID || done[i].LeaseToken != "" || done[i].NextAttemptAt != nil {
+				t.Fatalf("%s: answered %+v, stored %+v; want status %s in both", e.EventID, done[i], got, wantStatus[i])
+			}
+			if got.ProcessedAt == nil || done[i].ProcessedAt == nil {
+				t.Fatalf("%s: processed at %v, answered %v; want both set", e.EventID, got.ProcessedAt, done[i].ProcessedAt)
+			}
+			wantTime(t, e.EventID+" processed_at", *done[i].ProcessedAt, *got.ProcessedAt)
+		}
+		if got := mustInboxEvent(t, f.store, claimed[0].ID).Outcome; !strings.Contains(got, "alice voted approve") {
+			t.Fatalf("evt_1 outcome: got %q, want alice's vote", got)
+		}
+		if got := mustInboxEvent(t, f.store, claimed[1].ID).Outcome; got != "no handler for ping" {
+			t.Fatalf("evt_2 outcome: got %q, want the reason", got)
+		}
+	})
+
+	// A batch is all or nothing: one event whose claim is lost applies none of them, and the
+	// error names it.
+	s.run(t, "ApplyBatchAllOrNothing", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, `{}`))
+		f.clock.Advance(time.Second)
+		mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_2", approval.TypeApprovalDecision, `{}`))
+		claimed := mustClaimInbox(t, f.store, 10)
+		if len(claimed) != 2 {
+			t.Fatalf("claim: got %v, want evt_1 and evt_2", eventIDs(claimed))
+		}
+		actions := []approval.InboxAction{
+			decideAction(a.ID, "alice", approval.VerdictApprove),
+			{Kind: approval.ActionIgnore, Reason: "late"},
+		}
+		lost := *claimed[1]
+		lost.LeaseToken = "clm_lost"
+		_, err := f.service().ApplyInboxBatch(ctx, []*approval.InboxEvent{claimed[0], &lost}, actions)
+		wantCode(t, err, approval.ECONFLICT)
+		if err == nil || !strings.Contains(err.Error(), claimed[1].ID) {
+			t.Fatalf("apply batch with a lost claim: got %v, want an error naming %s", err, claimed[1].ID)
+		}
+		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusPending, 1)
+		wantEventTypes(t, f.store, a.ID, approval.EventCreated)
+		for _, e := range claimed {
+			if got := mustInboxEvent(t, f.store, e.ID); got.Status != approval.InboxPending {
+				t.Fatalf("%s after a batch that failed: got status %s, want pending", e.EventID, got.Status)
+			}
+		}
+		// The same batch with its claims held applies both.
+		if _, err := f.service().ApplyInboxBatch(ctx, claimed, actions); err != nil {
+			t.Fatalf("apply batch: %v", err)
+		}
+		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusApproved, 2)
+	})
+
 	// A stale token must not decide: the decision and the event's outcome are one transaction.
 	s.run(t, "LostLeaseAppliesNothing", func(t *testing.T, f *fixture) {
 		ctx := t.Context()

@@ -51,10 +51,11 @@ type InboxStore interface {
 	Subscribe(topic string) (<-chan struct{}, func())
 }
 
-// InboxRules claims events, applies a claimed event, or records its failed attempt:
-// approval.Service's ClaimInbox, ApplyInbox and FailInbox.
+// InboxRules claims events, applies claimed events together or one alone, or records a
+// failed attempt: approval.Service's ClaimInbox, ApplyInboxBatch, ApplyInbox and FailInbox.
 type InboxRules interface {
 	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error)
+	ApplyInboxBatch(ctx context.Context, events []*approval.InboxEvent, actions []approval.InboxAction) ([]*approval.InboxEvent, error)
 	ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error)
 	FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error
 }
@@ -91,10 +92,13 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 	}
 }
 
-// ProcessOnce claims a batch of due events and handles each, and returns how many it
-// claimed. Each event is handled on its own: one that fails is scheduled for a later attempt
-// (or failed, after MaxAttempts) and the others go on. The error reports a claim that
-// failed, or failures that could not even be recorded.
+// ProcessOnce claims a batch of due events and handles them, and returns how many it
+// claimed. The batch is applied in one transaction, in the order claimed (one commit for the
+// batch: one at a time, each waiting for its own commit, the processor applied 85 events a
+// second while 32 clients delivered 1,600 a second on PostgreSQL; docs/operations.md, "The
+// inbox under load"). When that fails, each event is handled on its own: one that fails is
+// scheduled for a later attempt (or failed, after MaxAttempts) and the others go on. The
+// error reports a claim that failed, or failures that could not even be recorded.
 //
 // Events already claimed are handled to the end even if ctx ends meanwhile: a store
 // transaction is short, and abandoning a claim would cost the event an attempt and a lease
@@ -106,24 +110,43 @@ func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
 	}
 	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), orDefault(p.Lease, DefaultLease))
 	defer cancel()
+	actions := make([]approval.InboxAction, len(events))
+	for i, e := range events {
+		actions[i] = Handle(e, p.Sources[e.Source])
+	}
+	if len(events) > 1 {
+		done, err := p.Rules.ApplyInboxBatch(work, events, actions)
+		if err == nil {
+			for _, e := range done {
+				p.handled(work, e)
+			}
+			return len(events), nil
+		}
+		p.logger().DebugContext(ctx, "inbox batch not applied together; applying its events one at a time", "events", len(events), "error", err)
+	}
 	var errs []error
-	for _, e := range events {
-		if err := p.handle(work, e); err != nil {
+	for i, e := range events {
+		if err := p.handle(work, e, actions[i]); err != nil {
 			errs = append(errs, fmt.Errorf("inbox event %s (%s/%s): %w", e.ID, e.Source, e.EventID, err))
 		}
 	}
 	return len(events), errors.Join(errs...)
 }
 
-// handle applies one claimed event, and records a failed attempt when the store could not
-// apply it. It returns an error only when that record failed too.
-func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent) error {
+// handled logs an event applied.
+func (p *InboxProcessor) handled(ctx context.Context, e *approval.InboxEvent) {
+	p.logger().InfoContext(ctx, "inbox event handled", "inbox_event", e.ID, "source", e.Source, "event_id", e.EventID,
+		"type", e.Type, "attempt", e.Attempts, "status", e.Status, "outcome", e.Outcome)
+}
+
+// handle applies one claimed event by its action alone, and records a failed attempt when the
+// store could not apply it. It returns an error only when that record failed too.
+func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent, action approval.InboxAction) error {
 	log := p.logger().With("inbox_event", e.ID, "source", e.Source, "event_id", e.EventID, "type", e.Type, "attempt", e.Attempts)
-	action := Handle(e, p.Sources[e.Source])
 	done, err := p.Rules.ApplyInbox(ctx, e, action)
 	switch {
 	case err == nil:
-		log.InfoContext(ctx, "inbox event handled", "status", done.Status, "outcome", done.Outcome)
+		p.handled(ctx, done)
 		return nil
 	case approval.ErrorCode(err) == approval.ECONFLICT:
 		// The lease ran out and another processor holds the event now; it will apply it.

@@ -365,9 +365,9 @@ func (s *failingApply) Begin(ctx context.Context) (approval.Tx, error) {
 	return &failingTx{Tx: tx, eventID: s.eventID}, nil
 }
 
-// failingTx fails marking the one event done, the last statement of applying it, so the
-// transaction rolls back with all it applied; recording the failed attempt, which does not
-// mark it done, still works.
+// failingTx fails marking the one event done, the last statement of applying it (alone or
+// in a batch), so the transaction rolls back with all it applied; recording the failed
+// attempt, which does not mark it done, still works.
 type failingTx struct {
 	approval.Tx
 	eventID string
@@ -378,6 +378,13 @@ func (t *failingTx) InboxSetDone(ctx context.Context, id string, status approval
 		return nil, approval.Errorf(approval.EUNAVAILABLE, "database unavailable")
 	}
 	return t.Tx.InboxSetDone(ctx, id, status, outcome, approvalID)
+}
+
+func (t *failingTx) InboxMarkDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) error {
+	if id == t.eventID {
+		return approval.Errorf(approval.EUNAVAILABLE, "database unavailable")
+	}
+	return t.Tx.InboxMarkDone(ctx, id, status, outcome, approvalID)
 }
 
 func decisionBody(approvalID, approver string, verdict approval.Verdict) string {

@@ -302,23 +302,34 @@ func (t Tx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEv
 	return e, t.Translate("lock inbox event", err)
 }
 
+// InboxGetForUpdateMany locks the events in id order, as ExecutionGetForUpdateMany does.
+func (t Tx) InboxGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.InboxEvent, error) {
+	list, err := query(ctx, t, `SELECT `+InboxColumns+`, CAST(NULL AS bytea) FROM inbox_events i WHERE `+
+		t.Dialect.AnyOf("i.id", "$1")+` ORDER BY i.id`+t.Dialect.ForUpdate, ScanInbox, t.Dialect.List(ids))
+	return list, t.Translate("lock inbox events", err)
+}
+
 // InboxSetDone writes and then reads the event: on PostgreSQL the write travels with the read,
 // in one round trip.
 func (t Tx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
-	var ref any
-	if approvalID != "" {
-		ref = approvalID
-	}
-	if err := t.writeOne(ctx, "mark inbox event done", `
-		UPDATE inbox_events
-		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
-			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
-		WHERE id = $1 AND status = 'pending'`,
-		id, string(status), outcome, ref, t.Dialect.Time(t.At)); err != nil {
+	if err := t.InboxMarkDone(ctx, id, status, outcome, approvalID); err != nil {
 		return nil, err
 	}
 	e, err := InboxEventByID(ctx, t.Run, t.Dialect, id)
 	return e, t.Translate("read inbox event", err)
+}
+
+func (t Tx) InboxMarkDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) error {
+	var ref any
+	if approvalID != "" {
+		ref = approvalID
+	}
+	return t.writeOne(ctx, "mark inbox event done", `
+		UPDATE inbox_events
+		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
+			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
+		WHERE id = $1 AND status = 'pending'`,
+		id, string(status), outcome, ref, t.Dialect.Time(t.At))
 }
 
 func (t Tx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
