@@ -76,6 +76,9 @@ func TestBench(t *testing.T) {
 				if (res.Ratio != nil) != (loadtest.BaselineOf(res.Scenario) != "") {
 					t.Errorf("%s at %d clients: got ratio %v, want one exactly when the scenario has a baseline", res.Scenario, res.Clients, res.Ratio)
 				}
+				if (res.InboxWaiting != nil) != (res.Scenario == loadtest.Intake) || (res.InboxWaiting != nil && *res.InboxWaiting < 0) {
+					t.Errorf("%s at %d clients: got inbox waiting %v, want a count exactly for intake", res.Scenario, res.Clients, res.InboxWaiting)
+				}
 			}
 			var want []string
 			for _, scenario := range loadtest.Scenarios {

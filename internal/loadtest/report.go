@@ -61,6 +61,10 @@ type Result struct {
 	ServerPeakRSSBytes int64 `json:"server_peak_rss_bytes,omitempty"`
 	// Exhausted: the step ran out of prepared approvals before its duration was up.
 	Exhausted bool `json:"exhausted,omitempty"`
+	// InboxWaiting, for intake, is how many stored events were still waiting to be applied
+	// when the step ended (the server's approvald_inbox_events{status="pending"}): whether
+	// the inbox worker kept up with the deliveries.
+	InboxWaiting *int `json:"inbox_waiting,omitempty"`
 }
 
 func newResult(store, scenario string, clients int, m Measurement) Result {
@@ -118,6 +122,15 @@ func (r *Report) finish() {
 		r.Notes = append(r.Notes, "peak RSS: VmHWM of this process, which holds both the server and the load generator")
 	default:
 		r.Notes = append(r.Notes, "peak RSS: VmHWM of the load generator only; the server runs in another process")
+	}
+	var waiting []string
+	for _, res := range r.Results {
+		if res.InboxWaiting != nil {
+			waiting = append(waiting, fmt.Sprintf("%d at %d clients", *res.InboxWaiting, res.Clients))
+		}
+	}
+	if len(waiting) > 0 {
+		r.Notes = append(r.Notes, "intake: events stored but not yet applied by the inbox worker when the step ended: "+strings.Join(waiting, ", "))
 	}
 	for _, res := range r.Results {
 		if res.Exhausted {

@@ -350,8 +350,19 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 			return Result{}, fmt.Errorf("the server's peak RSS: %w", err)
 		}
 	}
+	if name == Intake {
+		waiting, err := r.cfg.API.Gauge(ctx, `approvald_inbox_events{status="pending"}`)
+		if err != nil {
+			return Result{}, fmt.Errorf("the inbox's backlog: %w", err)
+		}
+		n := int(waiting)
+		res.InboxWaiting = &n
+	}
 	line := fmt.Sprintf("bench: %s %-6s clients=%-3d %7d requests in %5.2fs, %9.1f/s, p50 %7.2f ms, p99 %7.2f ms, %d errors",
 		r.cfg.Store, name, clients, res.Requests, res.Seconds, res.RequestsPerSecond, res.P50Ms, res.P99Ms, res.Errors)
+	if res.InboxWaiting != nil {
+		line += fmt.Sprintf(", %d events waiting to be applied", *res.InboxWaiting)
+	}
 	if m.Exhausted {
 		line += fmt.Sprintf(" (ran out of its %d prepared approvals)", s.Limit)
 	}
