@@ -805,7 +805,8 @@ child process, approvald serve, and reports its own peak RSS after each step.
 
 Progress goes to stderr, the results to stdout: a table, or JSON with --json. Each figure
 comes with its ratio to its baseline, which moves much less than the figures themselves
-when the machine is shared.
+when the machine is shared. After each intake step the server's inbox backlog is read: the
+events stored but not yet applied by its inbox worker, which says whether it kept up.
 
 Flags:
 `
