@@ -221,45 +221,35 @@ func (s *Store) acquireFrom(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.C
 	return conn, s.Instant(), nil
 }
 
-// translate turns a driver error into the application's vocabulary: a server that cannot be
-// reached is EUNAVAILABLE, a lost race on a unique constraint, a serialization failure or a
-// deadlock is ECONFLICT, text the database cannot hold is EINVALID, and anything else is wrapped with op for the log (EINTERNAL). The
-// original error stays in the chain for logging; *approval.Error values pass through.
-func translate(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if approval.AsError(err) != nil {
-		return err
-	}
+// translate is sqldb.Translate with PostgreSQL's meanings of its errors (classify).
+func translate(op string, err error) error { return sqldb.Translate(op, err, classify) }
+
+// classify says what a PostgreSQL error means to the application (see sqldb.Classify): a
+// lost race on a unique constraint, a serialization failure or a deadlock is ECONFLICT, text
+// the database cannot hold is EINVALID, and a server that cannot be reached is EUNAVAILABLE.
+func classify(err error) *approval.Error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "23505":
-			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record"), err)
+			return approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record")
 		case pgErr.Code == "22021":
 			// Text PostgreSQL cannot store (a NUL byte, invalid UTF-8) came from the caller.
-			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.EINVALID, "text contains a NUL byte or invalid UTF-8"), err)
+			return approval.Errorf(approval.EINVALID, "text contains a NUL byte or invalid UTF-8")
 		case pgErr.Code == "40001", pgErr.Code == "40P01":
-			return fmt.Errorf("%s: %w: %w", op, &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}, err)
+			return &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}
 		case unavailableCode(pgErr.Code):
-			return fmt.Errorf("%s: %w: %w", op, unavailable(), err)
+			return sqldb.Unavailable()
 		}
-		return fmt.Errorf("%s: %w", op, err)
+		return nil
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	if errors.As(err, &connectErr) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %w: %w", op, unavailable(), err)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return sqldb.Unavailable()
 	}
-	return fmt.Errorf("%s: %w", op, err)
-}
-
-// unavailable is a fresh error each time, since callers may annotate what they receive.
-func unavailable() *approval.Error {
-	return approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable")
+	return nil
 }
 
 // unavailableCode reports whether a SQLSTATE says the server cannot serve us now: connection
