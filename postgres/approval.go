@@ -119,11 +119,6 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 }
 
-// readApprovals runs one batch of reads (the batcher's run).
-func (s *Store) readApprovals(calls []*batch.Call[read, *approval.Approval]) {
-	batch.EachAlone(batchTimeout, calls, s.readBatch, refusedWhole)
-}
-
 // readBatch reads calls' approvals with readApprovalsSQL and sets each call's result: its
 // approval, or nil.
 func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approval.Approval]) error {

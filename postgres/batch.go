@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -27,9 +28,15 @@ const (
 // who may have gone, and each caller waits for it to end.
 const batchTimeout = 30 * time.Second
 
+// eachAlone is the run of the store's batchers: write over a batch, within batchTimeout, and
+// over each call alone again when the whole was refused (batch.EachAlone).
+func eachAlone[Req, Res any](write func(context.Context, []*batch.Call[Req, Res]) error) func([]*batch.Call[Req, Res]) {
+	return batch.EachAlone(batchTimeout, write, refusedWhole)
+}
+
 // refusedWhole reports whether a batch's error is PostgreSQL's refusal of its statement (its
 // content, a deadlock), after which nothing of the batch committed and each call is tried
-// alone (batch.EachAlone).
+// alone.
 func refusedWhole(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr)

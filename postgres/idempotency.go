@@ -132,11 +132,6 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	}
 }
 
-// insertApprovals runs one batch of creates (the batcher's run).
-func (s *Store) insertApprovals(calls []*batch.Call[insert, inserted]) {
-	batch.EachAlone(batchTimeout, calls, s.insertBatch, refusedWhole)
-}
-
 // insertBatch runs insertApprovalsSQL and heldApprovalsSQL over calls in one round trip, then
 // signals the outbox worker when the batch queued a notification, and sets each call's
 // result, or returns the error that failed them all.

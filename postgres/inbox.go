@@ -87,11 +87,6 @@ RETURNING id`
 // the events $2 names was stored (a duplicate delivery stores nothing and wakes no one).
 const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
 
-// recordInboxes runs one batch of intakes (the batcher's run).
-func (s *Store) recordInboxes(calls []*batch.Call[*approval.InboxEvent, recorded]) {
-	batch.EachAlone(batchTimeout, calls, s.recordInboxBatch, refusedWhole)
-}
-
 // recordInboxBatch completes calls' deliveries as sqldb.RecordInbox does (one it refuses
 // fails alone), stores them with insertInboxSQL in a transaction of its own and signals the
 // processors, in one round trip, and sets each call's result.

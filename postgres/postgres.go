@@ -141,9 +141,9 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	s := &Store{Settings: sqldb.Settings{Now: time.Now}, pool: pool, batchPool: batchPool}
 	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.Instant, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
-	s.creates = batch.New(writeBatches, writeBatchMax, s.insertApprovals)
-	s.intakes = batch.New(writeBatches, writeBatchMax, s.recordInboxes)
-	s.reads = batch.New(writeBatches, writeBatchMax, s.readApprovals)
+	s.creates = batch.New(writeBatches, writeBatchMax, eachAlone(s.insertBatch))
+	s.intakes = batch.New(writeBatches, writeBatchMax, eachAlone(s.recordInboxBatch))
+	s.reads = batch.New(writeBatches, writeBatchMax, eachAlone(s.readBatch))
 	return s, nil
 }
 
