@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +29,10 @@ var dialect = sqldb.Dialect{
 // GET is one round trip and one snapshot: the approvers in listed order, the decisions in
 // the order of their approval.voted events, and the public fields of the execution.
 const approvalDetailSQL = `SELECT ` + approvalDetailColumns + `
-FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
+FROM approvals a` + executionJoin
+
+// executionJoin joins an approval a to its execution x, if it has one.
+const executionJoin = ` LEFT JOIN executions x ON x.approval_id = a.id`
 
 // approvalDetailColumns are what approvalDetailSQL selects from an approval a and its
 // execution x, which the execution claim reads from the rows it updated.
@@ -61,13 +63,21 @@ func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 // approvalDetailFrom is approvalDetailSQL for a batch: the approvals read from the join
 // source (whose table of requests is r, numbered by r.ord), each row led by r.ord.
 func approvalDetailFrom(source string) string {
-	const from = `FROM approvals a LEFT JOIN`
-	if !strings.Contains(approvalDetailSQL, from) {
-		panic("postgres: approvalDetailSQL no longer reads " + from)
-	}
-	return strings.Replace(strings.Replace(approvalDetailSQL, `SELECT `, `SELECT r.ord, `, 1), from,
-		`FROM `+source+`
-	LEFT JOIN`, 1)
+	return `SELECT r.ord, ` + approvalDetailColumns + `
+FROM ` + source + executionJoin
+}
+
+// eachByOrd scans the rows of a statement of approvalDetailFrom, each led by r.ord, and calls
+// f with the index of each row's request (from 0, of n) and its approval.
+func eachByOrd(rows pgx.Rows, err error, n int, f func(i int, a *approval.Approval)) error {
+	return sqldb.Each(rows, err, func(r sqldb.Row) error {
+		var ord int
+		a, err := sqldb.ScanApprovalDetailAfter(r, &ord)
+		if err == nil && ord >= 1 && ord <= n {
+			f(ord-1, a)
+		}
+		return err
+	})
 }
 
 // readApprovalsSQL reads a batch of approvals by id ($1), each with its request's token
@@ -107,16 +117,7 @@ type read struct {
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
 	c := approval.PendingTokenCheck(ctx)
 	a, err := s.reads.Do(read{id: id, check: c})
-	if err == nil {
-		err = sqldb.SettleCheck(ctx, querier{s.pool}, dialect, c, a != nil)
-	}
-	switch {
-	case err != nil:
-		return nil, translate("read approval", err)
-	case a != nil:
-		return a, nil
-	}
-	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
+	return s.Reads.Checked(ctx, id, c, a, err)
 }
 
 // readBatch reads calls' approvals with readApprovalsSQL and sets each call's result: its
@@ -129,17 +130,5 @@ func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approv
 		hashes[i], tokens[i], at[i] = tokenArgs(c.Req.check)
 	}
 	rows, err := s.batchPool.Query(ctx, readApprovalsSQL, ids, hashes, tokens, at)
-	_, err = sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
-		var ord int
-		var d sqldb.ApprovalDetail
-		if err := r.Scan(append([]any{&ord}, d.Dest()...)...); err != nil {
-			return struct{}{}, err
-		}
-		a, err := d.Approval()
-		if err == nil && ord >= 1 && ord <= n {
-			calls[ord-1].Res = a
-		}
-		return struct{}{}, err
-	})
-	return err
+	return eachByOrd(rows, err, n, func(i int, a *approval.Approval) { calls[i].Res = a })
 }

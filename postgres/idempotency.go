@@ -179,17 +179,17 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		defer br.Close()
 		rows, err := br.Query()
 		i := 0
-		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+		if err := sqldb.Each(rows, err, func(r sqldb.Row) error {
 			var allowed, written bool
 			if err := r.Scan(&allowed, &written); err != nil {
-				return struct{}{}, err
+				return err
 			}
 			if i < n {
 				results[i] = inserted{refused: !allowed, written: written}
 				notifies = notifies || (written && len(calls[i].Req.outbox) > 0)
 			}
 			i++
-			return struct{}{}, nil
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -197,20 +197,10 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 			return fmt.Errorf("%d results for %d creates", i, n)
 		}
 		rows, err = br.Query()
-		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
-			var ord int
-			var d sqldb.ApprovalDetail
-			if err := r.Scan(append([]any{&ord}, d.Dest()...)...); err != nil {
-				return struct{}{}, err
+		if err := eachByOrd(rows, err, n, func(i int, a *approval.Approval) {
+			if !results[i].refused && !results[i].written {
+				results[i].holder = &approval.KeyHolder{Fingerprint: a.Fingerprint, Approval: a}
 			}
-			a, err := d.Approval()
-			if err != nil {
-				return struct{}{}, err
-			}
-			if ord >= 1 && ord <= n && !results[ord-1].refused && !results[ord-1].written {
-				results[ord-1].holder = &approval.KeyHolder{Fingerprint: a.Fingerprint, Approval: a}
-			}
-			return struct{}{}, nil
 		}); err != nil {
 			return err
 		}

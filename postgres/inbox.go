@@ -128,11 +128,11 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 			return err
 		}
 		rows, err := br.Query()
-		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+		if err := sqldb.Each(rows, err, func(r sqldb.Row) error {
 			var id string
 			err := r.Scan(&id)
 			stored[id] = true
-			return struct{}{}, err
+			return err
 		}); err != nil {
 			return err
 		}

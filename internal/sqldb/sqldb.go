@@ -188,6 +188,13 @@ func Collect[T any](rows Rows, err error, scan func(Row) (T, error)) ([]T, error
 	return list, rows.Err()
 }
 
+// Each calls f on every row of a query, for a query read for what f does with its rows, and
+// closes the rows.
+func Each(rows Rows, err error, f func(Row) error) error {
+	_, err = Collect(rows, err, func(row Row) (struct{}, error) { return struct{}{}, f(row) })
+	return err
+}
+
 // Positional is Dialect.Param of PostgreSQL: $1, $2, ...
 func Positional(n int) string { return "$" + strconv.Itoa(n) }
 
