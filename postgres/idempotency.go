@@ -163,7 +163,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		}
 	}
 
-	conn, _, err := s.acquireBatch(ctx)
+	conn, _, err := s.acquire(ctx, s.batchPool)
 	if err != nil {
 		return err
 	}

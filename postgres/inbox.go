@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +28,7 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		e.Status, e.NextAttemptAt, e.LeaseToken = approval.InboxPending, &out.at, ""
 		return false, nil
 	}
-	conn, _, err := s.acquire(ctx)
+	conn, _, err := s.acquire(ctx, s.pool)
 	if err != nil {
 		return false, err
 	}
@@ -91,7 +90,7 @@ const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_eve
 // fails alone), stores them with insertInboxSQL in a transaction of its own and signals the
 // processors, in one round trip, and sets each call's result.
 func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*approval.InboxEvent, recorded]) error {
-	conn, now, err := s.acquireBatch(ctx)
+	conn, now, err := s.acquire(ctx, s.batchPool)
 	if err != nil {
 		return err
 	}
@@ -136,10 +135,12 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 		}); err != nil {
 			return err
 		}
-		if commit, err := br.Exec(); err != nil {
+		commit, err := br.Exec()
+		if err == nil {
+			err = committed(commit)
+		}
+		if err != nil {
 			return err
-		} else if commit.String() != "COMMIT" {
-			return fmt.Errorf("the transaction was rolled back (%s)", commit)
 		}
 		if _, err := br.Exec(); err != nil {
 			// Stored: the signal is only a hint, and the inbox processors also poll.
@@ -149,9 +150,7 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 	}()
 	if err != nil {
 		// Leave no aborted transaction on the connection (the pool would close it anyway).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		conn.Exec(rctx, "ROLLBACK")
-		cancel()
+		rollback(ctx, conn)
 		return err
 	}
 	for i, c := range calls {

@@ -200,20 +200,12 @@ var schema = sqldb.Migrations{
 	Name: func(path string) string { return strings.TrimPrefix(path, "migrations/") },
 }
 
-// acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
-// runs atomically without an explicit transaction (one round trip instead of three), and
-// reads the clock once the connection is held: a method that waited for a connection must
-// not compare expires_at or leases with the instant it began to wait.
-func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
-	return s.acquireFrom(ctx, s.pool)
-}
-
-// acquireBatch is acquire for a batch, on the batches' connections.
-func (s *Store) acquireBatch(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
-	return s.acquireFrom(ctx, s.batchPool)
-}
-
-func (s *Store) acquireFrom(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, time.Time, error) {
+// acquire takes a connection of pool (s.pool, or s.batchPool for a batch) for a method that
+// runs one statement, which PostgreSQL runs atomically without an explicit transaction (one
+// round trip instead of three), and reads the clock once the connection is held: a method
+// that waited for a connection must not compare expires_at or leases with the instant it
+// began to wait.
+func (s *Store) acquire(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, time.Time, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)

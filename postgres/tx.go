@@ -54,7 +54,7 @@ func isDivisionByZero(err error) bool {
 // retries, and each statement sees what the winner of such a race committed. The clock is
 // read once the connection is held (see acquire).
 func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
-	conn, now, err := s.acquire(ctx)
+	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -193,13 +193,11 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 		t.end()
 		return nil
 	}
-	var br pgx.BatchResults
-	var err error
-	if len(t.signals) == 0 {
-		br, err = t.send(ctx, "COMMIT", nil)
-	} else {
-		br, err = t.send(ctx, "COMMIT", nil, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
+	var signal []queued
+	if len(t.signals) > 0 {
+		signal = append(signal, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
 	}
+	br, err := t.send(ctx, "COMMIT", nil, signal...)
 	if err != nil {
 		t.Rollback(ctx)
 		return err
@@ -214,9 +212,8 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && tag.String() != "COMMIT" {
-		// PostgreSQL answers COMMIT in an aborted transaction with ROLLBACK, not an error.
-		err = fmt.Errorf("the transaction was rolled back (%s)", tag)
+	if err == nil {
+		err = committed(tag)
 	}
 	if err != nil {
 		t.Rollback(ctx)
@@ -233,19 +230,33 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 	}
 	var err error
 	if t.begun {
-		// The transaction may be aborted already; ROLLBACK ends it either way. A connection
-		// that cannot take it is closed by the pool on release rather than reused.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		_, err = t.conn.Exec(ctx, "ROLLBACK")
+		err = rollback(ctx, t.conn)
 	}
 	t.end()
 	return translate("rollback", err)
 }
 
-// rollbackTimeout bounds a ROLLBACK, which runs even when the caller's context has ended: a
-// connection that cannot take it in time is closed by the pool rather than reused.
+// rollback ends conn's transaction, which may be aborted already (ROLLBACK ends it either
+// way), even when ctx has ended, within rollbackTimeout: a connection that cannot take it in
+// time is closed by the pool on release rather than reused.
+func rollback(ctx context.Context, conn *pgxpool.Conn) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, err := conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+// rollbackTimeout bounds a ROLLBACK, which runs even when the caller's context has ended.
 const rollbackTimeout = 5 * time.Second
+
+// committed is the error of a COMMIT that answered tag: PostgreSQL answers COMMIT in an
+// aborted transaction with ROLLBACK, not with an error.
+func committed(tag pgconn.CommandTag) error {
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("the transaction was rolled back (%s)", tag)
+	}
+	return nil
+}
 
 func (t *ruleTx) end() {
 	t.done = true
