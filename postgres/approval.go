@@ -90,8 +90,8 @@ WHERE ` + batchTokenGoodSQL
 
 // batchTokenGoodSQL is the token check of a batch's request r (its token_hash, token_id and
 // token_at; an empty token_id for none), as sqldb.TokenCheckSQL is for one request.
-const batchTokenGoodSQL = `(r.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = r.token_hash
-	AND t.id = r.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > r.token_at)))`
+var batchTokenGoodSQL = `(r.token_id = '' OR EXISTS (SELECT 1 FROM tokens WHERE ` +
+	sqldb.TokenGoodSQL("r.token_hash", "r.token_id", "r.token_at") + `))`
 
 // tokenArgs are a batch request's token_hash, token_id and token_at for its check c: empty
 // (no check) when c is nil.
