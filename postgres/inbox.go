@@ -104,12 +104,8 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 		if records[i], c.Err = sqldb.RecordInbox(dialect, e, now); c.Err != nil {
 			continue
 		}
-		var hash []byte // NULL unless the scheme hashes bodies, which the unique index leaves out
-		if len(e.BodyHash) > 0 {
-			hash = e.BodyHash
-		}
 		ids, sources, eventIDs, types = append(ids, e.ID), append(sources, e.Source), append(eventIDs, e.EventID), append(types, e.Type)
-		headers, bodies, hashes, received = append(headers, records[i].Headers), append(bodies, e.Body), append(hashes, hash), append(received, e.ReceivedAt)
+		headers, bodies, hashes, received = append(headers, records[i].Headers), append(bodies, e.Body), append(hashes, records[i].BodyHash), append(received, e.ReceivedAt)
 	}
 	if len(ids) == 0 {
 		return nil
