@@ -84,7 +84,7 @@ RETURNING id`
 
 // signalStoredInboxSQL is signalSQL for a batch of intakes: it signals only when one of
 // the events $2 names was stored (a duplicate delivery stores nothing and wakes no one).
-const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
+var signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
 
 // recordInboxBatch completes calls' deliveries as sqldb.RecordInbox does (one it refuses
 // fails alone), stores them with insertInboxSQL in a transaction of its own and signals the

@@ -16,8 +16,11 @@ import (
 // store lives in one schema (its search_path), so the channel name includes a digest of
 // current_schema(): stores on other schemas of the same database neither wake nor are woken.
 // The digest keeps the name within PostgreSQL's 63-byte identifier limit whatever the
-// schema is called. Both sides compute the name with this one expression ($1 is the topic).
-const channelExpr = `'approvald_' || $1::text || '_' || left(md5(current_schema()), 16)`
+// schema is called. Both sides compute the name with this one expression, topic being the
+// SQL of the topic's name.
+func channelSQL(topic string) string {
+	return `'approvald_' || ` + topic + ` || '_' || left(md5(current_schema()), 16)`
+}
 
 // topics are the topics a Store signals and listens for. The listener's tests find it by its
 // last statement, a LISTEN on executions' channel: that topic stays last.
@@ -37,7 +40,7 @@ var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.Top
 // payload, and the listener signals "T/K" back: a change of one approval wakes only the
 // long-polls on it. An empty payload is a change of T whose key is not known (as from a
 // replica of a version that sent none), and wakes every subscriber of T.
-const signalSQL = `SELECT count(pg_notify('approvald_' || split_part(topic, '/', 1) || '_' || left(md5(current_schema()), 16),
+var signalSQL = `SELECT count(pg_notify(` + channelSQL(`split_part(topic, '/', 1)`) + `,
 		substr(topic, length(split_part(topic, '/', 1)) + 2)))
 	FROM unnest($1::text[]) AS topic, set_config('synchronous_commit', 'off', true)`
 
@@ -102,7 +105,7 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 	byChannel := make(map[string]string, len(topics))
 	for _, topic := range topics {
 		var channel string
-		if err := conn.QueryRow(ctx, `SELECT `+channelExpr, topic).Scan(&channel); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT `+channelSQL(`$1::text`), topic).Scan(&channel); err != nil {
 			return fmt.Errorf("name channel of %s: %w", topic, err)
 		}
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
