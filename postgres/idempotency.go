@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -100,9 +99,9 @@ var heldApprovalsSQL = approvalDetailFrom(`unnest($1::text[], $2::text[], $3::te
 // the same moment share that statement and its round trip (the read of the holders rides in
 // the same batch), and each create's rows are all written or none.
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
-	causeJSON, err := json.Marshal(cause)
+	causeJSON, _, err := sqldb.EventJSON(cause, nil)
 	if err != nil {
-		return nil, fmt.Errorf("encode event cause: %w", err)
+		return nil, err
 	}
 	for _, m := range outbox {
 		if m.Kind != approval.OutboxNotification {

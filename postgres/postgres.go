@@ -218,19 +218,23 @@ func translate(op string, err error) error { return sqldb.Translate(op, err, cla
 
 // classify says what a PostgreSQL error means to the application (see sqldb.Classify): a
 // lost race on a unique constraint, a serialization failure or a deadlock is ECONFLICT, text
-// the database cannot hold is EINVALID, and a server that cannot be reached is EUNAVAILABLE.
+// the database cannot hold is EINVALID, and a server that cannot be reached, or cannot serve
+// now, is EUNAVAILABLE.
 func classify(err error) *approval.Error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "23505":
+		switch pgErr.Code {
+		case "23505":
 			return approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record")
-		case pgErr.Code == "22021":
+		case "22021":
 			// Text PostgreSQL cannot store (a NUL byte, invalid UTF-8) came from the caller.
 			return approval.Errorf(approval.EINVALID, "text contains a NUL byte or invalid UTF-8")
-		case pgErr.Code == "40001", pgErr.Code == "40P01":
+		case "40001", "40P01":
 			return &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}
-		case unavailableCode(pgErr.Code):
+		case "57P01", "57P02", "57P03", "53300": // shutdown or start-up in progress, too many connections
+			return sqldb.Unavailable()
+		}
+		if strings.HasPrefix(pgErr.Code, "08") { // a connection exception
 			return sqldb.Unavailable()
 		}
 		return nil
@@ -242,14 +246,4 @@ func classify(err error) *approval.Error {
 		return sqldb.Unavailable()
 	}
 	return nil
-}
-
-// unavailableCode reports whether a SQLSTATE says the server cannot serve us now: connection
-// exceptions (class 08), shutdown or start-up in progress, too many connections.
-func unavailableCode(code string) bool {
-	switch code {
-	case "57P01", "57P02", "57P03", "53300":
-		return true
-	}
-	return strings.HasPrefix(code, "08")
 }

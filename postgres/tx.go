@@ -18,19 +18,25 @@ import (
 
 var _ approval.Tx = (*ruleTx)(nil)
 
-// Begin opens the transaction the Service composes a rule in. It costs no round trip of its
-// own: BEGIN travels with the first read, and the writes, which the rules never need an
-// answer from, travel together with the next read or with COMMIT. A decision is so one
-// round trip to read and lock the approval and one to write and commit.
+// Begin opens the transaction the Service composes a rule in, read committed, on a pooled
+// connection. It costs no round trip of its own: BEGIN travels with the first read, and the
+// writes, which the rules never need an answer from, travel together with the next read or
+// with COMMIT. A decision is so one round trip to read and lock the approval and one to
+// write and commit. Races between replicas are decided by row locks, conditional updates and
+// unique constraints, which behave correctly at read committed without serialization-failure
+// retries, and each statement sees what the winner of such a race committed. The clock is
+// read once the connection is held (see acquire).
 //
 // A pending approval.TokenCheck in ctx is queued first, so it rides with BEGIN and the first
 // read: a token revoked or expired by then aborts the transaction inside the database, and
 // that read answers its refusal.
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
-	t, err := s.begin(ctx)
+	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
 		return nil, err
 	}
+	t := &ruleTx{conn: conn, log: s.logger}
+	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
 	if c := approval.PendingTokenCheck(ctx); c != nil {
 		t.queue = append(t.queue, queued{op: "check token", sql: tokenGuardSQL,
 			args: sqldb.TokenCheckArgs(dialect, c), check: c})
@@ -46,21 +52,6 @@ var tokenGuardSQL = `SELECT 1 / (` + sqldb.TokenCheckSQL(dialect, 1) + `)`
 func isDivisionByZero(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
-}
-
-// begin opens a read-committed transaction on a pooled connection for Begin and for the
-// store's own methods. Races between replicas are decided by row locks, conditional updates
-// and unique constraints, which behave correctly at that level without serialization-failure
-// retries, and each statement sees what the winner of such a race committed. The clock is
-// read once the connection is held (see acquire).
-func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
-	conn, now, err := s.acquire(ctx, s.pool)
-	if err != nil {
-		return nil, err
-	}
-	t := &ruleTx{conn: conn, log: s.logger}
-	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
-	return t, nil
 }
 
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
@@ -381,21 +372,18 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		ORDER BY x.due_at, x.id`,
 		t.At, limit, leaseUntil)
 	claims, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionClaim, error) {
-		c := &approval.ExecutionClaim{}
-		var (
-			dueAt  time.Time
-			detail sqldb.ApprovalDetail
-			err    error
-		)
-		c.Record, err = sqldb.ScanExecution(row, append([]any{&c.Recovered, &dueAt}, detail.Dest()...)...)
+		var c approval.ExecutionClaim
+		var dueAt time.Time
+		var detail sqldb.ApprovalDetail
+		rec, err := sqldb.ScanExecution(row, append([]any{&c.Recovered, &dueAt}, detail.Dest()...)...)
+		if err == nil {
+			c.Approval, err = detail.Approval()
+		}
 		if err != nil {
 			return nil, err
 		}
-		if c.Approval, err = detail.Approval(); err != nil {
-			return nil, err
-		}
-		c.Attempt = c.Record.Attempts
-		return c, nil
+		c.Record, c.Attempt = rec, rec.Attempts
+		return &c, nil
 	})
 	if err != nil {
 		return nil, translate("claim executions", err)
