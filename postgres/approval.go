@@ -102,8 +102,7 @@ func tokenArgs(c *approval.TokenCheck) ([]byte, string, time.Time) {
 	return c.Hash, c.ID, c.Now
 }
 
-// read is one read of an approval handed to the batcher, with its request's pending token
-// check, if any.
+// read is one read of an approval handed to the batcher, with its request's token check.
 type read struct {
 	id    string
 	check *approval.TokenCheck
@@ -111,9 +110,8 @@ type read struct {
 
 // Approval reads one approval with everything its answer shows (see approval.Store), through
 // the store's batcher: the reads arriving at the same moment share one statement and one
-// round trip. A pending token check rides in the read; when no row comes back, the approval
-// is missing or the token no longer good, and a second statement, the check alone, tells
-// which (as sqldb.Reads.Approval, which this replaces on PostgreSQL).
+// round trip. A pending token check rides in the read, as in sqldb.Reads.Approval, which this
+// replaces on PostgreSQL.
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
 	c := approval.PendingTokenCheck(ctx)
 	a, err := s.reads.Do(read{id: id, check: c})

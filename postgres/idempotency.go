@@ -34,17 +34,13 @@ type inserted struct {
 }
 
 // insertApprovalsSQL writes a batch of creates in ONE statement, atomic without an explicit
-// transaction: for each create whose token check passes (allowed), the approval (which is the
-// key's record: it keeps the fingerprint), its approvers, its approval.created event and the
-// approvers' notifications in the outbox, unless an approval already holds its key. The
-// creates arrive as parallel arrays ($1 to $15, one element per create; $16 to $18 the
-// approvers and $19 to $25 the notifications, each naming its approval). ON CONFLICT DO
-// NOTHING skips a key that is held, that a concurrent transaction writes (after waiting for
-// it: it is skipped if that one commits), or that an earlier create of the same batch took.
-// The approvals are inserted in key order, so two batches that share keys take their locks in
-// the same order and cannot deadlock. It signals no long-poll: nothing waits on an approval
-// that did not exist yet. It returns, per create in order, whether its token was good and
-// whether its approval was written.
+// transaction: for each create whose token check passes (allowed), the approval, its
+// approvers, its approval.created event and the approvers' notifications in the outbox,
+// unless an approval already holds its key (ON CONFLICT DO NOTHING, the approvals in key
+// order: docs/architecture.md, "A create, step by step", and "Creates, intakes and reads in
+// batches"). The creates arrive as parallel arrays ($1 to $15, one element per create; $16 to
+// $18 the approvers and $19 to $25 the notifications, each naming its approval). It returns,
+// per create in order, whether its token was good and whether its approval was written.
 var insertApprovalsSQL = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],

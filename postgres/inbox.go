@@ -12,13 +12,10 @@ import (
 )
 
 // RecordInbox stores a verified webhook delivery under the unique (source, event_id), or
-// reports a duplicate and makes e the event stored first; see approval.InboxStore.
-//
-// A new event goes through the store's batcher: the deliveries arriving at the same moment
-// are stored by one statement in one transaction, one round trip (BEGIN, the insert, COMMIT
-// and the signal, see signalSQL, which wakes the processors only when an event was stored).
-// A duplicate costs a second round trip, for the conflict's count and the read of the event
-// kept: a duplicate is the exception, so the usual intake pays for neither.
+// reports a duplicate and makes e the event stored first; see approval.InboxStore. A new
+// event is stored by the store's batcher, with the deliveries arriving at the same moment, in
+// one round trip; a duplicate, the exception, costs a second for the conflict's count and the
+// read of the event kept (docs/architecture.md, "What is left in the drivers").
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
 	out, err := s.intakes.Do(e)
 	if err != nil {
@@ -66,11 +63,10 @@ type recorded struct {
 }
 
 // insertInboxSQL stores a batch of deliveries ($1 to $8, parallel arrays, one element per
-// delivery; $9 the instant they are due for processing), skipping each whose (source, event_id) or (source, body_hash) is taken, by an
-// event stored before, by a concurrent intake (after waiting for it: skipped if it commits)
-// or by an earlier delivery of the same batch. The rows go in in key order, so two batches
-// that share keys take their locks in the same order and cannot deadlock. It returns the
-// ids it stored.
+// delivery; $9 the instant they are due for processing), skipping each whose key is taken
+// (as sqldb.InboxRecord's Insert does), an earlier delivery of the batch's included. The rows
+// go in in key order, so two batches that share keys lock them in the same order and cannot
+// deadlock. It returns the ids it stored.
 const insertInboxSQL = `
 INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at,
 	status, next_attempt_at)

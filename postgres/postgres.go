@@ -4,8 +4,9 @@
 // conditional write, a unique constraint or a row lock inside the database, never by process
 // memory. Workers on every replica claim inbox events and executions with FOR UPDATE SKIP
 // LOCKED under leases, and every write of a claim's outcome is fenced by its token. Changes
-// are signalled with NOTIFY right behind the changing transaction's COMMIT (see signalSQL)
-// and heard, by every replica, on one LISTEN connection per store.
+// are signalled with NOTIFY right behind the changing transaction's COMMIT and heard, by
+// every replica, on one LISTEN connection per store. docs/architecture.md, "Inside the
+// PostgreSQL driver", says how and why.
 //
 // All SQL uses unqualified table names, so a search_path parameter in the URL places the
 // whole store in one schema (the tests give each test a fresh schema that way).
@@ -36,8 +37,8 @@ var _ approval.Store = (*Store)(nil)
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migrationLock is the pg_advisory_xact_lock key that serializes Migrate across every
-// process sharing the database ("apvd" in ASCII), so replicas starting at once are safe.
+// migrationLock is the pg_advisory_xact_lock key that serializes Migrate ("apvd" in ASCII;
+// docs/architecture.md, "Locks").
 const migrationLock int64 = 0x61707664
 
 // Store is the PostgreSQL approval.Store.
@@ -98,12 +99,8 @@ func parseConfig(url string) (*pgxpool.Config, error) {
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns: 4 per CPU, at least
-// 16. pgx's own default (the CPU count, at least 4) suits work that keeps the CPU busy; a
-// store's writes mostly wait for their commit's WAL flush, and PostgreSQL flushes the commits
-// waiting at the same moment together, so more connections in flight mean more commits per
-// flush. Measured on 2 cores: 16 connections against 4 carried about twice the creates and
-// plain inserts per second at 32 clients (BENCHMARKS.md). Each replica opens up to this many,
-// and up to six more for its batches (see openConfig).
+// 16, so that more commits share each WAL flush (docs/operations.md, "PostgreSQL's
+// connections").
 func DefaultMaxConns() int32 {
 	return int32(max(16, 4*runtime.NumCPU()))
 }
@@ -123,10 +120,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		return nil, err
 	}
 	// The batches run on connections of their own, whose sessions plan their statements once
-	// (plan_cache_mode force_generic_plan): a statement over arrays is cheap to run but not to
-	// plan, and PostgreSQL kept planning it anew for each batch (a custom plan knows the
-	// arrays' length, so it always looked cheaper than the generic one), which doubled the
-	// time of a GET from a lone client. The other statements keep the planner's choice.
+	// (docs/architecture.md, "Creates, intakes and reads in batches", "Planned once").
 	bcfg := cfg.Copy()
 	bcfg.MaxConns, bcfg.MinConns = 3*writeBatches, 0 // a connection per batch in flight
 	if bcfg.ConnConfig.RuntimeParams == nil {
@@ -201,10 +195,8 @@ var schema = sqldb.Migrations{
 }
 
 // acquire takes a connection of pool (s.pool, or s.batchPool for a batch) for a method that
-// runs one statement, which PostgreSQL runs atomically without an explicit transaction (one
-// round trip instead of three), and reads the clock once the connection is held: a method
-// that waited for a connection must not compare expires_at or leases with the instant it
-// began to wait.
+// runs without BEGIN, and reads the clock once the connection is held (docs/architecture.md,
+// "The pipelining transaction").
 func (s *Store) acquire(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, time.Time, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

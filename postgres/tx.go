@@ -19,17 +19,10 @@ import (
 var _ approval.Tx = (*ruleTx)(nil)
 
 // Begin opens the transaction the Service composes a rule in, read committed, on a pooled
-// connection. It costs no round trip of its own: BEGIN travels with the first read, and the
-// writes, which the rules never need an answer from, travel together with the next read or
-// with COMMIT. A decision is so one round trip to read and lock the approval and one to
-// write and commit. Races between replicas are decided by row locks, conditional updates and
-// unique constraints, which behave correctly at read committed without serialization-failure
-// retries, and each statement sees what the winner of such a race committed. The clock is
-// read once the connection is held (see acquire).
-//
-// A pending approval.TokenCheck in ctx is queued first, so it rides with BEGIN and the first
-// read: a token revoked or expired by then aborts the transaction inside the database, and
-// that read answers its refusal.
+// connection, at the instant read once it is held. It costs no round trip of its own: BEGIN
+// travels with the first read, and a pending approval.TokenCheck in ctx is queued first, so
+// that it rides with them and a token no longer good aborts the transaction inside the
+// database (docs/architecture.md, "The pipelining transaction").
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
@@ -56,17 +49,15 @@ func isDivisionByZero(err error) bool {
 
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
 // and the queued writes in the same batch (pipelined, one round trip); writes and locks wait
-// in queue. A guarded write whose guard fails raises an error inside the database, so the
-// transaction aborts there and a COMMIT sent behind it cannot commit the rest. The statements
-// both dialects share are sqldb.Tx's, which runs them on ruleTx itself (its sqldb.Runner);
-// its At is the transaction's clock (Now).
+// in queue. The statements both dialects share are sqldb.Tx's, which runs them on ruleTx
+// itself (its sqldb.Runner); its At is the transaction's clock (Now).
 type ruleTx struct {
 	sqldb.Tx
 	conn  *pgxpool.Conn
 	begun bool
 	done  bool
 	queue []queued
-	// signals are the topics Notify was asked for, sent after COMMIT (see signalSQL).
+	// signals are the topics Notify was asked for, sent after COMMIT (signalSQL).
 	signals []string
 	log     func() *slog.Logger
 }
@@ -300,45 +291,25 @@ func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	return nil
 }
 
-// Execution rows change under two locks, always taken in this order: the approval's row
-// (whose lock makes appending to its audit trail safe) and then the execution's. Decide holds
-// the first when it inserts the execution; the Service's ledger rules take both through
-// ExecutionGetForUpdate; the runner's claim (ExecutionClaimDue) takes both with SKIP LOCKED
-// and so never waits on either.
-
-// operationKeyLock is the first key of the pg_advisory_xact_lock that ExecutionGetByOperationKey takes
-// on an (action, operation key) pair ("opky" in ASCII); the second is a hash of the pair. The
-// two-key form never meets Migrate's one-key lock, and two pairs whose hashes collide only
-// wait for each other.
+// operationKeyLock is the first key of the pg_advisory_xact_lock that
+// ExecutionGetByOperationKey takes on an (action, operation key) pair ("opky" in ASCII); the
+// second is a hash of the pair (docs/architecture.md, "Locks").
 const operationKeyLock int32 = 0x6f706b79
 
+// ExecutionGetByOperationKey locks the (action, key) pair first, in the same round trip, so
+// that of two approvals under one key approved at once the second waits for the first and
+// then sees its execution (docs/architecture.md, "Locks").
 func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
-	// Two requesters' approvals under one key may be approved at once, each transaction
-	// blind to the other's uncommitted execution: a transaction-scoped lock on the (action,
-	// key) pair makes the second wait for the first and then see its row. The lock and the
-	// lookup go out in one batch.
 	t.enqueue("lock operation key", `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
 		operationKeyLock, action+"\n"+key)
 	return t.Tx.ExecutionGetByOperationKey(ctx, action, key, approvalID)
 }
 
-// ExecutionClaimDue is one statement, which also reads what the calls need: each claimed
-// execution's approval with its approvers and decisions, joined to the execution as the
-// UPDATE left it (the statement's own snapshot still holds the execution as it was before).
-// SKIP LOCKED on the execution and its approval: replicas claim disjoint rows and never wait
-// on each other, nor on an operator or a report holding the approval. A running row without a
-// lease is an accepted async call: lease_expires_at <= $1 is never true for it.
-//
-// The approval and its decisions are read from the statement's snapshot, which is safe here:
-// an execution exists only once its approval was approved, in the transaction that approved
-// it, and an approved approval and its decisions never change again; the claim never waits
-// for a lock (SKIP LOCKED), so it sees what was committed before it started.
-//
-// The two kinds of due row are found apart, each in the order of an index on its status and
-// due time, and only the first limit of the two merged: one query ordering both by a common
-// due time is served by no index, and would read, join and sort the whole backlog for every
-// claim. The rows one branch locks beyond the merged limit are skipped by other replicas only
-// until this transaction ends.
+// ExecutionClaimDue is one statement: it claims the due executions, with SKIP LOCKED on each
+// and on its approval, and reads what their calls need, each claimed execution's approval
+// with its approvers and decisions (docs/architecture.md, "The execution claim"). A running
+// execution without a lease is an accepted async call: lease_expires_at <= $1 is never true
+// for it.
 func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
 	rows, err := t.Query(ctx, `
 		WITH queued AS (
