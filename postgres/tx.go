@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,7 +57,7 @@ type ruleTx struct {
 	done  bool
 	queue []queued
 	// signals are the topics Notify was asked for, sent after COMMIT (signalSQL).
-	signals []string
+	signals sqldb.Topics
 	log     func() *slog.Logger
 }
 
@@ -177,7 +176,7 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 	}
 	var signal []queued
 	if len(t.signals) > 0 {
-		signal = append(signal, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
+		signal = append(signal, queued{op: "signal", sql: signalSQL, args: []any{[]string(t.signals)}})
 	}
 	br, err := t.send(ctx, "COMMIT", nil, signal...)
 	if err != nil {
@@ -285,9 +284,7 @@ func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) e
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
-	if !slices.Contains(t.signals, topic) {
-		t.signals = append(t.signals, topic)
-	}
+	t.signals.Add(topic)
 	return nil
 }
 

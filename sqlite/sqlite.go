@@ -291,14 +291,7 @@ type tx struct {
 	now time.Time
 
 	hub    *signal.Hub
-	topics []string
-}
-
-// signal asks for topic to be signalled if, and when, the transaction commits.
-func (t *tx) signal(topic string) {
-	if !slices.Contains(t.topics, topic) {
-		t.topics = append(t.topics, topic)
-	}
+	topics sqldb.Topics
 }
 
 // beginWrite starts a write transaction on the single write connection. The driver issues

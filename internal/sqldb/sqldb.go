@@ -12,6 +12,7 @@ package sqldb
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,6 +194,17 @@ func Collect[T any](rows Rows, err error, scan func(Row) (T, error)) ([]T, error
 func Each(rows Rows, err error, f func(Row) error) error {
 	_, err = Collect(rows, err, func(row Row) (struct{}, error) { return struct{}{}, f(row) })
 	return err
+}
+
+// Topics are the topics of a transaction's changes (approval.Tx's Notify), each once, for the
+// driver to signal if, and when, the transaction commits.
+type Topics []string
+
+// Add adds topic, unless it is there already.
+func (ts *Topics) Add(topic string) {
+	if !slices.Contains(*ts, topic) {
+		*ts = append(*ts, topic)
+	}
 }
 
 // Positional is Dialect.Param of PostgreSQL: $1, $2, ...
