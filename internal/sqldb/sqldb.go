@@ -3,11 +3,11 @@
 // dialects but for what the Dialect gives (the placeholders, the stored form of a time, the
 // lock clauses, the binding of a list), the scanning of approval, execution, inbox event and
 // event rows, the building of paged listings with keyset cursors, the applying of embedded
-// migrations, and the settings a Store is configured by (Settings). It decides nothing: the
-// rules are the root package's, and each driver keeps the statements whose SQL is its own
-// (the claims, advisory locks, statements over arrays, NOTIFY), how its transaction runs
-// statements (Runner) and its own translation of errors. See docs/architecture.md,
-// "Layers" and "What is left in the drivers".
+// migrations, the shape of the translation of errors (Translate, Classify), and the settings
+// a Store is configured by (Settings). It decides nothing: the rules are the root package's,
+// and each driver keeps the statements whose SQL is its own (the claims, advisory locks,
+// statements over arrays, NOTIFY), how its transaction runs statements (Runner) and what its
+// own error codes mean. See docs/architecture.md, "Layers" and "What is left in the drivers".
 package sqldb
 
 import (
