@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +29,10 @@ var dialect = sqldb.Dialect{
 // GET is one round trip and one snapshot: the approvers in listed order, the decisions in
 // the order of their approval.voted events, and the public fields of the execution.
 const approvalDetailSQL = `SELECT ` + approvalDetailColumns + `
-FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
+FROM approvals a` + executionJoin
+
+// executionJoin joins an approval a to its execution x, if it has one.
+const executionJoin = ` LEFT JOIN executions x ON x.approval_id = a.id`
 
 // approvalDetailColumns are what approvalDetailSQL selects from an approval a and its
 // execution x, which the execution claim reads from the rows it updated.
@@ -61,13 +63,21 @@ func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
 // approvalDetailFrom is approvalDetailSQL for a batch: the approvals read from the join
 // source (whose table of requests is r, numbered by r.ord), each row led by r.ord.
 func approvalDetailFrom(source string) string {
-	const from = `FROM approvals a LEFT JOIN`
-	if !strings.Contains(approvalDetailSQL, from) {
-		panic("postgres: approvalDetailSQL no longer reads " + from)
-	}
-	return strings.Replace(strings.Replace(approvalDetailSQL, `SELECT `, `SELECT r.ord, `, 1), from,
-		`FROM `+source+`
-	LEFT JOIN`, 1)
+	return `SELECT r.ord, ` + approvalDetailColumns + `
+FROM ` + source + executionJoin
+}
+
+// eachByOrd scans the rows of a statement of approvalDetailFrom, each led by r.ord, and calls
+// f with the index of each row's request (from 0, of n) and its approval.
+func eachByOrd(rows pgx.Rows, err error, n int, f func(i int, a *approval.Approval)) error {
+	return sqldb.Each(rows, err, func(r sqldb.Row) error {
+		var ord int
+		a, err := sqldb.ScanApprovalDetailAfter(r, &ord)
+		if err == nil && ord >= 1 && ord <= n {
+			f(ord-1, a)
+		}
+		return err
+	})
 }
 
 // readApprovalsSQL reads a batch of approvals by id ($1), each with its request's token
@@ -80,8 +90,8 @@ WHERE ` + batchTokenGoodSQL
 
 // batchTokenGoodSQL is the token check of a batch's request r (its token_hash, token_id and
 // token_at; an empty token_id for none), as sqldb.TokenCheckSQL is for one request.
-const batchTokenGoodSQL = `(r.token_id = '' OR EXISTS (SELECT 1 FROM tokens t WHERE t.hash = r.token_hash
-	AND t.id = r.token_id AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > r.token_at)))`
+var batchTokenGoodSQL = `(r.token_id = '' OR EXISTS (SELECT 1 FROM tokens WHERE ` +
+	sqldb.TokenGoodSQL("r.token_hash", "r.token_id", "r.token_at") + `))`
 
 // tokenArgs are a batch request's token_hash, token_id and token_at for its check c: empty
 // (no check) when c is nil.
@@ -92,8 +102,7 @@ func tokenArgs(c *approval.TokenCheck) ([]byte, string, time.Time) {
 	return c.Hash, c.ID, c.Now
 }
 
-// read is one read of an approval handed to the batcher, with its request's pending token
-// check, if any.
+// read is one read of an approval handed to the batcher, with its request's token check.
 type read struct {
 	id    string
 	check *approval.TokenCheck
@@ -101,27 +110,12 @@ type read struct {
 
 // Approval reads one approval with everything its answer shows (see approval.Store), through
 // the store's batcher: the reads arriving at the same moment share one statement and one
-// round trip. A pending token check rides in the read; when no row comes back, the approval
-// is missing or the token no longer good, and a second statement, the check alone, tells
-// which (as sqldb.Reads.Approval, which this replaces on PostgreSQL).
+// round trip. A pending token check rides in the read, as in sqldb.Reads.Approval, which this
+// replaces on PostgreSQL.
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
 	c := approval.PendingTokenCheck(ctx)
 	a, err := s.reads.Do(read{id: id, check: c})
-	if err == nil {
-		err = sqldb.SettleCheck(ctx, querier{s.pool}, dialect, c, a != nil)
-	}
-	switch {
-	case err != nil:
-		return nil, translate("read approval", err)
-	case a != nil:
-		return a, nil
-	}
-	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
-}
-
-// readApprovals runs one batch of reads (the batcher's run).
-func (s *Store) readApprovals(calls []*batch.Call[read, *approval.Approval]) {
-	batch.EachAlone(batchTimeout, calls, s.readBatch, refusedWhole)
+	return s.Reads.Checked(ctx, id, c, a, err)
 }
 
 // readBatch reads calls' approvals with readApprovalsSQL and sets each call's result: its
@@ -134,17 +128,5 @@ func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approv
 		hashes[i], tokens[i], at[i] = tokenArgs(c.Req.check)
 	}
 	rows, err := s.batchPool.Query(ctx, readApprovalsSQL, ids, hashes, tokens, at)
-	_, err = sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
-		var ord int
-		var d sqldb.ApprovalDetail
-		if err := r.Scan(append([]any{&ord}, d.Dest()...)...); err != nil {
-			return struct{}{}, err
-		}
-		a, err := d.Approval()
-		if err == nil && ord >= 1 && ord <= n {
-			calls[ord-1].Res = a
-		}
-		return struct{}{}, err
-	})
-	return err
+	return eachByOrd(rows, err, n, func(i int, a *approval.Approval) { calls[i].Res = a })
 }

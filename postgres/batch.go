@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -10,14 +11,8 @@ import (
 )
 
 // Writes that arrive together are written together (internal/batch): at most writeBatches
-// batches of a kind at once, of at most writeBatchMax writes each. A batch is one statement
-// of work and one commit, so under load a write costs a fraction of a commit, while a lone
-// write starts at once, alone. Fewer batches in flight make bigger batches (less work per
-// write) and a longer wait behind the batch in flight; the batches grow with the load, so two
-// in flight still carry writeBatchMax writes each when the database is slow to answer. On
-// this project's 2-core machine two carried more creates, GETs and intakes per second at 8
-// and 32 clients than four (BENCHMARKS.md, session 6). The reads of one approval use the
-// same two numbers.
+// batches of a kind at once, of at most writeBatchMax writes each; the reads of one approval
+// use the same two numbers (docs/architecture.md, "Creates, intakes and reads in batches").
 const (
 	writeBatches  = 2
 	writeBatchMax = 64
@@ -27,9 +22,15 @@ const (
 // who may have gone, and each caller waits for it to end.
 const batchTimeout = 30 * time.Second
 
+// eachAlone is the run of the store's batchers: write over a batch, within batchTimeout, and
+// over each call alone again when the whole was refused (batch.EachAlone).
+func eachAlone[Req, Res any](write func(context.Context, []*batch.Call[Req, Res]) error) func([]*batch.Call[Req, Res]) {
+	return batch.EachAlone(batchTimeout, write, refusedWhole)
+}
+
 // refusedWhole reports whether a batch's error is PostgreSQL's refusal of its statement (its
 // content, a deadlock), after which nothing of the batch committed and each call is tried
-// alone (batch.EachAlone).
+// alone.
 func refusedWhole(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr)

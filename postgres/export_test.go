@@ -94,7 +94,7 @@ func (s *Store) InsertBatch(as []*approval.Approval, checks []*approval.TokenChe
 	for i, a := range as {
 		calls[i] = &batch.Call[insert, inserted]{Req: insert{a: a, cause: []byte(`{}`), check: checks[i]}}
 	}
-	s.insertApprovals(calls)
+	eachAlone(s.insertBatch)(calls)
 	out := make([]BatchOutcome, len(calls))
 	for i, c := range calls {
 		out[i] = BatchOutcome{Refused: c.Res.refused, Written: c.Res.written, Err: c.Err}
@@ -112,7 +112,7 @@ func (s *Store) RecordInboxBatch(es []*approval.InboxEvent) ([]bool, []error) {
 	for i, e := range es {
 		calls[i] = &batch.Call[*approval.InboxEvent, recorded]{Req: e}
 	}
-	s.recordInboxes(calls)
+	eachAlone(s.recordInboxBatch)(calls)
 	stored, errs := make([]bool, len(calls)), make([]error, len(calls))
 	for i, c := range calls {
 		stored[i], errs[i] = c.Res.stored, translate("record inbox event", c.Err)
@@ -127,7 +127,7 @@ func (s *Store) ReadBatch(ids []string, checks []*approval.TokenCheck) ([]*appro
 	for i, id := range ids {
 		calls[i] = &batch.Call[read, *approval.Approval]{Req: read{id: id, check: checks[i]}}
 	}
-	s.readApprovals(calls)
+	eachAlone(s.readBatch)(calls)
 	out := make([]*approval.Approval, len(calls))
 	for i, c := range calls {
 		if c.Err != nil {

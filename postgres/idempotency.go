@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -35,17 +34,13 @@ type inserted struct {
 }
 
 // insertApprovalsSQL writes a batch of creates in ONE statement, atomic without an explicit
-// transaction: for each create whose token check passes (allowed), the approval (which is the
-// key's record: it keeps the fingerprint), its approvers, its approval.created event and the
-// approvers' notifications in the outbox, unless an approval already holds its key. The
-// creates arrive as parallel arrays ($1 to $15, one element per create; $16 to $18 the
-// approvers and $19 to $25 the notifications, each naming its approval). ON CONFLICT DO
-// NOTHING skips a key that is held, that a concurrent transaction writes (after waiting for
-// it: it is skipped if that one commits), or that an earlier create of the same batch took.
-// The approvals are inserted in key order, so two batches that share keys take their locks in
-// the same order and cannot deadlock. It signals no long-poll: nothing waits on an approval
-// that did not exist yet. It returns, per create in order, whether its token was good and
-// whether its approval was written.
+// transaction: for each create whose token check passes (allowed), the approval, its
+// approvers, its approval.created event and the approvers' notifications in the outbox,
+// unless an approval already holds its key (ON CONFLICT DO NOTHING, the approvals in key
+// order: docs/architecture.md, "A create, step by step", and "Creates, intakes and reads in
+// batches"). The creates arrive as parallel arrays ($1 to $15, one element per create; $16 to
+// $18 the approvers and $19 to $25 the notifications, each naming its approval). It returns,
+// per create in order, whether its token was good and whether its approval was written.
 var insertApprovalsSQL = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -100,9 +95,9 @@ var heldApprovalsSQL = approvalDetailFrom(`unnest($1::text[], $2::text[], $3::te
 // the same moment share that statement and its round trip (the read of the holders rides in
 // the same batch), and each create's rows are all written or none.
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
-	causeJSON, err := json.Marshal(cause)
+	causeJSON, _, err := sqldb.EventJSON(cause, nil)
 	if err != nil {
-		return nil, fmt.Errorf("encode event cause: %w", err)
+		return nil, err
 	}
 	for _, m := range outbox {
 		if m.Kind != approval.OutboxNotification {
@@ -130,11 +125,6 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 		Message:    "the operation is changing hands, try again",
 		RetryAfter: time.Second,
 	}
-}
-
-// insertApprovals runs one batch of creates (the batcher's run).
-func (s *Store) insertApprovals(calls []*batch.Call[insert, inserted]) {
-	batch.EachAlone(batchTimeout, calls, s.insertBatch, refusedWhole)
 }
 
 // insertBatch runs insertApprovalsSQL and heldApprovalsSQL over calls in one round trip, then
@@ -168,7 +158,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		}
 	}
 
-	conn, _, err := s.acquireBatch(ctx)
+	conn, _, err := s.acquire(ctx, s.batchPool)
 	if err != nil {
 		return err
 	}
@@ -184,17 +174,17 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		defer br.Close()
 		rows, err := br.Query()
 		i := 0
-		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+		if err := sqldb.Each(rows, err, func(r sqldb.Row) error {
 			var allowed, written bool
 			if err := r.Scan(&allowed, &written); err != nil {
-				return struct{}{}, err
+				return err
 			}
 			if i < n {
 				results[i] = inserted{refused: !allowed, written: written}
 				notifies = notifies || (written && len(calls[i].Req.outbox) > 0)
 			}
 			i++
-			return struct{}{}, nil
+			return nil
 		}); err != nil {
 			return err
 		}
@@ -202,20 +192,10 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 			return fmt.Errorf("%d results for %d creates", i, n)
 		}
 		rows, err = br.Query()
-		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
-			var ord int
-			var d sqldb.ApprovalDetail
-			if err := r.Scan(append([]any{&ord}, d.Dest()...)...); err != nil {
-				return struct{}{}, err
+		if err := eachByOrd(rows, err, n, func(i int, a *approval.Approval) {
+			if !results[i].refused && !results[i].written {
+				results[i].holder = &approval.KeyHolder{Fingerprint: a.Fingerprint, Approval: a}
 			}
-			a, err := d.Approval()
-			if err != nil {
-				return struct{}{}, err
-			}
-			if ord >= 1 && ord <= n && !results[ord-1].refused && !results[ord-1].written {
-				results[ord-1].holder = &approval.KeyHolder{Fingerprint: a.Fingerprint, Approval: a}
-			}
-			return struct{}{}, nil
 		}); err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,13 +12,10 @@ import (
 )
 
 // RecordInbox stores a verified webhook delivery under the unique (source, event_id), or
-// reports a duplicate and makes e the event stored first; see approval.InboxStore.
-//
-// A new event goes through the store's batcher: the deliveries arriving at the same moment
-// are stored by one statement in one transaction, one round trip (BEGIN, the insert, COMMIT
-// and the signal, see signalSQL, which wakes the processors only when an event was stored).
-// A duplicate costs a second round trip, for the conflict's count and the read of the event
-// kept: a duplicate is the exception, so the usual intake pays for neither.
+// reports a duplicate and makes e the event stored first; see approval.InboxStore. A new
+// event is stored by the store's batcher, with the deliveries arriving at the same moment, in
+// one round trip; a duplicate, the exception, costs a second for the conflict's count and the
+// read of the event kept (docs/architecture.md, "What is left in the drivers").
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
 	out, err := s.intakes.Do(e)
 	if err != nil {
@@ -29,7 +25,7 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		e.Status, e.NextAttemptAt, e.LeaseToken = approval.InboxPending, &out.at, ""
 		return false, nil
 	}
-	conn, _, err := s.acquire(ctx)
+	conn, _, err := s.acquire(ctx, s.pool)
 	if err != nil {
 		return false, err
 	}
@@ -67,11 +63,10 @@ type recorded struct {
 }
 
 // insertInboxSQL stores a batch of deliveries ($1 to $8, parallel arrays, one element per
-// delivery; $9 the instant they are due for processing), skipping each whose (source, event_id) or (source, body_hash) is taken, by an
-// event stored before, by a concurrent intake (after waiting for it: skipped if it commits)
-// or by an earlier delivery of the same batch. The rows go in in key order, so two batches
-// that share keys take their locks in the same order and cannot deadlock. It returns the
-// ids it stored.
+// delivery; $9 the instant they are due for processing), skipping each whose key is taken
+// (as sqldb.InboxRecord's Insert does), an earlier delivery of the batch's included. The rows
+// go in in key order, so two batches that share keys lock them in the same order and cannot
+// deadlock. It returns the ids it stored.
 const insertInboxSQL = `
 INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at,
 	status, next_attempt_at)
@@ -85,18 +80,13 @@ RETURNING id`
 
 // signalStoredInboxSQL is signalSQL for a batch of intakes: it signals only when one of
 // the events $2 names was stored (a duplicate delivery stores nothing and wakes no one).
-const signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
-
-// recordInboxes runs one batch of intakes (the batcher's run).
-func (s *Store) recordInboxes(calls []*batch.Call[*approval.InboxEvent, recorded]) {
-	batch.EachAlone(batchTimeout, calls, s.recordInboxBatch, refusedWhole)
-}
+var signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_events WHERE id = ANY($2::text[]))`
 
 // recordInboxBatch completes calls' deliveries as sqldb.RecordInbox does (one it refuses
 // fails alone), stores them with insertInboxSQL in a transaction of its own and signals the
 // processors, in one round trip, and sets each call's result.
 func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*approval.InboxEvent, recorded]) error {
-	conn, now, err := s.acquireBatch(ctx)
+	conn, now, err := s.acquire(ctx, s.batchPool)
 	if err != nil {
 		return err
 	}
@@ -110,12 +100,8 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 		if records[i], c.Err = sqldb.RecordInbox(dialect, e, now); c.Err != nil {
 			continue
 		}
-		var hash []byte // NULL unless the scheme hashes bodies, which the unique index leaves out
-		if len(e.BodyHash) > 0 {
-			hash = e.BodyHash
-		}
 		ids, sources, eventIDs, types = append(ids, e.ID), append(sources, e.Source), append(eventIDs, e.EventID), append(types, e.Type)
-		headers, bodies, hashes, received = append(headers, records[i].Headers), append(bodies, e.Body), append(hashes, hash), append(received, e.ReceivedAt)
+		headers, bodies, hashes, received = append(headers, records[i].Headers), append(bodies, e.Body), append(hashes, records[i].BodyHash), append(received, e.ReceivedAt)
 	}
 	if len(ids) == 0 {
 		return nil
@@ -133,18 +119,20 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 			return err
 		}
 		rows, err := br.Query()
-		if _, err := sqldb.Collect(sqldb.Rows(rows), err, func(r sqldb.Row) (struct{}, error) {
+		if err := sqldb.Each(rows, err, func(r sqldb.Row) error {
 			var id string
 			err := r.Scan(&id)
 			stored[id] = true
-			return struct{}{}, err
+			return err
 		}); err != nil {
 			return err
 		}
-		if commit, err := br.Exec(); err != nil {
+		commit, err := br.Exec()
+		if err == nil {
+			err = committed(commit)
+		}
+		if err != nil {
 			return err
-		} else if commit.String() != "COMMIT" {
-			return fmt.Errorf("the transaction was rolled back (%s)", commit)
 		}
 		if _, err := br.Exec(); err != nil {
 			// Stored: the signal is only a hint, and the inbox processors also poll.
@@ -154,9 +142,7 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 	}()
 	if err != nil {
 		// Leave no aborted transaction on the connection (the pool would close it anyway).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		conn.Exec(rctx, "ROLLBACK")
-		cancel()
+		rollback(ctx, conn)
 		return err
 	}
 	for i, c := range calls {

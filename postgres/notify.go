@@ -12,42 +12,32 @@ import (
 	"github.com/approvald/approval/internal/signal"
 )
 
-// Signals travel as NOTIFY on one channel per topic. Channels are database-wide, while a
-// store lives in one schema (its search_path), so the channel name includes a digest of
-// current_schema(): stores on other schemas of the same database neither wake nor are woken.
-// The digest keeps the name within PostgreSQL's 63-byte identifier limit whatever the
-// schema is called. Both sides compute the name with this one expression ($1 is the topic).
-const channelExpr = `'approvald_' || $1::text || '_' || left(md5(current_schema()), 16)`
+// channelSQL is the name of a topic's channel on this store's schema, topic being the SQL of
+// the topic's name: both sides compute it with this one expression (docs/architecture.md,
+// "Signals after the commit").
+func channelSQL(topic string) string {
+	return `'approvald_' || ` + topic + ` || '_' || left(md5(current_schema()), 16)`
+}
 
 // topics are the topics a Store signals and listens for. The listener's tests find it by its
 // last statement, a LISTEN on executions' channel: that topic stays last.
 var topics = []string{approval.TopicApprovals, approval.TopicInbox, approval.TopicOutbox, approval.TopicExecutions}
 
-// signalSQL signals the topics in $1 (a text[]) to every replica's subscribers. It is sent
-// right behind a write's COMMIT, in the same round trip, as a transaction of its own, never
-// inside the write's transaction: a transaction that has run NOTIFY holds a database-wide lock
-// from the start of its commit to its end, WAL flush included, so writes that notify would
-// commit one at a time, each waiting for its own flush, instead of sharing flushes (at 32
-// concurrent creates, almost every backend was seen waiting on that lock, Lock:object in
-// pg_stat_activity). The signal's own transaction commits with synchronous_commit off, so
-// it holds the lock only for the moment its commit takes: a signal lost in a crash costs
-// nothing, since every waiter also polls. Listeners hear it after the write is visible.
-//
-// A topic with a key, "T/K" (approval.TopicApproval), is sent on T's channel with K as the
-// payload, and the listener signals "T/K" back: a change of one approval wakes only the
-// long-polls on it. An empty payload is a change of T whose key is not known (as from a
-// replica of a version that sent none), and wakes every subscriber of T.
-const signalSQL = `SELECT count(pg_notify('approvald_' || split_part(topic, '/', 1) || '_' || left(md5(current_schema()), 16),
+// signalSQL signals the topics in $1 (a text[]) to every replica's subscribers, a topic
+// "T/K" on T's channel with the key K as the payload. It is sent right behind a write's
+// COMMIT, in the same round trip, as a transaction of its own that commits with
+// synchronous_commit off, never inside the write's (docs/architecture.md, "Signals after the
+// commit").
+var signalSQL = `SELECT count(pg_notify(` + channelSQL(`split_part(topic, '/', 1)`) + `,
 		substr(topic, length(split_part(topic, '/', 1)) + 2)))
 	FROM unnest($1::text[]) AS topic, set_config('synchronous_commit', 'off', true)`
 
 // Subscribe returns a channel that receives a value (coalesced, buffered 1) after each
 // committed change on topic by any store on this schema (topic may name a key, as
 // approval.TopicApproval does), and a function that ends the subscription. The first call
-// starts the store's LISTEN connection (internal/signal's Feed, which reconnects with
-// backoff). Signals are hints: one is also sent whenever that connection is (re)established,
-// since changes made while it was down were not heard, so every subscriber looks at the store
-// again. Close closes every subscription's channel.
+// starts the store's LISTEN connection, and every subscriber is signalled whenever that
+// connection is (re)established (docs/architecture.md, "Signals after the commit"). Close
+// closes every subscription's channel.
 func (s *Store) Subscribe(topic string) (<-chan struct{}, func()) {
 	return s.notifier.Subscribe(topic)
 }
@@ -59,9 +49,8 @@ const (
 	listenPingTimeout = 10 * time.Second
 )
 
-// notifier is the session of the store's signal.Feed: one dedicated LISTEN connection (not
-// from the pool: a pooled connection would be handed to other work between waits), whose
-// notifications it signals to the subscribers of this process.
+// notifier is the session of the store's signal.Feed: one dedicated LISTEN connection, not
+// from the pool, whose notifications it signals to the subscribers of this process.
 type notifier struct {
 	*signal.Feed
 	config *pgx.ConnConfig
@@ -102,7 +91,7 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 	byChannel := make(map[string]string, len(topics))
 	for _, topic := range topics {
 		var channel string
-		if err := conn.QueryRow(ctx, `SELECT `+channelExpr, topic).Scan(&channel); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT `+channelSQL(`$1::text`), topic).Scan(&channel); err != nil {
 			return fmt.Errorf("name channel of %s: %w", topic, err)
 		}
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
@@ -130,9 +119,8 @@ func (n *notifier) session(ctx context.Context, connected func()) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case idle:
-			// A connection dropped without a word (a NAT or proxy forgetting it) would
-			// otherwise wait for ever: after a quiet spell, make sure the server still
-			// answers. pgx keeps a connection whose wait merely timed out usable.
+			// After a quiet spell, make sure the server still answers (docs/operations.md,
+			// "PostgreSQL's connections"). pgx keeps a connection whose wait timed out usable.
 			pingCtx, cancel := context.WithTimeout(ctx, n.pingTimeout)
 			err := conn.Ping(pingCtx)
 			cancel()

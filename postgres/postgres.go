@@ -4,8 +4,9 @@
 // conditional write, a unique constraint or a row lock inside the database, never by process
 // memory. Workers on every replica claim inbox events and executions with FOR UPDATE SKIP
 // LOCKED under leases, and every write of a claim's outcome is fenced by its token. Changes
-// are signalled with NOTIFY right behind the changing transaction's COMMIT (see signalSQL)
-// and heard, by every replica, on one LISTEN connection per store.
+// are signalled with NOTIFY right behind the changing transaction's COMMIT and heard, by
+// every replica, on one LISTEN connection per store. docs/architecture.md, "Inside the
+// PostgreSQL driver", says how and why.
 //
 // All SQL uses unqualified table names, so a search_path parameter in the URL places the
 // whole store in one schema (the tests give each test a fresh schema that way).
@@ -36,8 +37,8 @@ var _ approval.Store = (*Store)(nil)
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migrationLock is the pg_advisory_xact_lock key that serializes Migrate across every
-// process sharing the database ("apvd" in ASCII), so replicas starting at once are safe.
+// migrationLock is the pg_advisory_xact_lock key that serializes Migrate ("apvd" in ASCII;
+// docs/architecture.md, "Locks").
 const migrationLock int64 = 0x61707664
 
 // Store is the PostgreSQL approval.Store.
@@ -98,12 +99,8 @@ func parseConfig(url string) (*pgxpool.Config, error) {
 }
 
 // DefaultMaxConns is the pool size when the URL sets no pool_max_conns: 4 per CPU, at least
-// 16. pgx's own default (the CPU count, at least 4) suits work that keeps the CPU busy; a
-// store's writes mostly wait for their commit's WAL flush, and PostgreSQL flushes the commits
-// waiting at the same moment together, so more connections in flight mean more commits per
-// flush. Measured on 2 cores: 16 connections against 4 carried about twice the creates and
-// plain inserts per second at 32 clients (BENCHMARKS.md). Each replica opens up to this many,
-// and up to six more for its batches (see openConfig).
+// 16, so that more commits share each WAL flush (docs/operations.md, "PostgreSQL's
+// connections").
 func DefaultMaxConns() int32 {
 	return int32(max(16, 4*runtime.NumCPU()))
 }
@@ -123,10 +120,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		return nil, err
 	}
 	// The batches run on connections of their own, whose sessions plan their statements once
-	// (plan_cache_mode force_generic_plan): a statement over arrays is cheap to run but not to
-	// plan, and PostgreSQL kept planning it anew for each batch (a custom plan knows the
-	// arrays' length, so it always looked cheaper than the generic one), which doubled the
-	// time of a GET from a lone client. The other statements keep the planner's choice.
+	// (docs/architecture.md, "Creates, intakes and reads in batches", "Planned once").
 	bcfg := cfg.Copy()
 	bcfg.MaxConns, bcfg.MinConns = 3*writeBatches, 0 // a connection per batch in flight
 	if bcfg.ConnConfig.RuntimeParams == nil {
@@ -141,9 +135,9 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	s := &Store{Settings: sqldb.Settings{Now: time.Now}, pool: pool, batchPool: batchPool}
 	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.Instant, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
-	s.creates = batch.New(writeBatches, writeBatchMax, s.insertApprovals)
-	s.intakes = batch.New(writeBatches, writeBatchMax, s.recordInboxes)
-	s.reads = batch.New(writeBatches, writeBatchMax, s.readApprovals)
+	s.creates = batch.New(writeBatches, writeBatchMax, eachAlone(s.insertBatch))
+	s.intakes = batch.New(writeBatches, writeBatchMax, eachAlone(s.recordInboxBatch))
+	s.reads = batch.New(writeBatches, writeBatchMax, eachAlone(s.readBatch))
 	return s, nil
 }
 
@@ -200,20 +194,10 @@ var schema = sqldb.Migrations{
 	Name: func(path string) string { return strings.TrimPrefix(path, "migrations/") },
 }
 
-// acquire takes a pooled connection for a method that runs one statement, which PostgreSQL
-// runs atomically without an explicit transaction (one round trip instead of three), and
-// reads the clock once the connection is held: a method that waited for a connection must
-// not compare expires_at or leases with the instant it began to wait.
-func (s *Store) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
-	return s.acquireFrom(ctx, s.pool)
-}
-
-// acquireBatch is acquire for a batch, on the batches' connections.
-func (s *Store) acquireBatch(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
-	return s.acquireFrom(ctx, s.batchPool)
-}
-
-func (s *Store) acquireFrom(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, time.Time, error) {
+// acquire takes a connection of pool (s.pool, or s.batchPool for a batch) for a method that
+// runs without BEGIN, and reads the clock once the connection is held (docs/architecture.md,
+// "The pipelining transaction").
+func (s *Store) acquire(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, time.Time, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)
@@ -221,53 +205,37 @@ func (s *Store) acquireFrom(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.C
 	return conn, s.Instant(), nil
 }
 
-// translate turns a driver error into the application's vocabulary: a server that cannot be
-// reached is EUNAVAILABLE, a lost race on a unique constraint, a serialization failure or a
-// deadlock is ECONFLICT, text the database cannot hold is EINVALID, and anything else is wrapped with op for the log (EINTERNAL). The
-// original error stays in the chain for logging; *approval.Error values pass through.
-func translate(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if approval.AsError(err) != nil {
-		return err
-	}
+// translate is sqldb.Translate with PostgreSQL's meanings of its errors (classify).
+func translate(op string, err error) error { return sqldb.Translate(op, err, classify) }
+
+// classify says what a PostgreSQL error means to the application (see sqldb.Classify): a
+// lost race on a unique constraint, a serialization failure or a deadlock is ECONFLICT, text
+// the database cannot hold is EINVALID, and a server that cannot be reached, or cannot serve
+// now, is EUNAVAILABLE.
+func classify(err error) *approval.Error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "23505":
-			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record"), err)
-		case pgErr.Code == "22021":
+		switch pgErr.Code {
+		case "23505":
+			return approval.Errorf(approval.ECONFLICT, "a concurrent request created the same record")
+		case "22021":
 			// Text PostgreSQL cannot store (a NUL byte, invalid UTF-8) came from the caller.
-			return fmt.Errorf("%s: %w: %w", op, approval.Errorf(approval.EINVALID, "text contains a NUL byte or invalid UTF-8"), err)
-		case pgErr.Code == "40001", pgErr.Code == "40P01":
-			return fmt.Errorf("%s: %w: %w", op, &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}, err)
-		case unavailableCode(pgErr.Code):
-			return fmt.Errorf("%s: %w: %w", op, unavailable(), err)
+			return approval.Errorf(approval.EINVALID, "text contains a NUL byte or invalid UTF-8")
+		case "40001", "40P01":
+			return &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}
+		case "57P01", "57P02", "57P03", "53300": // shutdown or start-up in progress, too many connections
+			return sqldb.Unavailable()
 		}
-		return fmt.Errorf("%s: %w", op, err)
+		if strings.HasPrefix(pgErr.Code, "08") { // a connection exception
+			return sqldb.Unavailable()
+		}
+		return nil
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	if errors.As(err, &connectErr) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%s: %w: %w", op, unavailable(), err)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return sqldb.Unavailable()
 	}
-	return fmt.Errorf("%s: %w", op, err)
-}
-
-// unavailable is a fresh error each time, since callers may annotate what they receive.
-func unavailable() *approval.Error {
-	return approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable")
-}
-
-// unavailableCode reports whether a SQLSTATE says the server cannot serve us now: connection
-// exceptions (class 08), shutdown or start-up in progress, too many connections.
-func unavailableCode(code string) bool {
-	switch code {
-	case "57P01", "57P02", "57P03", "53300":
-		return true
-	}
-	return strings.HasPrefix(code, "08")
+	return nil
 }

@@ -19,7 +19,7 @@ func (t *ruleTx) BootstrapInsert(ctx context.Context, tokenID string) (bool, err
 
 // TokenSetLastUsedIfOlder is one statement outside a transaction: one round trip.
 func (s *Store) TokenSetLastUsedIfOlder(ctx context.Context, id string, every time.Duration) error {
-	conn, now, err := s.acquire(ctx)
+	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,19 +17,18 @@ import (
 
 var _ approval.Tx = (*ruleTx)(nil)
 
-// Begin opens the transaction the Service composes a rule in. It costs no round trip of its
-// own: BEGIN travels with the first read, and the writes, which the rules never need an
-// answer from, travel together with the next read or with COMMIT. A decision is so one
-// round trip to read and lock the approval and one to write and commit.
-//
-// A pending approval.TokenCheck in ctx is queued first, so it rides with BEGIN and the first
-// read: a token revoked or expired by then aborts the transaction inside the database, and
-// that read answers its refusal.
+// Begin opens the transaction the Service composes a rule in, read committed, on a pooled
+// connection, at the instant read once it is held. It costs no round trip of its own: BEGIN
+// travels with the first read, and a pending approval.TokenCheck in ctx is queued first, so
+// that it rides with them and a token no longer good aborts the transaction inside the
+// database (docs/architecture.md, "The pipelining transaction").
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
-	t, err := s.begin(ctx)
+	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
 		return nil, err
 	}
+	t := &ruleTx{conn: conn, log: s.logger}
+	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
 	if c := approval.PendingTokenCheck(ctx); c != nil {
 		t.queue = append(t.queue, queued{op: "check token", sql: tokenGuardSQL,
 			args: sqldb.TokenCheckArgs(dialect, c), check: c})
@@ -48,35 +46,18 @@ func isDivisionByZero(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
 
-// begin opens a read-committed transaction on a pooled connection for Begin and for the
-// store's own methods. Races between replicas are decided by row locks, conditional updates
-// and unique constraints, which behave correctly at that level without serialization-failure
-// retries, and each statement sees what the winner of such a race committed. The clock is
-// read once the connection is held (see acquire).
-func (s *Store) begin(ctx context.Context) (*ruleTx, error) {
-	conn, now, err := s.acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t := &ruleTx{conn: conn, log: s.logger}
-	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
-	return t, nil
-}
-
 // ruleTx is approval.Tx on one pooled connection. Reads go out at once, preceded by BEGIN
 // and the queued writes in the same batch (pipelined, one round trip); writes and locks wait
-// in queue. A guarded write whose guard fails raises an error inside the database, so the
-// transaction aborts there and a COMMIT sent behind it cannot commit the rest. The statements
-// both dialects share are sqldb.Tx's, which runs them on ruleTx itself (its sqldb.Runner);
-// its At is the transaction's clock (Now).
+// in queue. The statements both dialects share are sqldb.Tx's, which runs them on ruleTx
+// itself (its sqldb.Runner); its At is the transaction's clock (Now).
 type ruleTx struct {
 	sqldb.Tx
 	conn  *pgxpool.Conn
 	begun bool
 	done  bool
 	queue []queued
-	// signals are the topics Notify was asked for, sent after COMMIT (see signalSQL).
-	signals []string
+	// signals are the topics Notify was asked for, sent after COMMIT (signalSQL).
+	signals sqldb.Topics
 	log     func() *slog.Logger
 }
 
@@ -193,13 +174,11 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 		t.end()
 		return nil
 	}
-	var br pgx.BatchResults
-	var err error
-	if len(t.signals) == 0 {
-		br, err = t.send(ctx, "COMMIT", nil)
-	} else {
-		br, err = t.send(ctx, "COMMIT", nil, queued{op: "signal", sql: signalSQL, args: []any{t.signals}})
+	var signal []queued
+	if len(t.signals) > 0 {
+		signal = append(signal, queued{op: "signal", sql: signalSQL, args: []any{[]string(t.signals)}})
 	}
+	br, err := t.send(ctx, "COMMIT", nil, signal...)
 	if err != nil {
 		t.Rollback(ctx)
 		return err
@@ -214,9 +193,8 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && tag.String() != "COMMIT" {
-		// PostgreSQL answers COMMIT in an aborted transaction with ROLLBACK, not an error.
-		err = fmt.Errorf("the transaction was rolled back (%s)", tag)
+	if err == nil {
+		err = committed(tag)
 	}
 	if err != nil {
 		t.Rollback(ctx)
@@ -233,19 +211,33 @@ func (t *ruleTx) Rollback(ctx context.Context) error {
 	}
 	var err error
 	if t.begun {
-		// The transaction may be aborted already; ROLLBACK ends it either way. A connection
-		// that cannot take it is closed by the pool on release rather than reused.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-		defer cancel()
-		_, err = t.conn.Exec(ctx, "ROLLBACK")
+		err = rollback(ctx, t.conn)
 	}
 	t.end()
 	return translate("rollback", err)
 }
 
-// rollbackTimeout bounds a ROLLBACK, which runs even when the caller's context has ended: a
-// connection that cannot take it in time is closed by the pool rather than reused.
+// rollback ends conn's transaction, which may be aborted already (ROLLBACK ends it either
+// way), even when ctx has ended, within rollbackTimeout: a connection that cannot take it in
+// time is closed by the pool on release rather than reused.
+func rollback(ctx context.Context, conn *pgxpool.Conn) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_, err := conn.Exec(ctx, "ROLLBACK")
+	return err
+}
+
+// rollbackTimeout bounds a ROLLBACK, which runs even when the caller's context has ended.
 const rollbackTimeout = 5 * time.Second
+
+// committed is the error of a COMMIT that answered tag: PostgreSQL answers COMMIT in an
+// aborted transaction with ROLLBACK, not with an error.
+func committed(tag pgconn.CommandTag) error {
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("the transaction was rolled back (%s)", tag)
+	}
+	return nil
+}
 
 func (t *ruleTx) end() {
 	t.done = true
@@ -292,51 +284,29 @@ func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) e
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
-	if !slices.Contains(t.signals, topic) {
-		t.signals = append(t.signals, topic)
-	}
+	t.signals.Add(topic)
 	return nil
 }
 
-// Execution rows change under two locks, always taken in this order: the approval's row
-// (whose lock makes appending to its audit trail safe) and then the execution's. Decide holds
-// the first when it inserts the execution; the Service's ledger rules take both through
-// ExecutionGetForUpdate; the runner's claim (ExecutionClaimDue) takes both with SKIP LOCKED
-// and so never waits on either.
-
-// operationKeyLock is the first key of the pg_advisory_xact_lock that ExecutionGetByOperationKey takes
-// on an (action, operation key) pair ("opky" in ASCII); the second is a hash of the pair. The
-// two-key form never meets Migrate's one-key lock, and two pairs whose hashes collide only
-// wait for each other.
+// operationKeyLock is the first key of the pg_advisory_xact_lock that
+// ExecutionGetByOperationKey takes on an (action, operation key) pair ("opky" in ASCII); the
+// second is a hash of the pair (docs/architecture.md, "Locks").
 const operationKeyLock int32 = 0x6f706b79
 
+// ExecutionGetByOperationKey locks the (action, key) pair first, in the same round trip, so
+// that of two approvals under one key approved at once the second waits for the first and
+// then sees its execution (docs/architecture.md, "Locks").
 func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
-	// Two requesters' approvals under one key may be approved at once, each transaction
-	// blind to the other's uncommitted execution: a transaction-scoped lock on the (action,
-	// key) pair makes the second wait for the first and then see its row. The lock and the
-	// lookup go out in one batch.
 	t.enqueue("lock operation key", `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
 		operationKeyLock, action+"\n"+key)
 	return t.Tx.ExecutionGetByOperationKey(ctx, action, key, approvalID)
 }
 
-// ExecutionClaimDue is one statement, which also reads what the calls need: each claimed
-// execution's approval with its approvers and decisions, joined to the execution as the
-// UPDATE left it (the statement's own snapshot still holds the execution as it was before).
-// SKIP LOCKED on the execution and its approval: replicas claim disjoint rows and never wait
-// on each other, nor on an operator or a report holding the approval. A running row without a
-// lease is an accepted async call: lease_expires_at <= $1 is never true for it.
-//
-// The approval and its decisions are read from the statement's snapshot, which is safe here:
-// an execution exists only once its approval was approved, in the transaction that approved
-// it, and an approved approval and its decisions never change again; the claim never waits
-// for a lock (SKIP LOCKED), so it sees what was committed before it started.
-//
-// The two kinds of due row are found apart, each in the order of an index on its status and
-// due time, and only the first limit of the two merged: one query ordering both by a common
-// due time is served by no index, and would read, join and sort the whole backlog for every
-// claim. The rows one branch locks beyond the merged limit are skipped by other replicas only
-// until this transaction ends.
+// ExecutionClaimDue is one statement: it claims the due executions, with SKIP LOCKED on each
+// and on its approval, and reads what their calls need, each claimed execution's approval
+// with its approvers and decisions (docs/architecture.md, "The execution claim"). A running
+// execution without a lease is an accepted async call: lease_expires_at <= $1 is never true
+// for it.
 func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
 	rows, err := t.Query(ctx, `
 		WITH queued AS (
@@ -370,21 +340,18 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		ORDER BY x.due_at, x.id`,
 		t.At, limit, leaseUntil)
 	claims, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionClaim, error) {
-		c := &approval.ExecutionClaim{}
-		var (
-			dueAt  time.Time
-			detail sqldb.ApprovalDetail
-			err    error
-		)
-		c.Record, err = sqldb.ScanExecution(row, append([]any{&c.Recovered, &dueAt}, detail.Dest()...)...)
+		var c approval.ExecutionClaim
+		var dueAt time.Time
+		var detail sqldb.ApprovalDetail
+		rec, err := sqldb.ScanExecution(row, append([]any{&c.Recovered, &dueAt}, detail.Dest()...)...)
+		if err == nil {
+			c.Approval, err = detail.Approval()
+		}
 		if err != nil {
 			return nil, err
 		}
-		if c.Approval, err = detail.Approval(); err != nil {
-			return nil, err
-		}
-		c.Attempt = c.Record.Attempts
-		return c, nil
+		c.Record, c.Attempt = rec, rec.Attempts
+		return &c, nil
 	})
 	if err != nil {
 		return nil, translate("claim executions", err)

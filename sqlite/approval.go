@@ -74,7 +74,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 		}
 	}
 	if len(outbox) > 0 {
-		tx.signal(approval.TopicOutbox)
+		tx.topics.Add(approval.TopicOutbox)
 	}
 	if err := tx.commit(); err != nil {
 		return nil, fail("insert approval", err)

@@ -36,7 +36,7 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 	}
 	duplicate := sqldb.Recorded(e, list[0])
 	if !duplicate {
-		tx.signal(approval.TopicInbox)
+		tx.topics.Add(approval.TopicInbox)
 	}
 	return duplicate, fail("record inbox", tx.commit())
 }

@@ -291,14 +291,7 @@ type tx struct {
 	now time.Time
 
 	hub    *signal.Hub
-	topics []string
-}
-
-// signal asks for topic to be signalled if, and when, the transaction commits.
-func (t *tx) signal(topic string) {
-	if !slices.Contains(t.topics, topic) {
-		t.topics = append(t.topics, topic)
-	}
+	topics sqldb.Topics
 }
 
 // beginWrite starts a write transaction on the single write connection. The driver issues
@@ -389,43 +382,35 @@ func fromNullMicros(v sql.NullInt64) *time.Time {
 	return &t
 }
 
-// classify turns driver errors that have an application meaning into approval errors, keeping
-// the driver error in the chain for logs: constraint violations become conflicts or invalid
-// input, a database that cannot be used becomes EUNAVAILABLE. Other errors pass unchanged.
-func classify(err error) error {
+// classify is sqldb.Classify with SQLite's meanings of its errors (class).
+func classify(err error) error { return sqldb.Classify(err, class) }
+
+// class says what a SQLite error means to the application (see sqldb.Classify): constraint
+// violations become conflicts or invalid input, a database that cannot be used becomes
+// EUNAVAILABLE.
+func class(err error) *approval.Error {
 	var e *sqlite.Error
-	if approval.AsError(err) != nil {
-		return err
-	}
-	// A transaction that waited for the write connection until its deadline found the
-	// database too busy to answer in time: 503, as on PostgreSQL, not an internal error.
-	if errors.Is(err, context.DeadlineExceeded) {
-		return unavailable(err)
-	}
 	if !errors.As(err, &e) {
-		return err
+		return nil
 	}
 	switch e.Code() {
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-		return fmt.Errorf("%w: %w", approval.Errorf(approval.ECONFLICT, "already exists"), err)
+		return approval.Errorf(approval.ECONFLICT, "already exists")
 	case sqlite3.SQLITE_CONSTRAINT_CHECK, sqlite3.SQLITE_CONSTRAINT_NOTNULL,
 		sqlite3.SQLITE_CONSTRAINT_DATATYPE, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-		return fmt.Errorf("%w: %w", approval.Errorf(approval.EINVALID, "invalid value"), err)
+		return approval.Errorf(approval.EINVALID, "invalid value")
 	}
 	switch e.Code() & 0xff { // the primary result code
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
 		sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
-		return unavailable(err)
+		return sqldb.Unavailable()
 	}
-	return err
+	return nil
 }
 
 // unavailable marks err as the database being unusable (503), keeping it for logs.
 func unavailable(err error) error {
-	if approval.AsError(err) != nil {
-		return err
-	}
-	return fmt.Errorf("%w: %w", approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable"), err)
+	return sqldb.Classify(err, func(error) *approval.Error { return sqldb.Unavailable() })
 }
 
 // fail annotates err with the method that failed. An *approval.Error made by the store is

@@ -60,7 +60,7 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 }
 
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
-	t.tx.signal(topic)
+	t.tx.topics.Add(topic)
 	return nil
 }
 

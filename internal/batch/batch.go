@@ -145,30 +145,32 @@ func isDone[Req, Res any](w *waiting[Req, Res]) bool {
 	}
 }
 
-// EachAlone runs write over calls as one batch, on a context of its own bounded by timeout
-// (a batch works for callers who may have gone, and each of them waits for it to end). When
-// the batch fails with an error that alone says is a refusal of the whole batch with nothing
-// of it done (the database refused one call's content, or a deadlock), it runs write again
-// over each call alone, so that one call's failure is its own. write may also fail a call of
-// its own accord (its content checked before the batch is sent), setting its Err. Any other
-// error (the connection lost, when the batch may or may not have taken effect) is every
-// call's.
-func EachAlone[Req, Res any](timeout time.Duration, calls []*Call[Req, Res], write func(context.Context, []*Call[Req, Res]) error, alone func(error) bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	err := write(ctx, calls)
-	switch {
-	case err == nil:
-	case len(calls) > 1 && alone(err):
-		for _, c := range calls {
-			c.Err = nil
-			if err := write(ctx, []*Call[Req, Res]{c}); err != nil {
+// EachAlone returns a run for New that runs write over each batch, on a context of its own
+// bounded by timeout (a batch works for callers who may have gone, and each of them waits
+// for it to end). When the batch fails with an error that alone says is a refusal of the
+// whole batch with nothing of it done (the database refused one call's content, or a
+// deadlock), it runs write again over each call alone, so that one call's failure is its
+// own. write may also fail a call of its own accord (its content checked before the batch is
+// sent), setting its Err. Any other error (the connection lost, when the batch may or may
+// not have taken effect) is every call's.
+func EachAlone[Req, Res any](timeout time.Duration, write func(context.Context, []*Call[Req, Res]) error, alone func(error) bool) func([]*Call[Req, Res]) {
+	return func(calls []*Call[Req, Res]) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		err := write(ctx, calls)
+		switch {
+		case err == nil:
+		case len(calls) > 1 && alone(err):
+			for _, c := range calls {
+				c.Err = nil
+				if err := write(ctx, []*Call[Req, Res]{c}); err != nil {
+					c.Err = err
+				}
+			}
+		default:
+			for _, c := range calls {
 				c.Err = err
 			}
-		}
-	default:
-		for _, c := range calls {
-			c.Err = err
 		}
 	}
 }

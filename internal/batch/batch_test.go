@@ -175,7 +175,7 @@ func TestEachAlone(t *testing.T) {
 	isRefused := func(err error) bool { return errors.Is(err, refused) }
 
 	cs := calls(1, -2, 3)
-	batch.EachAlone(time.Minute, cs, write(refused), isRefused)
+	batch.EachAlone(time.Minute, write(refused), isRefused)(cs)
 	if fmt.Sprint(runs) != "[[1 -2 3] [1] [-2] [3]]" {
 		t.Fatalf("runs: got %v, want the batch then each call alone", runs)
 	}
@@ -190,7 +190,7 @@ func TestEachAlone(t *testing.T) {
 
 	runs = nil
 	cs = calls(1, -2, 3)
-	batch.EachAlone(time.Minute, cs, write(lost), isRefused)
+	batch.EachAlone(time.Minute, write(lost), isRefused)(cs)
 	if len(runs) != 1 {
 		t.Fatalf("runs after a lost connection: got %v, want the batch alone", runs)
 	}

@@ -73,9 +73,11 @@ func (t Tx) InboxClearBodyHandled(ctx context.Context, receivedBefore time.Time,
 // one whose id matches before one whose body hash does (a replay under another id).
 type InboxRecord struct {
 	Insert, Conflict, Stored Statement
-	// Headers are the event's headers as stored (JSON), for a driver that writes the event
-	// with a statement of its own (PostgreSQL's batches).
-	Headers string
+	// Headers and BodyHash are the event's headers and body hash as stored (JSON; nil, which
+	// binds as NULL, unless the scheme hashes bodies), for a driver that writes the event with
+	// a statement of its own (PostgreSQL's batches).
+	Headers  string
+	BodyHash []byte
 }
 
 // Statement is one statement in a dialect, with its arguments.
@@ -105,18 +107,19 @@ func RecordInbox(d Dialect, e *approval.InboxEvent, now time.Time) (InboxRecord,
 		e.ReceivedAt = now
 	}
 	// NULL when the scheme asks for no body hash, so that the unique index leaves the event out.
-	var hash any
+	var hash []byte
 	if len(e.BodyHash) > 0 {
 		hash = e.BodyHash
 	}
 	return InboxRecord{
-		Headers: string(headers),
+		Headers:  string(headers),
+		BodyHash: hash,
 		Insert: Statement{d.SQL(`
 			INSERT INTO inbox_events (id, source, event_id, type, headers, body, body_hash, received_at,
 				status, next_attempt_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9)
 			ON CONFLICT DO NOTHING`),
-			[]any{e.ID, e.Source, e.EventID, e.Type, string(headers), e.Body, hash, d.Time(e.ReceivedAt), d.Time(now)}},
+			[]any{e.ID, e.Source, e.EventID, e.Type, string(headers), e.Body, nullBytes(hash), d.Time(e.ReceivedAt), d.Time(now)}},
 		Conflict: Statement{d.SQL(`
 			UPDATE inbox_events SET conflicts = conflicts + 1, last_conflict_at = $3
 			WHERE source = $1 AND event_id = $2 AND body IS NOT NULL AND body <> $4`),
@@ -126,7 +129,7 @@ func RecordInbox(d Dialect, e *approval.InboxEvent, now time.Time) (InboxRecord,
 			WHERE i.source = $1 AND (i.event_id = $2 OR i.body_hash = $3)
 			ORDER BY i.event_id = $2 DESC
 			LIMIT 1`),
-			[]any{e.Source, e.EventID, hash}},
+			[]any{e.Source, e.EventID, nullBytes(hash)}},
 	}, nil
 }
 

@@ -40,13 +40,25 @@ func (r Reads) Approval(ctx context.Context, id string) (*approval.Approval, err
 	rows, err := r.DB.Query(ctx, d.ApprovalDetail+` WHERE a.id = `+d.Param(1)+` AND (`+TokenCheckSQL(d, 2)+`) = 1`,
 		append([]any{id}, TokenCheckArgs(d, c)...)...)
 	list, err := Collect(rows, err, ScanApprovalDetail)
-	if err == nil {
-		err = SettleCheck(ctx, r.DB, d, c, len(list) == 1)
+	var a *approval.Approval
+	if len(list) == 1 {
+		a = list[0]
 	}
-	if err != nil {
+	return r.Checked(ctx, id, c, a, err)
+}
+
+// Checked ends a read of approval id whose statement carried the pending token check c (see
+// Approval): it settles c (SettleCheck), then returns a, the approval read (nil: no row), or
+// ENOTFOUND, or the read's error.
+func (r Reads) Checked(ctx context.Context, id string, c *approval.TokenCheck, a *approval.Approval, err error) (*approval.Approval, error) {
+	if err == nil {
+		err = SettleCheck(ctx, r.DB, r.Dialect, c, a != nil)
+	}
+	switch {
+	case err != nil:
 		return nil, r.Translate("read approval", err)
-	} else if len(list) == 1 {
-		return list[0], nil
+	case a != nil:
+		return a, nil
 	}
 	return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 }
@@ -396,11 +408,11 @@ UNION ALL SELECT 'inbox_events', status, count(*), 0 FROM inbox_events WHERE sta
 UNION ALL SELECT 'executions', status, count(*), count(CASE WHEN lease_expires_at <= ` + q.Arg(r.Dialect.Time(r.Clock())) + ` THEN 1 END)
 FROM executions WHERE status IN (` + inList(&q, approval.BacklogExecutionStatuses) + `) GROUP BY status`
 	rows, err := r.DB.Query(ctx, stmt, q.Args...)
-	_, err = Collect(rows, err, func(row Row) (string, error) {
+	err = Each(rows, err, func(row Row) error {
 		var table, status string
 		var n, past int
 		if err := row.Scan(&table, &status, &n, &past); err != nil {
-			return "", err
+			return err
 		}
 		switch table {
 		case "approvals":
@@ -413,7 +425,7 @@ FROM executions WHERE status IN (` + inList(&q, approval.BacklogExecutionStatuse
 				b.Stuck = past
 			}
 		}
-		return status, nil
+		return nil
 	})
 	return b, r.Translate("count backlog", err)
 }
@@ -444,14 +456,14 @@ func countByStatus[S ~string](ctx context.Context, r Reads, table string, status
 		counts[st] = 0
 	}
 	rows, err := r.DB.Query(ctx, `SELECT status, count(*), `+expired+` FROM `+table+` GROUP BY status`, args...)
-	_, err = Collect(rows, err, func(row Row) (S, error) {
+	err = Each(rows, err, func(row Row) error {
 		var status string
 		var n, p int
 		if err := row.Scan(&status, &n, &p); err != nil {
-			return "", err
+			return err
 		}
 		counts[S(status)], past[S(status)] = n, p
-		return S(status), nil
+		return nil
 	})
 	return counts, past, r.Translate("count "+table, err)
 }

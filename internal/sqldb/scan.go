@@ -47,9 +47,14 @@ func approvalDest(a *approval.Approval, status *string) []any {
 }
 
 // ScanApprovalDetail reads a row of a Dialect's ApprovalDetail.
-func ScanApprovalDetail(row Row) (*approval.Approval, error) {
+func ScanApprovalDetail(row Row) (*approval.Approval, error) { return ScanApprovalDetailAfter(row) }
+
+// ScanApprovalDetailAfter reads a row that selects columns of its own, read into lead, and
+// then a Dialect's ApprovalDetail: as a batch of reads answers, each row led by the number of
+// the read it answers.
+func ScanApprovalDetailAfter(row Row, lead ...any) (*approval.Approval, error) {
 	var d ApprovalDetail
-	if err := row.Scan(d.Dest()...); err != nil {
+	if err := row.Scan(append(lead, d.Dest()...)...); err != nil {
 		return nil, fmt.Errorf("scan approval: %w", err)
 	}
 	return d.Approval()

@@ -3,15 +3,16 @@
 // dialects but for what the Dialect gives (the placeholders, the stored form of a time, the
 // lock clauses, the binding of a list), the scanning of approval, execution, inbox event and
 // event rows, the building of paged listings with keyset cursors, the applying of embedded
-// migrations, and the settings a Store is configured by (Settings). It decides nothing: the
-// rules are the root package's, and each driver keeps the statements whose SQL is its own
-// (the claims, advisory locks, statements over arrays, NOTIFY), how its transaction runs
-// statements (Runner) and its own translation of errors. See docs/architecture.md,
-// "Layers" and "What is left in the drivers".
+// migrations, the shape of the translation of errors (Translate, Classify), and the settings
+// a Store is configured by (Settings). It decides nothing: the rules are the root package's,
+// and each driver keeps the statements whose SQL is its own (the claims, advisory locks,
+// statements over arrays, NOTIFY), how its transaction runs statements (Runner) and what its
+// own error codes mean. See docs/architecture.md, "Layers" and "What is left in the drivers".
 package sqldb
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,6 +187,24 @@ func Collect[T any](rows Rows, err error, scan func(Row) (T, error)) ([]T, error
 		list = append(list, v)
 	}
 	return list, rows.Err()
+}
+
+// Each calls f on every row of a query, for a query read for what f does with its rows, and
+// closes the rows.
+func Each(rows Rows, err error, f func(Row) error) error {
+	_, err = Collect(rows, err, func(row Row) (struct{}, error) { return struct{}{}, f(row) })
+	return err
+}
+
+// Topics are the topics of a transaction's changes (approval.Tx's Notify), each once, for the
+// driver to signal if, and when, the transaction commits.
+type Topics []string
+
+// Add adds topic, unless it is there already.
+func (ts *Topics) Add(topic string) {
+	if !slices.Contains(*ts, topic) {
+		*ts = append(*ts, topic)
+	}
 }
 
 // Positional is Dialect.Param of PostgreSQL: $1, $2, ...

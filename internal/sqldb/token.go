@@ -84,8 +84,16 @@ func TokenInsert(d Dialect, t approval.Token) (string, []any) {
 // expire after now; 1 when the token is still good, 0 otherwise. It reads one row through the
 // hash's unique index.
 func TokenCheckSQL(d Dialect, from int) string {
-	return `SELECT count(*) FROM tokens WHERE hash = ` + d.Param(from) + ` AND id = ` + d.Param(from+1) +
-		` AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ` + d.Param(from+2) + `)`
+	return `SELECT count(*) FROM tokens WHERE ` + TokenGoodSQL(d.Param(from), d.Param(from+1), d.Param(from+2))
+}
+
+// TokenGoodSQL is the condition that a row of tokens is the token with the hash and id given,
+// unrevoked and unexpired at the instant given (each an SQL expression): the rule of a
+// pending approval.TokenCheck, for TokenCheckSQL and for a driver's statement that checks
+// the tokens of several requests.
+func TokenGoodSQL(hash, id, at string) string {
+	return `tokens.hash = ` + hash + ` AND tokens.id = ` + id + ` AND tokens.revoked_at IS NULL AND
+		(tokens.expires_at IS NULL OR tokens.expires_at > ` + at + `)`
 }
 
 // tokenCheckCond is TokenCheckSQL for c with its arguments added to q, for a condition of
