@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -467,4 +468,52 @@ func jsonEqual(got []byte, want string) bool {
 		return false
 	}
 	return reflect.DeepEqual(g, w)
+}
+
+// While full batches keep coming back, Run doubles its claim up to MaxBatch, and goes back to
+// Batch after one that was not full; every event is applied once.
+func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		var events []*approval.InboxEvent
+		for i := range 40 {
+			events = append(events, mustRecordInbox(t, s, clk, "chat", fmt.Sprintf("msg_%d", i), "ping", `{"type": "ping"}`))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		rules := &claimRecorder{InboxRules: &approval.Service{Store: s}, short: cancel}
+		p := newProcessor(s, clk)
+		p.Rules, p.Batch, p.MaxBatch = rules, 2, 16
+		if err := p.Run(ctx); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		// 2+4+8+16 = 30 in full batches, then 16 asked for and the last 10 found.
+		if want := []int{2, 4, 8, 16, 16}; !slices.Equal(rules.limits, want) {
+			t.Errorf("claims: got limits %v, want %v", rules.limits, want)
+		}
+		for _, e := range events {
+			if got := mustInboxEvent(t, s, e.ID); got.Status != approval.InboxIgnored || got.Attempts != 1 {
+				t.Errorf("event %s: got status %s, attempts %d; want %s, 1", e.EventID, got.Status, got.Attempts, approval.InboxIgnored)
+			}
+		}
+	})
+}
+
+// claimRecorder is the real rules, recording each claim's limit; short is called after the
+// first claim that found fewer events than it asked for.
+type claimRecorder struct {
+	worker.InboxRules
+	limits []int
+	short  func()
+}
+
+func (r *claimRecorder) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
+	r.limits = append(r.limits, limit)
+	evs, err := r.InboxRules.ClaimInbox(ctx, lease, limit)
+	if err == nil && len(evs) < limit {
+		r.short()
+	}
+	return evs, err
 }
