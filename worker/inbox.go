@@ -102,11 +102,11 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 }
 
 // ProcessOnce claims a batch of due events (up to Batch) and handles them, and returns how
-// many it claimed. The batch is applied in one transaction, in the order claimed (one commit for the
-// batch: one at a time, each waiting for its own commit, the processor applied 85 events a
-// second while 32 clients delivered 1,600 a second on PostgreSQL; docs/operations.md, "The
-// inbox under load"). When that fails, each event is handled on its own: one that fails is
-// scheduled for a later attempt (or failed, after MaxAttempts) and the others go on. The
+// many it claimed. The batch is applied in one transaction, in the order claimed: one commit
+// for the batch (one at a time, each waiting for its own commit, the processor applied 85
+// events a second while 32 clients delivered 1,600 a second on PostgreSQL; docs/operations.md,
+// "The inbox under load"). When that fails, each event is handled on its own: one that fails
+// is scheduled for a later attempt (or failed, after MaxAttempts) and the others go on. The
 // error reports a claim that failed, or failures that could not even be recorded.
 //
 // Events already claimed are handled to the end even if ctx ends meanwhile: a store
@@ -136,7 +136,7 @@ func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
 			}
 			return len(events), nil
 		}
-		p.logger().DebugContext(ctx, "inbox batch not applied together; applying its events one at a time", "events", len(events), "error", err)
+		p.logger().DebugContext(work, "inbox batch not applied together; applying its events one at a time", "events", len(events), "error", err)
 	}
 	var errs []error
 	for i, e := range events {

@@ -13,9 +13,10 @@ import (
 )
 
 // The inbox's claim and purges, one statement each. Each first picks its rows in a WITH
-// clause, oldest first (the claim by when they are due, the purges by when they arrived), skipping on PostgreSQL the rows another transaction holds (a claim
-// racing on another replica, an operator's retry), and then changes exactly those: a
-// WITH query that locks rows is run once, never folded into the statement that uses it.
+// clause, oldest first (the claim by when they are due, the purges by when they arrived),
+// skipping on PostgreSQL the rows another transaction holds (a claim racing on another
+// replica, an operator's retry), and then changes exactly those: a WITH query that locks
+// rows is run once, never folded into the statement that uses it.
 
 // InboxClaimDue sets the due events' lease (see approval.Tx) and returns them.
 func (t Tx) InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, claim string) ([]*approval.InboxEvent, error) {

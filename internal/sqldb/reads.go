@@ -103,11 +103,11 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 	case f.Approver != "" && !pending:
 		q.And("a.id IN (" + approverRange(&q, f.Approver, c, f, limit, "approver") + ")")
 	case f.Requester != "" && !pending:
-		q.And("a.id IN (" + requesterRange(&q, f.Requester, c, f, limit, "requester") + ")")
+		q.And("a.id IN (" + approvalsRange(&q, "requester", f.Requester, c, f, limit) + ")")
 	case f.VisibleTo != "" && !pending:
 		// Each half in an aliased derived table: a compound SELECT's parts cannot carry their
 		// own ORDER BY and LIMIT otherwise.
-		q.And("a.id IN (SELECT id FROM (" + requesterRange(&q, f.VisibleTo, c, f, limit, "visible") +
+		q.And("a.id IN (SELECT id FROM (" + approvalsRange(&q, "visible", f.VisibleTo, c, f, limit) +
 			") mine UNION SELECT id FROM (" + approverRange(&q, f.VisibleTo, c, f, limit, "visible") + ") listing_me)")
 	case f.Status != "":
 		// By status, the ids of the page from approvals_status_created alone (a covering
@@ -115,7 +115,7 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 		// first and dropped every row of another status: a listing of approved ones went
 		// through the whole pending backlog first (5,817 rows, 15 ms at a million;
 		// docs/query-plans.md, "Listings by status, session 8").
-		q.And("a.id IN (" + statusRange(&q, c, f, limit) + ")")
+		q.And("a.id IN (" + approvalsRange(&q, "status", string(f.Status), c, f, limit) + ")")
 	default:
 		// By action, the range of approvals_action_created (migration 0013) from the cursor:
 		// an action with few approvals or none is a short read, where approvals_created with
@@ -123,7 +123,7 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 		// session 6").
 		filter(&q, f, "")
 		if c != nil {
-			q.And("(a.created_at, a.id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")")
+			q.And(c.before(&q, "a.created_at", "a.id"))
 		}
 	}
 	// A pending token check rides in the page's own statement, as in Approval: a page found
@@ -149,6 +149,12 @@ type cursorAt struct {
 	id string
 }
 
+// before is the condition that a row, at atColumn and idColumn, comes after c in a
+// newest-first listing, with c's position added to q's arguments.
+func (c *cursorAt) before(q *Query, atColumn, idColumn string) string {
+	return "(" + atColumn + ", " + idColumn + ") < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")"
+}
+
 // approverRange returns a SELECT of the ids (as id) of the first limit+1 approvals listing
 // approver after c that pass f's other filters, newest first, read from the approvers' index.
 // driver is the filter the range stands for, which filter then leaves out.
@@ -159,28 +165,24 @@ func approverRange(q *Query, approver string, c *cursorAt, f approval.ApprovalFi
 	}
 	s += " WHERE p.approver = " + q.Arg(approver)
 	if c != nil {
-		s += " AND (p.created_at, p.approval_id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")"
+		s += " AND " + c.before(q, "p.created_at", "p.approval_id")
 	}
 	return s + filter(q, f, driver) + " ORDER BY p.created_at DESC, p.approval_id DESC LIMIT " + q.Arg(limit+1)
 }
 
-// requesterRange is approverRange over the approvals requester made, from the requesters'
-// index.
-func requesterRange(q *Query, requester string, c *cursorAt, f approval.ApprovalFilter, limit int, driver string) string {
-	s := "SELECT a.id AS id FROM approvals a WHERE a.requester = " + q.Arg(requester)
+// approvalsRange is approverRange over the approvals whose column driver ("requester", the
+// requester of "visible", or "status") is value, from that column's index
+// (approvals_requester_created, approvals_status_created): the ids alone, a covering read.
+func approvalsRange(q *Query, driver, value string, c *cursorAt, f approval.ApprovalFilter, limit int) string {
+	column := "a.requester"
+	if driver == "status" {
+		column = "a.status"
+	}
+	s := "SELECT a.id AS id FROM approvals a WHERE " + column + " = " + q.Arg(value)
 	if c != nil {
-		s += " AND (a.created_at, a.id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")"
+		s += " AND " + c.before(q, "a.created_at", "a.id")
 	}
 	return s + filter(q, f, driver) + " ORDER BY a.created_at DESC, a.id DESC LIMIT " + q.Arg(limit+1)
-}
-
-// statusRange is approverRange over the approvals in f's status, from the index of statuses.
-func statusRange(q *Query, c *cursorAt, f approval.ApprovalFilter, limit int) string {
-	s := "SELECT a.id AS id FROM approvals a WHERE a.status = " + q.Arg(string(f.Status))
-	if c != nil {
-		s += " AND (a.created_at, a.id) < (" + q.Arg(q.Dialect.Time(c.at)) + ", " + q.Arg(c.id) + ")"
-	}
-	return s + filter(q, f, "status") + " ORDER BY a.created_at DESC, a.id DESC LIMIT " + q.Arg(limit+1)
 }
 
 // hasFilter tells whether f filters on more than driver, the filter a range already applies.
