@@ -137,3 +137,18 @@ func (s *Store) ReadBatch(ids []string, checks []*approval.TokenCheck) ([]*appro
 	}
 	return out, nil
 }
+
+// BatchConn is one of the connections the store's batches run on, for a test that looks at
+// how their sessions plan.
+func (s *Store) BatchConn(ctx context.Context) (*pgxpool.Conn, error) {
+	return s.batchPool.Acquire(ctx)
+}
+
+// BatchStatements are the statements the batches run, by name.
+var BatchStatements = map[string]string{
+	"insert_approvals": insertApprovalsSQL,
+	"held_approvals":   heldApprovalsSQL,
+	"read_approvals":   readApprovalsSQL,
+	"insert_inbox":     insertInboxSQL,
+	"signal_inbox":     signalStoredInboxSQL,
+}

@@ -119,14 +119,16 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The batches run on connections of their own, whose sessions plan their statements once
-	// (docs/architecture.md, "Creates, intakes and reads in batches", "Planned once").
+	// The batches run on connections of their own, whose sessions plan their statements once,
+	// by their keys' indexes (docs/architecture.md, "Creates, intakes and reads in batches",
+	// "Planned once").
 	bcfg := cfg.Copy()
 	bcfg.MaxConns, bcfg.MinConns = 3*writeBatches, 0 // a connection per batch in flight
 	if bcfg.ConnConfig.RuntimeParams == nil {
 		bcfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
 	bcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	bcfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	batchPool, err := newPool(ctx, bcfg)
 	if err != nil {
 		pool.Close()

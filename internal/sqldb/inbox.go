@@ -127,9 +127,9 @@ func RecordInbox(d Dialect, e *approval.InboxEvent, now time.Time) (InboxRecord,
 			[]any{e.Source, e.EventID, d.Time(now), e.Body}},
 		Stored: Statement{d.SQL(`
 			SELECT ` + InboxColumns + `, i.body FROM inbox_events i
-			WHERE i.source = $1 AND (i.event_id = $2 OR i.body_hash = $3)
-			ORDER BY i.event_id = $2 DESC
-			LIMIT 1`),
+			WHERE i.id = COALESCE(
+				(SELECT id FROM inbox_events WHERE source = $1 AND event_id = $2),
+				(SELECT id FROM inbox_events WHERE source = $1 AND body_hash = $3))`),
 			[]any{e.Source, e.EventID, nullBytes(hash)}},
 	}, nil
 }
