@@ -3,10 +3,9 @@ package approval
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -120,88 +119,151 @@ func CheckJSON(where string, doc []byte) error {
 	if err := checkEscapes(where, doc); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
+	// One pass over the bytes, which are valid JSON, with a stack of the containers open.
+	// Where a value is (its path) is worked out only for an error.
 	type frame struct {
 		object bool
-		keys   map[string]bool
-		index  int    // next element of an array
-		key    string // last key of an object
-		isKey  bool   // the next string token of an object is a key
-		path   string // where this container is
+		index  int      // the current element of an array
+		key    string   // the current member's key of an object
+		keys   []string // an object's keys so far, until there are many
+		set    map[string]bool
 	}
-	var stack []*frame
-	path := func() string {
-		if len(stack) == 0 {
+	var stack []frame
+	// path names the value at depth n: the document itself at 0, else the current member or
+	// element of the container at n-1.
+	var path func(n int) string
+	path = func(n int) string {
+		if n == 0 {
 			return where
 		}
-		f := stack[len(stack)-1]
+		f := &stack[n-1]
 		if f.object {
-			return joinPath(f.path, f.key)
+			return joinPath(path(n-1), f.key)
 		}
-		return fmt.Sprintf("%s[%d]", f.path, f.index)
+		return fmt.Sprintf("%s[%d]", path(n-1), f.index)
 	}
-	// value is called for every value before it is read, to name its place.
-	value := func() string {
-		if len(stack) == 0 {
-			return where
+	i := 0
+	space := func() {
+		for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
+			i++
 		}
-		f := stack[len(stack)-1]
-		p := path()
-		if f.object {
-			f.isKey = true
+	}
+	// key reads the member key at doc[i] into the object on top of the stack.
+	key := func() error {
+		f := &stack[len(stack)-1]
+		k := string(jsonString(doc, &i))
+		if strings.IndexByte(k, 0) >= 0 {
+			return Errorf(EINVALID, "%s has a key containing a NUL character", path(len(stack)-1))
+		}
+		seen := f.set[k]
+		if f.set == nil {
+			seen = slices.Contains(f.keys, k)
+		}
+		if seen {
+			return Errorf(EINVALID, "%s has the key %q twice; each key may appear once", path(len(stack)-1), k)
+		}
+		if f.set == nil && len(f.keys) < 16 {
+			f.keys = append(f.keys, k)
 		} else {
-			f.index++
+			if f.set == nil {
+				f.set = make(map[string]bool, 2*len(f.keys))
+				for _, k := range f.keys {
+					f.set[k] = true
+				}
+			}
+			f.set[k] = true
 		}
-		return p
+		f.key = k
+		space()
+		i++ // the colon
+		return nil
 	}
 	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return Errorf(EINVALID, "%s is not valid JSON: %v", where, err)
-		}
-		if len(stack) > 0 {
-			if f := stack[len(stack)-1]; f.object && f.isKey {
-				if d, ok := tok.(json.Delim); ok && d == '}' {
-					stack = stack[:len(stack)-1]
-					continue
-				}
-				key := tok.(string) // an object's member starts with its key
-				if strings.IndexByte(key, 0) >= 0 {
-					return Errorf(EINVALID, "%s has a key containing a NUL character", f.path)
-				}
-				if f.keys[key] {
-					return Errorf(EINVALID, "%s has the key %q twice; each key may appear once", f.path, key)
-				}
-				f.keys[key], f.key, f.isKey = true, key, false
-				continue
-			}
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				p := value()
-				stack = append(stack, &frame{object: t == '{', keys: map[string]bool{}, isKey: t == '{', path: p})
-			case ']':
+		// A value starts at doc[i].
+		space()
+		switch c := doc[i]; {
+		case c == '{' || c == '[':
+			i++
+			stack = append(stack, frame{object: c == '{'})
+			space()
+			if doc[i] == '}' || doc[i] == ']' {
+				i++
 				stack = stack[:len(stack)-1]
+				break
 			}
-		case string:
-			p := value()
-			if strings.IndexByte(t, 0) >= 0 {
-				return Errorf(EINVALID, "%s contains a NUL character", p)
+			if c == '{' {
+				if err := key(); err != nil {
+					return err
+				}
 			}
-		case json.Number:
-			p := value()
-			if f, err := strconv.ParseFloat(string(t), 64); err != nil || math.IsInf(f, 0) {
-				return Errorf(EINVALID, "%s is the number %.40s, out of the range of a 64-bit float", p, t)
+			continue
+		case c == '"':
+			if s := jsonString(doc, &i); bytes.IndexByte(s, 0) >= 0 {
+				return Errorf(EINVALID, "%s contains a NUL character", path(len(stack)))
 			}
+		case c == 't' || c == 'n':
+			i += 4
+		case c == 'f':
+			i += 5
 		default:
-			value()
+			start, float := i, false
+			for i < len(doc) && strings.IndexByte("+-0123456789.eE", doc[i]) >= 0 {
+				float = float || doc[i] == 'e' || doc[i] == 'E'
+				i++
+			}
+			// Without an exponent, a number beyond a float needs over 300 digits.
+			if n := doc[start:i]; float || len(n) > 300 {
+				if f, err := strconv.ParseFloat(string(n), 64); err != nil || math.IsInf(f, 0) {
+					return Errorf(EINVALID, "%s is the number %.40s, out of the range of a 64-bit float", path(len(stack)), n)
+				}
+			}
+		}
+		// A value has ended: go on to the next one, closing the containers that end here.
+		for {
+			if len(stack) == 0 {
+				return nil
+			}
+			space()
+			f := &stack[len(stack)-1]
+			if doc[i] == ',' {
+				i++
+				if f.object {
+					space()
+					if err := key(); err != nil {
+						return err
+					}
+				} else {
+					f.index++
+				}
+				break
+			}
+			i++ // '}' or ']'
+			stack = stack[:len(stack)-1]
 		}
 	}
+}
+
+// jsonString reads the JSON string at doc[*i], which is valid, moves *i past it and returns
+// its value: a string without escapes, in valid UTF-8, is its own bytes; any other is decoded
+// as encoding/json decodes it (invalid UTF-8 as U+FFFD).
+func jsonString(doc []byte, i *int) []byte {
+	start, escaped := *i, false
+	j := start + 1
+	for doc[j] != '"' {
+		if doc[j] == '\\' {
+			escaped = true
+			j++
+		}
+		j++
+	}
+	*i = j + 1
+	raw := doc[start+1 : j]
+	if !escaped && utf8.Valid(raw) {
+		return raw
+	}
+	var s string
+	json.Unmarshal(doc[start:j+1], &s)
+	return []byte(s)
 }
 
 // joinPath names the member key of the container at path.
