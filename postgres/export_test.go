@@ -144,6 +144,11 @@ func (s *Store) BatchConn(ctx context.Context) (*pgxpool.Conn, error) {
 	return s.batchPool.Acquire(ctx)
 }
 
+// PoolConn is one of the connections of the store's pool.
+func (s *Store) PoolConn(ctx context.Context) (*pgxpool.Conn, error) {
+	return s.pool.Acquire(ctx)
+}
+
 // BatchStatements are the statements the batches run, by name.
 var BatchStatements = map[string]string{
 	"insert_approvals": insertApprovalsSQL,

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -16,7 +17,8 @@ import (
 // database's empty tables, and checks that the plans kept still reach the rows through
 // indexes once the tables have grown without being analyzed, as in a new database's first
 // minute under load (docs/operations.md, "Plans on a new database"). A plan that scanned a
-// table whole made every create batch read all the approvals (5 ms a batch at 20,000).
+// table whole made every create batch read all the approvals (5 ms a batch at 20,000). It
+// also checks that the store's sessions compile no plan (jit off).
 func TestBatchPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -78,6 +80,23 @@ func TestBatchPlansUseIndexes(t *testing.T) {
 	for name, sql := range postgres.BatchStatements {
 		if plan := explain(name, sql); strings.Contains(plan, "Seq Scan") {
 			t.Errorf("%s scans a table whole with 20,000 rows:\n%s", name, plan)
+		}
+	}
+
+	// Nor does any session of the store compile a statement: an estimate made on a table not
+	// yet analyzed can pass jit_above_cost, and the compiling then costs every execution of
+	// a batch's read 250-300 ms.
+	pooled, err := s.PoolConn(ctx)
+	if err != nil {
+		t.Fatalf("acquire a pool connection: %v", err)
+	}
+	defer pooled.Release()
+	for name, c := range map[string]interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}{"batch": conn, "pool": pooled} {
+		var jit string
+		if err := c.QueryRow(ctx, "SHOW jit").Scan(&jit); err != nil || jit != "off" {
+			t.Errorf("jit on the %s's connection: %q (%v), want off", name, jit, err)
 		}
 	}
 }

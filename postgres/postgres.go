@@ -115,6 +115,16 @@ func newPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 
 // openConfig returns a store on a parsed pool configuration.
 func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
+	// No JIT compilation: it pays off for long analytic queries, and a statement here is
+	// short, but an estimate made on a table not yet analyzed can pass jit_above_cost and
+	// have every execution compiled (docs/operations.md, "Plans on a new database"). A URL
+	// that sets jit wins.
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	pool, err := newPool(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -124,9 +134,6 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	// "Planned once").
 	bcfg := cfg.Copy()
 	bcfg.MaxConns, bcfg.MinConns = 3*writeBatches, 0 // a connection per batch in flight
-	if bcfg.ConnConfig.RuntimeParams == nil {
-		bcfg.ConnConfig.RuntimeParams = map[string]string{}
-	}
 	bcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	bcfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	batchPool, err := newPool(ctx, bcfg)
