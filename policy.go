@@ -116,6 +116,9 @@ func CheckNote(note string) error {
 // string holds a NUL character (PostgreSQL's jsonb cannot). where names the document in the
 // EINVALID error ("body", "context"), which also gives the path of the offending key.
 func CheckJSON(where string, doc []byte) error {
+	if !json.Valid(doc) {
+		return Errorf(EINVALID, "%s is not valid JSON", where)
+	}
 	if err := checkEscapes(where, doc); err != nil {
 		return err
 	}
@@ -131,16 +134,16 @@ func CheckJSON(where string, doc []byte) error {
 	var stack []frame
 	// path names the value at depth n: the document itself at 0, else the current member or
 	// element of the container at n-1.
-	var path func(n int) string
-	path = func(n int) string {
-		if n == 0 {
-			return where
+	path := func(n int) string {
+		p := where
+		for _, f := range stack[:n] {
+			if f.object {
+				p = joinPath(p, f.key)
+			} else {
+				p = fmt.Sprintf("%s[%d]", p, f.index)
+			}
 		}
-		f := &stack[n-1]
-		if f.object {
-			return joinPath(path(n-1), f.key)
-		}
-		return fmt.Sprintf("%s[%d]", path(n-1), f.index)
+		return p
 	}
 	i := 0
 	space := func() {

@@ -198,3 +198,15 @@ func BenchmarkCheckJSON(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckJSONRefusesInvalidJSON: every caller checks the document first, but CheckJSON
+// walks the bytes on the word that they are valid JSON, and must refuse, not fail, when a
+// caller forgets.
+func TestCheckJSONRefusesInvalidJSON(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{``, `{`, `{"a":`, `{"a" 1}`, `[1,]`, `"abc`, `{"a":1}}`, `tru`, `1e`} {
+		if err := CheckJSON("body", []byte(doc)); ErrorCode(err) != EINVALID {
+			t.Errorf("CheckJSON(%q) = %v, want an EINVALID error", doc, err)
+		}
+	}
+}
