@@ -98,6 +98,9 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 			}
 		case <-ticker.C:
 		}
+		if ctx.Err() != nil {
+			return nil // stopped while a wake-up was also ready, which select may pick
+		}
 	}
 }
 
