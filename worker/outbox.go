@@ -114,6 +114,9 @@ func (o *Outbox) Run(ctx context.Context) error {
 			}
 		case <-ticker.C:
 		}
+		if ctx.Err() != nil {
+			return nil // stopped while a wake-up was also ready, which select may pick
+		}
 	}
 }
 

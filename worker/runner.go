@@ -185,6 +185,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		case <-ticker.C:
 		}
+		if ctx.Err() != nil {
+			return nil // stopped while a wake-up was also ready, which select may pick
+		}
 	}
 }
 
