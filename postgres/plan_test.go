@@ -100,3 +100,22 @@ func TestBatchPlansUseIndexes(t *testing.T) {
 		}
 	}
 }
+
+// TestJITFromTheURLWins: an operator who asks for JIT in the URL, as a parameter or in its
+// options, gets it.
+func TestJITFromTheURLWins(t *testing.T) {
+	t.Parallel()
+	for _, param := range []string{"jit=on", "options=-c%20jit%3Don"} {
+		s := mustOpen(t, testdb.DSN(t, testdb.Postgres)+"&"+param)
+		conn, err := s.PoolConn(t.Context())
+		if err != nil {
+			t.Fatalf("%s: acquire: %v", param, err)
+		}
+		var jit string
+		err = conn.QueryRow(t.Context(), "SHOW jit").Scan(&jit)
+		conn.Release()
+		if err != nil || jit != "on" {
+			t.Errorf("%s: jit %q (%v), want on", param, jit, err)
+		}
+	}
+}

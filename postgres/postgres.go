@@ -118,11 +118,12 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	// No JIT compilation: it pays off for long analytic queries, and a statement here is
 	// short, but an estimate made on a table not yet analyzed can pass jit_above_cost and
 	// have every execution compiled (docs/operations.md, "Plans on a new database"). A URL
-	// that sets jit wins.
+	// that sets jit, as a parameter or in its options (-c jit=on), wins.
 	if cfg.ConnConfig.RuntimeParams == nil {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+	params := cfg.ConnConfig.RuntimeParams
+	if _, set := params["jit"]; !set && !strings.Contains(params["options"], "jit") {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	pool, err := newPool(ctx, cfg)
