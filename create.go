@@ -145,10 +145,7 @@ func normalizeContext(raw json.RawMessage) (json.RawMessage, error) {
 	if raw[0] != '{' {
 		return nil, Errorf(EINVALID, "context must be a JSON object")
 	}
-	if !json.Valid(raw) {
-		return nil, Errorf(EINVALID, "context is not valid JSON")
-	}
-	if err := CheckJSON("context", raw); err != nil {
+	if err := CheckJSON("context", raw); err != nil { // also "context is not valid JSON"
 		return nil, err
 	}
 	if depth := jsonDepth(raw); depth > MaxContextDepth {

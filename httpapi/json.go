@@ -78,12 +78,10 @@ func decodeObject(body []byte, v any) error {
 	} else if trimmed[0] != '{' {
 		return approval.Errorf(approval.EINVALID, "body must be a JSON object")
 	}
-	if json.Valid(body) {
-		// Duplicate keys, unpaired surrogates, NULs and out-of-range numbers, at every depth;
-		// a body that is not valid JSON is explained by the decoder below.
-		if err := approval.CheckJSON("body", body); err != nil {
-			return err
-		}
+	// Duplicate keys, unpaired surrogates, NULs and out-of-range numbers, at every depth; a
+	// body that is not valid JSON is explained by the decoder below, which says where.
+	if err := approval.CheckJSON("body", body); err != nil && json.Valid(body) {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

@@ -124,7 +124,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	}
 	params := cfg.ConnConfig.RuntimeParams
 	if _, set := params["jit"]; !set && !strings.Contains(params["options"], "jit") {
-		cfg.ConnConfig.RuntimeParams["jit"] = "off"
+		params["jit"] = "off"
 	}
 	pool, err := newPool(ctx, cfg)
 	if err != nil {
