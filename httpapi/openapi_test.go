@@ -30,6 +30,11 @@ type apiSpec struct {
 	problem    *base.Schema
 	operations map[string]bool // "METHOD /shape/{}" of every documented operation
 	docErrs    []*liberrors.ValidationError
+
+	// problemMu serialises checks against problem: libopenapi renders a schema for validation
+	// by writing into the schema's own values, so two tests checking a 404 at once raced
+	// (TestUnknownRoutes against TestMetrics under -race, CI of 45d8f2e).
+	problemMu sync.Mutex
 }
 
 var (
@@ -169,7 +174,9 @@ func (s *apiSpec) check(req *http.Request, reqBody []byte, resp *http.Response, 
 		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 			out = append(out, fmt.Sprintf("a %d has Content-Type %q, want application/problem+json", resp.StatusCode, ct))
 		}
+		s.problemMu.Lock()
 		_, errs := schema_validation.NewSchemaValidator().ValidateSchemaBytes(s.problem, respBody)
+		s.problemMu.Unlock()
 		add(errs)
 		return out
 	}
