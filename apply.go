@@ -71,23 +71,26 @@ func (s *Service) ApplyInboxBatch(ctx context.Context, events []*InboxEvent, act
 		byID[cur.ID] = cur
 	}
 	done := make([]*InboxEvent, len(events))
+	marks := make([]InboxMark, len(events))
 	for i, e := range events {
 		cur := byID[e.ID]
 		if cur == nil {
 			return nil, Errorf(ENOTFOUND, "inbox event %s not found", e.ID)
 		}
 		status, outcome, approvalID, err := s.applyInbox(ctx, tx, e, cur, actions[i])
-		if err == nil {
-			err = tx.InboxMarkDone(ctx, e.ID, status, outcome, approvalID)
-		}
 		if err != nil {
 			return nil, fmt.Errorf("inbox event %s: %w", e.ID, err)
 		}
+		marks[i] = InboxMark{ID: e.ID, Status: status, Outcome: outcome, ApprovalID: approvalID}
 		now := tx.Now()
 		d := *cur
 		d.Status, d.Outcome, d.ApprovalID, d.ProcessedAt = status, outcome, approvalID, &now
 		d.NextAttemptAt, d.LeaseToken = nil, ""
 		done[i] = &d
+	}
+	// Every event marked done in one write: no handler reads another event's status.
+	if err := tx.InboxMarkDoneMany(ctx, marks); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err

@@ -65,6 +65,15 @@ type InboxEvent struct {
 	LeaseToken string `json:"-"`
 }
 
+// InboxMark is how a claimed event ends, as Tx.InboxMarkDoneMany writes it: its status
+// (processed, ignored or stale), its outcome and the approval it touched, if any.
+type InboxMark struct {
+	ID         string
+	Status     InboxStatus
+	Outcome    string
+	ApprovalID string
+}
+
 // InboxAction is what a handler decided to do with a claimed event, computed from the body
 // without touching the store, then applied by Service.ApplyInbox in one transaction with marking the
 // event done, so a crash between the two cannot apply an event twice.

@@ -149,6 +149,9 @@ type Tx interface {
 	// need (on PostgreSQL it travels with the next statement); one that finds the event no
 	// longer pending fails the transaction.
 	InboxMarkDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) error
+	// InboxMarkDoneMany is InboxMarkDone for several distinct events at once (on PostgreSQL
+	// one statement): one no longer pending fails the transaction.
+	InboxMarkDoneMany(ctx context.Context, marks []InboxMark) error
 	// InboxSetAttemptFailed records a failed attempt of a pending event: its status (pending
 	// again, or failed), last_error, next_attempt_at and processed_at, and clears its lease.
 	// The caller holds the event's lock and has checked that it is pending: the transaction

@@ -399,6 +399,35 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 		ids, statuses, counts, lastErrors, results, nexts, leases, versions, uncertain, bases, fences, t.At, n)
 }
 
+// InboxMarkDoneMany marks every event in one statement over arrays; an event no longer
+// pending (fewer rows changed than given) divides by zero, as in ExecutionUpdateIfAttemptMany.
+// One statement instead of one per event took the inbox worker's marks from 93 to 29 µs of
+// PostgreSQL's time per event at 32 clients (docs/operations.md, "The inbox under load").
+func (t *ruleTx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	n := len(marks)
+	ids, statuses, outcomes, refs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	for i, m := range marks {
+		ids[i], statuses[i], outcomes[i] = m.ID, string(m.Status), m.Outcome
+		if m.ApprovalID != "" {
+			refs[i] = &marks[i].ApprovalID
+		}
+	}
+	return t.Write(ctx, "mark inbox events done", `
+		WITH changed AS (
+			UPDATE inbox_events i
+			SET status = v.status, outcome = v.outcome, approval_id = v.approval_id, processed_at = $5,
+				next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(id, status, outcome, approval_id)
+			WHERE i.id = v.id AND i.status = 'pending'
+			RETURNING 1
+		)
+		SELECT 1 / (count(*) = $6)::int FROM changed`,
+		ids, statuses, outcomes, refs, t.At, n)
+}
+
 // batchRows are a batch's last rows: closing them closes the batch.
 type batchRows struct {
 	pgx.Rows

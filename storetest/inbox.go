@@ -325,6 +325,61 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 	})
 
+	// The driver marks several events done at once, each with its own status, outcome and
+	// approval, and only while every one is pending: one that is not fails the transaction,
+	// which then marks none of them.
+	s.run(t, "MarkDoneMany", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		var ids []string
+		for _, id := range []string{"evt_1", "evt_2", "evt_3"} {
+			ids = append(ids, mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", id, approval.TypeApprovalDecision, `{}`)).ID)
+		}
+		mark := func(marks ...approval.InboxMark) error {
+			tx, err := f.store.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx)
+			if err := tx.InboxMarkDoneMany(ctx, marks); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+		if err := mark(approval.InboxMark{ID: ids[2], Status: approval.InboxIgnored, Outcome: "first"}); err != nil {
+			t.Fatalf("mark evt_3: %v", err)
+		}
+		// evt_3 is no longer pending: the whole write fails.
+		err := mark(approval.InboxMark{ID: ids[0], Status: approval.InboxProcessed, Outcome: "x", ApprovalID: a.ID},
+			approval.InboxMark{ID: ids[2], Status: approval.InboxProcessed, Outcome: "again"})
+		if err == nil {
+			t.Fatalf("mark a handled event again: got nil error, want the transaction to fail")
+		}
+		if got := mustInboxEvent(t, f.store, ids[0]); got.Status != approval.InboxPending || got.Outcome != "" {
+			t.Fatalf("evt_1 after a failed mark: got %s %q, want pending", got.Status, got.Outcome)
+		}
+		if got := mustInboxEvent(t, f.store, ids[2]); got.Status != approval.InboxIgnored || got.Outcome != "first" {
+			t.Fatalf("evt_3 after a failed mark: got %s %q, want ignored, first", got.Status, got.Outcome)
+		}
+		if err := mark(approval.InboxMark{ID: ids[1], Status: approval.InboxStale, Outcome: "older"},
+			approval.InboxMark{ID: ids[0], Status: approval.InboxProcessed, Outcome: "alice voted", ApprovalID: a.ID}); err != nil {
+			t.Fatalf("mark evt_1 and evt_2: %v", err)
+		}
+		for i, want := range []approval.InboxMark{
+			{Status: approval.InboxProcessed, Outcome: "alice voted", ApprovalID: a.ID},
+			{Status: approval.InboxStale, Outcome: "older"},
+		} {
+			got := mustInboxEvent(t, f.store, ids[i])
+			if got.Status != want.Status || got.Outcome != want.Outcome || got.ApprovalID != want.ApprovalID ||
+				got.ProcessedAt == nil || got.NextAttemptAt != nil || got.LeaseToken != "" {
+				t.Fatalf("event %d after its mark: got %+v, want %+v, processed, no lease", i+1, got, want)
+			}
+		}
+		if err := mark(); err != nil {
+			t.Fatalf("mark nothing: %v", err)
+		}
+	})
+
 	// A batch is all or nothing: one event whose claim is lost applies none of them, and the
 	// error names it.
 	s.run(t, "ApplyBatchAllOrNothing", func(t *testing.T, f *fixture) {

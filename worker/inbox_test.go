@@ -388,6 +388,15 @@ func (t *failingTx) InboxMarkDone(ctx context.Context, id string, status approva
 	return t.Tx.InboxMarkDone(ctx, id, status, outcome, approvalID)
 }
 
+func (t *failingTx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
+	for _, m := range marks {
+		if m.ID == t.eventID {
+			return approval.Errorf(approval.EUNAVAILABLE, "database unavailable")
+		}
+	}
+	return t.Tx.InboxMarkDoneMany(ctx, marks)
+}
+
 func decisionBody(approvalID, approver string, verdict approval.Verdict) string {
 	return fmt.Sprintf(`{"type": %q, "timestamp": "2030-01-02T03:04:05Z", "data": {"approval_id": %q, "approver": %q, "verdict": %q}}`,
 		approval.TypeApprovalDecision, approvalID, approver, verdict)

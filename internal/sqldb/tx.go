@@ -332,6 +332,17 @@ func (t Tx) InboxMarkDone(ctx context.Context, id string, status approval.InboxS
 		id, string(status), outcome, ref, t.Dialect.Time(t.At))
 }
 
+// InboxMarkDoneMany marks the events one guarded statement each; PostgreSQL's driver replaces
+// it with one statement over arrays.
+func (t Tx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
+	for _, m := range marks {
+		if err := t.InboxMarkDone(ctx, m.ID, m.Status, m.Outcome, m.ApprovalID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t Tx) InboxSetAttemptFailed(ctx context.Context, id string, status approval.InboxStatus, lastError string, nextAttemptAt, processedAt *time.Time) error {
 	return t.writeOne(ctx, "record failed inbox attempt", `
 		UPDATE inbox_events
