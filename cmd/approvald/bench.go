@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/approvald/approval"
@@ -592,7 +593,7 @@ func (c *BenchCommand) freshDatabase(ctx context.Context) (dsn, kind string, err
 	if err != nil {
 		return "", "", fmt.Errorf("--database-url: %w", err)
 	}
-	conn, err := pgx.Connect(ctx, c.databaseURL)
+	conn, err := connectAdmin(ctx, c.databaseURL)
 	if err != nil {
 		return "", "", fmt.Errorf("connect to postgres: %w", err)
 	}
@@ -603,7 +604,7 @@ func (c *BenchCommand) freshDatabase(ctx context.Context) (dsn, kind string, err
 	c.cleanup("schema "+schema, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, c.databaseURL)
+		conn, err := connectAdmin(ctx, c.databaseURL)
 		if err != nil {
 			return fmt.Errorf("connect to drop schema %s: %w", schema, err)
 		}
@@ -619,6 +620,17 @@ func (c *BenchCommand) freshDatabase(ctx context.Context) (dsn, kind string, err
 	u.RawQuery = q.Encode()
 	fmt.Fprintf(c.stderr, "bench: postgres schema %s\n", schema)
 	return u.String(), databasePostgres, nil
+}
+
+// connectAdmin opens one connection on the database url names, read as the store reads it:
+// the pool's own parameters (pool_max_conns and the like), which a server would refuse as
+// unknown settings, are left out.
+func connectAdmin(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, cfg.ConnConfig)
 }
 
 // cleanup registers the removal of something bench made, unless --keep, which reports it.

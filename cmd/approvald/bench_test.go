@@ -171,7 +171,12 @@ func benchDatabase(t *testing.T, kind string) (args []string, removed func(stder
 		}
 	}
 	base := testdb.PostgresURL(t)
-	return append(slices.Clone(benchArgs), "--database-url", base), func(stderr string) {
+	// With a pool parameter, which the store reads and a plain connection must leave out.
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return append(slices.Clone(benchArgs), "--database-url", base+sep+"pool_max_conns=8"), func(stderr string) {
 		t.Helper()
 		m := regexp.MustCompile(`postgres schema (bench_[0-9a-f]+)`).FindStringSubmatch(stderr)
 		if m == nil {
