@@ -332,6 +332,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	if run.Rows, err = c.openRows(ctx, kind, dsn); err != nil {
 		return nil, err
 	}
+	run.Checkpoints = checkpointsOf(run.Rows)
 	if c.seed > 0 {
 		seed := loadtest.Seed{
 			N: c.seed, Now: approval.Now(), InboxRetain: cfg.Retention.InboxIDs,
@@ -531,6 +532,7 @@ func (c *BenchCommand) runAgainstServer(ctx context.Context, run loadtest.Config
 			return nil, err
 		}
 		run.Store, run.Rows = kind, rows
+		run.Checkpoints = checkpointsOf(rows)
 	}
 	run.Requester = c.token
 	if c.source.Name != "" {
@@ -620,6 +622,15 @@ func (c *BenchCommand) freshDatabase(ctx context.Context) (dsn, kind string, err
 	u.RawQuery = q.Encode()
 	fmt.Fprintf(c.stderr, "bench: postgres schema %s\n", schema)
 	return u.String(), databasePostgres, nil
+}
+
+// checkpointsOf is how the run reads PostgreSQL's requested checkpoints through the baseline's
+// pool (loadtest.Config.Checkpoints); nil on SQLite.
+func checkpointsOf(rows loadtest.Rows) func(context.Context) (int64, error) {
+	if pg, ok := rows.(*loadtest.PostgresRows); ok {
+		return pg.CheckpointsRequested
+	}
+	return nil
 }
 
 // connectAdmin opens one connection on the database url names, read as the store reads it:
@@ -818,7 +829,9 @@ child process, approvald serve, and reports its own peak RSS after each step.
 Progress goes to stderr, the results to stdout: a table, or JSON with --json. Each figure
 comes with its ratio to its baseline, which moves much less than the figures themselves
 when the machine is shared. After each intake step the server's inbox backlog is read: the
-events stored but not yet applied by its inbox worker, which says whether it kept up.
+events stored but not yet applied by its inbox worker, which says whether it kept up. On
+PostgreSQL the checkpoints the server was asked for during each step are counted too: a step
+that met one (its WAL outgrew max_wal_size) ran slower than its baseline, measured earlier.
 
 Flags:
 `

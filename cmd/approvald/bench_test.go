@@ -79,6 +79,9 @@ func TestBench(t *testing.T) {
 				if (res.InboxWaiting != nil) != (res.Scenario == loadtest.Intake) || (res.InboxWaiting != nil && *res.InboxWaiting < 0) {
 					t.Errorf("%s at %d clients: got inbox waiting %v, want a count exactly for intake", res.Scenario, res.Clients, res.InboxWaiting)
 				}
+				if (res.Checkpoints != nil) != (kind == testdb.Postgres) || (res.Checkpoints != nil && *res.Checkpoints < 0) {
+					t.Errorf("%s at %d clients: got checkpoints %v, want a count exactly on PostgreSQL", res.Scenario, res.Clients, res.Checkpoints)
+				}
 			}
 			var want []string
 			for _, scenario := range loadtest.Scenarios {

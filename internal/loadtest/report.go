@@ -65,6 +65,9 @@ type Result struct {
 	// when the step ended (the server's approvald_inbox_events{status="pending"}): whether
 	// the inbox worker kept up with the deliveries.
 	InboxWaiting *int `json:"inbox_waiting,omitempty"`
+	// Checkpoints, on PostgreSQL, is how many checkpoints the server was asked for during the
+	// step (its WAL outgrew max_wal_size): a step that met one ran slower for it.
+	Checkpoints *int `json:"checkpoints_requested,omitempty"`
 }
 
 func newResult(store, scenario string, clients int, m Measurement) Result {
@@ -131,6 +134,22 @@ func (r *Report) finish() {
 	}
 	if len(waiting) > 0 {
 		r.Notes = append(r.Notes, "intake: events stored but not yet applied by the inbox worker when the step ended: "+strings.Join(waiting, ", "))
+	}
+	var checkpoints []string
+	measured := false
+	for _, res := range r.Results {
+		if res.Checkpoints != nil {
+			measured = true
+			if *res.Checkpoints > 0 {
+				checkpoints = append(checkpoints, fmt.Sprintf("%s at %d clients %d", res.Scenario, res.Clients, *res.Checkpoints))
+			}
+		}
+	}
+	switch {
+	case len(checkpoints) > 0:
+		r.Notes = append(r.Notes, "checkpoints PostgreSQL was asked for during a step (its WAL outgrew max_wal_size), which slow the step down: "+strings.Join(checkpoints, ", "))
+	case measured:
+		r.Notes = append(r.Notes, "checkpoints PostgreSQL was asked for during the steps: none")
 	}
 	for _, res := range r.Results {
 		if res.Exhausted {

@@ -125,6 +125,23 @@ func OpenPostgresRows(ctx context.Context, url string) (*PostgresRows, error) {
 	return &PostgresRows{pool: pool}, nil
 }
 
+// CheckpointsRequested returns how many checkpoints the server has been asked for since its
+// statistics were reset (pg_stat_bgwriter's checkpoints_req; pg_stat_checkpointer's
+// num_requested from PostgreSQL 17 on).
+func (r *PostgresRows) CheckpointsRequested(ctx context.Context) (int64, error) {
+	var version int
+	if err := r.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return 0, err
+	}
+	q := `SELECT checkpoints_req FROM pg_stat_bgwriter`
+	if version >= 170000 {
+		q = `SELECT num_requested FROM pg_stat_checkpointer`
+	}
+	var n int64
+	err := r.pool.QueryRow(ctx, q).Scan(&n)
+	return n, err
+}
+
 // MaxConns returns the size of the pool.
 func (r *PostgresRows) MaxConns() int32 { return r.pool.Config().MaxConns }
 

@@ -122,6 +122,10 @@ type Config struct {
 	LongPolls int
 	// ServerPID, when set, is the server's process: its peak RSS is read after each step.
 	ServerPID int
+	// Checkpoints, when set, reads how many checkpoints the database server has been asked
+	// for so far (PostgreSQL's, when the WAL outgrew max_wal_size): it is read before and
+	// after each step, since a step that meets one runs slower than its baseline did.
+	Checkpoints func(context.Context) (int64, error)
 
 	Progress io.Writer // one line per step and per preparation; nil discards them
 }
@@ -323,6 +327,13 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 		return Result{}, fmt.Errorf("unknown scenario %q", name)
 	}
 
+	var before int64
+	if r.cfg.Checkpoints != nil {
+		var err error
+		if before, err = r.cfg.Checkpoints(ctx); err != nil {
+			return Result{}, fmt.Errorf("the database's checkpoints: %w", err)
+		}
+	}
 	m := Measure(ctx, s, op)
 	var err error
 	if m.Exhausted && (name == Decide || name == Execute) && ctx.Err() == nil {
@@ -350,6 +361,14 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 			return Result{}, fmt.Errorf("the server's peak RSS: %w", err)
 		}
 	}
+	if r.cfg.Checkpoints != nil {
+		after, err := r.cfg.Checkpoints(ctx)
+		if err != nil {
+			return Result{}, fmt.Errorf("the database's checkpoints: %w", err)
+		}
+		n := int(after - before)
+		res.Checkpoints = &n
+	}
 	if name == Intake {
 		waiting, err := r.cfg.API.Gauge(ctx, `approvald_inbox_events{status="pending"}`)
 		if err != nil {
@@ -362,6 +381,9 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 		r.cfg.Store, name, clients, res.Requests, res.Seconds, res.RequestsPerSecond, res.P50Ms, res.P99Ms, res.Errors)
 	if res.InboxWaiting != nil {
 		line += fmt.Sprintf(", %d events waiting to be applied", *res.InboxWaiting)
+	}
+	if res.Checkpoints != nil && *res.Checkpoints > 0 {
+		line += fmt.Sprintf(", %d checkpoints requested", *res.Checkpoints)
 	}
 	if m.Exhausted {
 		line += fmt.Sprintf(" (ran out of its %d prepared approvals)", s.Limit)
