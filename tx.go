@@ -145,12 +145,9 @@ type Tx interface {
 	// its outcome and the approval it touched, clears its lease, and returns it with its
 	// body.
 	InboxSetDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) (*InboxEvent, error)
-	// InboxMarkDone is InboxSetDone without the read: a write whose answer the rules do not
-	// need (on PostgreSQL it travels with the next statement); one that finds the event no
-	// longer pending fails the transaction.
-	InboxMarkDone(ctx context.Context, id string, status InboxStatus, outcome string, approvalID string) error
-	// InboxMarkDoneMany is InboxMarkDone for several distinct events at once (on PostgreSQL
-	// one statement): one no longer pending fails the transaction.
+	// InboxMarkDoneMany is InboxSetDone for several distinct events at once, without the
+	// read: a write whose answer the rules do not need (on PostgreSQL one statement, which
+	// travels with the next); one event no longer pending fails the transaction.
 	InboxMarkDoneMany(ctx context.Context, marks []InboxMark) error
 	// InboxSetAttemptFailed records a failed attempt of a pending event: its status (pending
 	// again, or failed), last_error, next_attempt_at and processed_at, and clears its lease.

@@ -381,13 +381,6 @@ func (t *failingTx) InboxSetDone(ctx context.Context, id string, status approval
 	return t.Tx.InboxSetDone(ctx, id, status, outcome, approvalID)
 }
 
-func (t *failingTx) InboxMarkDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) error {
-	if id == t.eventID {
-		return approval.Errorf(approval.EUNAVAILABLE, "database unavailable")
-	}
-	return t.Tx.InboxMarkDone(ctx, id, status, outcome, approvalID)
-}
-
 func (t *failingTx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
 	for _, m := range marks {
 		if m.ID == t.eventID {

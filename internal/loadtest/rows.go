@@ -105,6 +105,8 @@ func (r *SQLiteRows) Close() error {
 // store's (postgres.OpenPool), so the same number of connections at most.
 type PostgresRows struct {
 	pool *pgxpool.Pool
+	// checkpointsSQL reads the count of requested checkpoints on this server's version.
+	checkpointsSQL string
 }
 
 // OpenPostgresRows opens a pool on the database url names, in its search_path, as the
@@ -122,23 +124,25 @@ func OpenPostgresRows(ctx context.Context, url string) (*PostgresRows, error) {
 		pool.Close()
 		return nil, fmt.Errorf("create %s: %w", RowsTable, err)
 	}
-	return &PostgresRows{pool: pool}, nil
+	// The count of requested checkpoints moved from pg_stat_bgwriter to pg_stat_checkpointer
+	// in PostgreSQL 17.
+	var version int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("read the server's version: %w", err)
+	}
+	checkpoints := `SELECT checkpoints_req FROM pg_stat_bgwriter`
+	if version >= 170000 {
+		checkpoints = `SELECT num_requested FROM pg_stat_checkpointer`
+	}
+	return &PostgresRows{pool: pool, checkpointsSQL: checkpoints}, nil
 }
 
 // CheckpointsRequested returns how many checkpoints the server has been asked for since its
-// statistics were reset (pg_stat_bgwriter's checkpoints_req; pg_stat_checkpointer's
-// num_requested from PostgreSQL 17 on).
+// statistics were reset.
 func (r *PostgresRows) CheckpointsRequested(ctx context.Context) (int64, error) {
-	var version int
-	if err := r.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-		return 0, err
-	}
-	q := `SELECT checkpoints_req FROM pg_stat_bgwriter`
-	if version >= 170000 {
-		q = `SELECT num_requested FROM pg_stat_checkpointer`
-	}
 	var n int64
-	err := r.pool.QueryRow(ctx, q).Scan(&n)
+	err := r.pool.QueryRow(ctx, r.checkpointsSQL).Scan(&n)
 	return n, err
 }
 

@@ -312,14 +312,15 @@ func (t Tx) InboxGetForUpdateMany(ctx context.Context, ids []string) ([]*approva
 // InboxSetDone writes and then reads the event: on PostgreSQL the write travels with the read,
 // in one round trip.
 func (t Tx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
-	if err := t.InboxMarkDone(ctx, id, status, outcome, approvalID); err != nil {
+	if err := t.markInboxDone(ctx, id, status, outcome, approvalID); err != nil {
 		return nil, err
 	}
 	e, err := InboxEventByID(ctx, t.Run, t.Dialect, id)
 	return e, t.Translate("read inbox event", err)
 }
 
-func (t Tx) InboxMarkDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) error {
+// markInboxDone marks one pending event done; one no longer pending fails the transaction.
+func (t Tx) markInboxDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) error {
 	var ref any
 	if approvalID != "" {
 		ref = approvalID
@@ -336,7 +337,7 @@ func (t Tx) InboxMarkDone(ctx context.Context, id string, status approval.InboxS
 // it with one statement over arrays.
 func (t Tx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
 	for _, m := range marks {
-		if err := t.InboxMarkDone(ctx, m.ID, m.Status, m.Outcome, m.ApprovalID); err != nil {
+		if err := t.markInboxDone(ctx, m.ID, m.Status, m.Outcome, m.ApprovalID); err != nil {
 			return err
 		}
 	}
