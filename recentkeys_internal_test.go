@@ -35,3 +35,51 @@ func TestRecentKeys(t *testing.T) {
 		t.Fatalf("forgotten key: got %q", k.id)
 	}
 }
+
+// TestRecentAnswers checks the bounds of the answers kept: the newest maxRecentAnswers, none
+// larger than maxRecentAnswer, each copied without the renderer's spare capacity; a key
+// whose answer is dropped is still remembered, and a key put again keeps its new answer
+// however old its first one.
+func TestRecentAnswers(t *testing.T) {
+	var r recentKeys
+	answer := func(i int) *StoredResponse {
+		body := make([]byte, 100, 1000)
+		copy(body, fmt.Sprint("answer-", i))
+		return &StoredResponse{StatusCode: 201, Location: fmt.Sprint("/v1/approvals/apr-", i), Body: body}
+	}
+	r.put("ci-bot", "key-0", recentKey{id: "apr-0", answer: answer(0)})
+	for i := 1; i < maxRecentAnswers+10; i++ {
+		r.put("ci-bot", fmt.Sprint("key-", i), recentKey{id: fmt.Sprint("apr-", i), answer: answer(i)})
+		if i == 100 {
+			r.put("ci-bot", "key-0", recentKey{id: "apr-0", answer: answer(0)}) // put again
+		}
+	}
+	if len(r.answers) != maxRecentAnswers {
+		t.Fatalf("ring of answers: got %d places, want %d", len(r.answers), maxRecentAnswers)
+	}
+	kept := 0
+	for _, k := range r.ids {
+		if k.answer != nil {
+			kept++
+		}
+	}
+	if kept != maxRecentAnswers {
+		t.Fatalf("answers kept: got %d, want %d", kept, maxRecentAnswers)
+	}
+	if k, ok := r.get("ci-bot", "key-1"); !ok || k.id != "apr-1" || k.answer != nil {
+		t.Fatalf("key-1: got %+v (remembered %v), want apr-1 without its answer", k, ok)
+	}
+	if k, _ := r.get("ci-bot", "key-0"); k.answer == nil || string(k.answer.Body[:8]) != "answer-0" {
+		t.Fatalf("key-0, put again: got %+v, want its answer", k.answer)
+	}
+	k, _ := r.get("ci-bot", fmt.Sprint("key-", maxRecentAnswers+9))
+	if k.answer == nil || len(k.answer.Body) != 100 || cap(k.answer.Body) >= 1000 {
+		t.Fatalf("newest answer: got %+v, want a copy of its 100 bytes", k.answer)
+	}
+
+	big := &StoredResponse{StatusCode: 201, Body: make([]byte, maxRecentAnswer+1)}
+	r.put("ci-bot", "key-big", recentKey{id: "apr-big", answer: big})
+	if k, ok := r.get("ci-bot", "key-big"); !ok || k.answer != nil {
+		t.Fatalf("answer over maxRecentAnswer: got %+v (remembered %v), want the key without it", k, ok)
+	}
+}

@@ -88,7 +88,9 @@ type CreateResult struct {
 	// is nil when the create is older than Retention; Approval is then the current state of
 	// the approval the key made, to answer with instead.
 	Response *StoredResponse
-	// Approval is the new approval, or the one the key made in its current state.
+	// Approval is the new approval, or the one the key made in its current state; nil for a
+	// replay answered from the answer this process kept (see recentKeys), which reads no
+	// approval.
 	Approval *Approval
 }
 
@@ -110,7 +112,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	if remembered && known.body == sum {
 		// The very bytes this process accepted under the key: valid, and of the fingerprint
 		// it remembers.
-		if res, ok, err := s.replayRecent(ctx, c, known.id, known.fingerprint); ok || err != nil {
+		if res, ok, err := s.replayRecent(ctx, c, known, known.fingerprint); ok || err != nil {
 			return res, err
 		}
 	}
@@ -124,7 +126,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	}
 	if remembered && known.body != sum && known.fingerprint == fingerprint {
 		// Other bytes of the same request (white space, the order of keys).
-		if res, ok, err := s.replayRecent(ctx, c, known.id, fingerprint); ok || err != nil {
+		if res, ok, err := s.replayRecent(ctx, c, known, fingerprint); ok || err != nil {
 			return res, err
 		}
 	}
@@ -157,24 +159,35 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	case err != nil:
 		return CreateResult{}, err
 	case holder == nil:
-		s.recent.put(c.Requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum})
+		s.recent.put(c.Requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
+			answer: &resp, expires: a.CreatedAt.Add(s.retention())})
 		return CreateResult{Response: &resp, Approval: a}, nil
 	case holder.Approval == nil:
 		return CreateResult{}, Errorf(EINTERNAL, "the store found the key %q held by nothing", c.Key)
 	case holder.Fingerprint != fingerprint:
 		return CreateResult{}, Errorf(EMISMATCH, "the Idempotency-Key was already used for a different request")
 	}
-	s.recent.put(c.Requester, c.Key, recentKey{id: holder.Approval.ID, fingerprint: fingerprint, body: sum})
-	return s.replay(c, holder.Approval)
+	return s.replayRemembered(c, holder.Approval, fingerprint, sum)
 }
 
-// replayRecent answers a create whose key this process remembers (see recentKeys) from one
-// read of the approval remembered, when that approval holds the key under fingerprint, the
-// create's: ok reports that it did. Otherwise (the approval gone, or the key used for another
-// request) the create goes on by the write path, which answers it as if nothing were
-// remembered. The read runs the request's token check, as the write would have.
-func (s *Service) replayRecent(ctx context.Context, c CreateCommand, id, fingerprint string) (CreateResult, bool, error) {
-	a, err := s.Store.Approval(ctx, id)
+// replayRecent answers a create whose key this process remembers (see recentKeys) under
+// fingerprint, the create's: from the answer remembered while it is replayed as it was given,
+// after nothing but the request's token check (ConfirmToken, a lookup of the token);
+// otherwise from one read of the approval remembered, when that approval holds the key under
+// fingerprint; ok reports that it did. Otherwise (the approval gone, or the key used for another request) the
+// create goes on by the write path, which answers it as if nothing were remembered. The read
+// runs the request's token check, as the write would have.
+func (s *Service) replayRecent(ctx context.Context, c CreateCommand, known recentKey, fingerprint string) (CreateResult, bool, error) {
+	if known.answer != nil && s.now().Before(known.expires) {
+		if check := PendingTokenCheck(ctx); check != nil {
+			if err := s.ConfirmToken(ctx, check); err != nil {
+				return CreateResult{}, false, err
+			}
+		}
+		again := *known.answer
+		return CreateResult{Replayed: true, Response: &again}, true, nil
+	}
+	a, err := s.Store.Approval(ctx, known.id)
 	switch {
 	case ErrorCode(err) == ENOTFOUND:
 		s.recent.forget(c.Requester, c.Key)
@@ -185,8 +198,20 @@ func (s *Service) replayRecent(ctx context.Context, c CreateCommand, id, fingerp
 		s.recent.forget(c.Requester, c.Key)
 		return CreateResult{}, false, nil
 	}
-	res, err := s.replay(c, a)
+	res, err := s.replayRemembered(c, a, fingerprint, sha256.Sum256(c.Body))
 	return res, err == nil, err
+}
+
+// replayRemembered replays a, which holds c's key under fingerprint, and remembers the key
+// with the answer, whose body has the SHA-256 sum.
+func (s *Service) replayRemembered(c CreateCommand, a *Approval, fingerprint string, sum [sha256.Size]byte) (CreateResult, error) {
+	res, err := s.replay(c, a)
+	if err != nil {
+		return res, err
+	}
+	s.recent.put(c.Requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
+		answer: res.Response, expires: a.CreatedAt.Add(s.retention())})
+	return res, nil
 }
 
 // replay answers a retry of the create that made a: the original answer when a was created
