@@ -40,62 +40,45 @@ func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) 
 	return done, nil
 }
 
-// ApplyInboxBatch applies each claimed event's action (actions[i] to events[i]) as ApplyInbox
-// does, in the order given, all in one transaction: a batch costs one commit and one read to
-// lock its events, where its events one at a time cost a commit and two reads each. It is all
-// or nothing: when one event cannot be applied (its claim lost, a store error), nothing is,
-// and the error names that event; the caller then applies them one at a time, to apply the
-// others and to learn which failed. It returns the events as marked, without their bodies.
-func (s *Service) ApplyInboxBatch(ctx context.Context, events []*InboxEvent, actions []InboxAction) ([]*InboxEvent, error) {
-	if len(events) != len(actions) {
-		return nil, Errorf(EINVALID, "%d inbox events for %d actions", len(events), len(actions))
+// ClaimApplyInbox takes up to limit events that ClaimInbox would claim and applies them in
+// the same transaction, each by the action actionFor computes from it (without touching the
+// store), in the order taken, and marks them done with one more attempt each: no lease is
+// written, since the transaction's lock on the events is the claim, and a crash before the
+// commit leaves them as they were, to be taken again (docs/operations.md, "The inbox under
+// load"). Against a claim and then ApplyInbox, that is one write of each event and one commit
+// fewer per event, and one commit for the batch. It is all or nothing: when one event cannot
+// be applied nothing is, and the error names it; the caller then claims the events instead,
+// to apply them one at a time and record which failed. It returns the events as marked, with their bodies.
+func (s *Service) ClaimApplyInbox(ctx context.Context, limit int, actionFor func(*InboxEvent) InboxAction) ([]*InboxEvent, error) {
+	if limit <= 0 {
+		return nil, Errorf(EINVALID, "limit must be positive")
 	}
-	ids := make([]string, len(events))
-	for i, a := range actions {
-		if err := checkInboxAction(a); err != nil {
+	return inTx(ctx, s, func(tx Tx) ([]*InboxEvent, error) {
+		events, err := tx.InboxLockDue(ctx, limit)
+		if err != nil || len(events) == 0 {
 			return nil, err
 		}
-		ids[i] = events[i].ID
-	}
-	tx, err := s.Store.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx)
-	locked, err := tx.InboxGetForUpdateMany(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[string]*InboxEvent, len(locked))
-	for _, cur := range locked {
-		byID[cur.ID] = cur
-	}
-	done := make([]*InboxEvent, len(events))
-	marks := make([]InboxMark, len(events))
-	for i, e := range events {
-		cur := byID[e.ID]
-		if cur == nil {
-			return nil, Errorf(ENOTFOUND, "inbox event %s not found", e.ID)
+		marks := make([]InboxMark, len(events))
+		for i, e := range events {
+			a := actionFor(e)
+			err := checkInboxAction(a)
+			var status InboxStatus
+			var outcome, approvalID string
+			if err == nil {
+				status, outcome, approvalID, err = s.applyLockedInbox(ctx, tx, e, a)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("inbox event %s: %w", e.ID, err)
+			}
+			marks[i] = InboxMark{ID: e.ID, Status: status, Outcome: outcome, ApprovalID: approvalID, Attempted: true}
+			now := tx.Now()
+			e.Status, e.Outcome, e.ApprovalID, e.ProcessedAt = status, outcome, approvalID, &now
+			e.NextAttemptAt, e.LeaseToken = nil, ""
+			e.Attempts++
 		}
-		status, outcome, approvalID, err := s.applyInbox(ctx, tx, e, cur, actions[i])
-		if err != nil {
-			return nil, fmt.Errorf("inbox event %s: %w", e.ID, err)
-		}
-		marks[i] = InboxMark{ID: e.ID, Status: status, Outcome: outcome, ApprovalID: approvalID}
-		now := tx.Now()
-		d := *cur
-		d.Status, d.Outcome, d.ApprovalID, d.ProcessedAt = status, outcome, approvalID, &now
-		d.NextAttemptAt, d.LeaseToken = nil, ""
-		done[i] = &d
-	}
-	// Every event marked done in one write: no handler reads another event's status.
-	if err := tx.InboxMarkDoneMany(ctx, marks); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return done, nil
+		// Every event marked done in one write: no handler reads another event's status.
+		return events, tx.InboxMarkDoneMany(ctx, marks)
+	})
 }
 
 // checkInboxAction refuses an action the rules cannot apply.
@@ -116,6 +99,12 @@ func (s *Service) applyInbox(ctx context.Context, tx Tx, e, cur *InboxEvent, a I
 	if err := holdsClaim(e, cur); err != nil {
 		return "", "", "", err
 	}
+	return s.applyLockedInbox(ctx, tx, cur, a)
+}
+
+// applyLockedInbox applies a to the event cur, locked in tx and held by this caller (its
+// claim checked, or its lock the claim), and returns what the event is to be marked with.
+func (s *Service) applyLockedInbox(ctx context.Context, tx Tx, cur *InboxEvent, a InboxAction) (InboxStatus, string, string, error) {
 	cause := Cause{Kind: CauseInbox, Source: cur.Source, EventID: cur.EventID}
 
 	status, outcome, approvalID := InboxProcessed, "", ""

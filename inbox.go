@@ -72,6 +72,9 @@ type InboxMark struct {
 	Status     InboxStatus
 	Outcome    string
 	ApprovalID string
+	// Attempted counts the attempt that ends here (attempts + 1): an event locked by
+	// Tx.InboxLockDue rather than claimed, whose claim would have counted it.
+	Attempted bool
 }
 
 // InboxAction is what a handler decided to do with a claimed event, computed from the body

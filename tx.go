@@ -137,10 +137,6 @@ type Tx interface {
 	// InboxGetForUpdate returns one inbox event without its body, locked until the
 	// transaction ends, or ENOTFOUND.
 	InboxGetForUpdate(ctx context.Context, id string) (*InboxEvent, error)
-	// InboxGetForUpdateMany is InboxGetForUpdate for several events at once, in one
-	// statement: the events found, locked in id order, without their bodies; a missing one is
-	// left out.
-	InboxGetForUpdateMany(ctx context.Context, ids []string) ([]*InboxEvent, error)
 	// InboxSetDone marks a pending event handled (status processed, ignored or stale) with
 	// its outcome and the approval it touched, clears its lease, and returns it with its
 	// body.
@@ -165,6 +161,12 @@ type Tx interface {
 	// racing in several transactions take disjoint events without waiting (PostgreSQL skips
 	// the rows another transaction holds; SQLite's single writer orders them).
 	InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, claim string) ([]*InboxEvent, error)
+	// InboxLockDue locks, until the transaction ends, up to limit of the events InboxClaimDue
+	// would claim (pending, due, no live lease), and returns them with their bodies, oldest
+	// due first, changing nothing: the transaction's lock is the claim, for a caller that
+	// applies them and marks them done before it commits. Transactions racing take disjoint
+	// events without waiting, as claims do.
+	InboxLockDue(ctx context.Context, limit int) ([]*InboxEvent, error)
 	// InboxDeleteHandled deletes up to limit handled events (processed, ignored or stale)
 	// received before receivedBefore, oldest first, and returns how many. Events another
 	// transaction holds are skipped, not waited for.

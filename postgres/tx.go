@@ -409,23 +409,27 @@ func (t *ruleTx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMa
 	}
 	n := len(marks)
 	ids, statuses, outcomes, refs := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	attempted := make([]int32, n)
 	for i, m := range marks {
 		ids[i], statuses[i], outcomes[i] = m.ID, string(m.Status), m.Outcome
 		if m.ApprovalID != "" {
 			refs[i] = &marks[i].ApprovalID
+		}
+		if m.Attempted {
+			attempted[i] = 1
 		}
 	}
 	return t.Write(ctx, "mark inbox events done", `
 		WITH changed AS (
 			UPDATE inbox_events i
 			SET status = v.status, outcome = v.outcome, approval_id = v.approval_id, processed_at = $5,
-				next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(id, status, outcome, approval_id)
+				next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL, attempts = i.attempts + v.attempted
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $7::int[]) AS v(id, status, outcome, approval_id, attempted)
 			WHERE i.id = v.id AND i.status = 'pending'
 			RETURNING 1
 		)
 		SELECT 1 / (count(*) = $6)::int FROM changed`,
-		ids, statuses, outcomes, refs, t.At, n)
+		ids, statuses, outcomes, refs, t.At, n, attempted)
 }
 
 // batchRows are a batch's last rows: closing them closes the batch.

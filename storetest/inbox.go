@@ -276,53 +276,72 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 	})
 
-	// A batch applies each event as ApplyInbox would, in the order given, in one transaction,
-	// and answers each event as the store now holds it (but for its body).
-	s.run(t, "ApplyBatch", func(t *testing.T, f *fixture) {
+	// ClaimApplyInbox takes the events a claim would (pending, due, no live lease), oldest
+	// first, applies each as ApplyInbox would, in one transaction, marks each done with one
+	// more attempt and no lease, and answers each as the store now holds it. An event a live
+	// claim holds is left to its claimer; once that lease has run out, it is taken.
+	s.run(t, "ClaimApply", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+		mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_leased", "ping", `{}`))
+		leased := mustClaimOneInbox(t, f.store, "evt_leased")
+		f.clock.Advance(time.Second)
 		actions := map[string]approval.InboxAction{
-			"evt_1": decideAction(a.ID, "alice", approval.VerdictApprove),
-			"evt_2": {Kind: approval.ActionIgnore, Reason: "no handler for ping"},
-			"evt_3": decideAction(a.ID, "bob", approval.VerdictReject),
+			"evt_1":      decideAction(a.ID, "alice", approval.VerdictApprove),
+			"evt_2":      {Kind: approval.ActionIgnore, Reason: "no handler for ping"},
+			"evt_3":      decideAction(a.ID, "bob", approval.VerdictReject),
+			"evt_leased": {Kind: approval.ActionIgnore, Reason: "taken over"},
 		}
 		for _, id := range []string{"evt_1", "evt_2", "evt_3"} {
-			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", id, approval.TypeApprovalDecision, `{}`))
+			mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", id, approval.TypeApprovalDecision, `{"n":1}`))
 			f.clock.Advance(time.Second)
 		}
-		claimed := mustClaimInbox(t, f.store, 10)
-		if got := eventIDs(claimed); !slices.Equal(got, []string{"chat/evt_1", "chat/evt_2", "chat/evt_3"}) {
-			t.Fatalf("claim: got %v, want evt_1, evt_2, evt_3", got)
-		}
-		batch := make([]approval.InboxAction, len(claimed))
-		for i, e := range claimed {
-			batch[i] = actions[e.EventID]
-		}
-		done, err := f.service().ApplyInboxBatch(ctx, claimed, batch)
+		actionFor := func(e *approval.InboxEvent) approval.InboxAction { return actions[e.EventID] }
+		done, err := f.service().ClaimApplyInbox(ctx, 10, actionFor)
 		if err != nil {
-			t.Fatalf("apply batch: %v", err)
+			t.Fatalf("claim and apply: %v", err)
+		}
+		if got := eventIDs(done); !slices.Equal(got, []string{"chat/evt_1", "chat/evt_2", "chat/evt_3"}) {
+			t.Fatalf("claim and apply: got %v, want evt_1, evt_2, evt_3 (evt_leased is held)", got)
 		}
 		// alice's approval decided it; bob's rejection came after, to a decided approval.
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusApproved, 2)
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
 		wantStatus := []approval.InboxStatus{approval.InboxProcessed, approval.InboxIgnored, approval.InboxProcessed}
-		for i, e := range claimed {
+		for i, e := range done {
 			got := mustInboxEvent(t, f.store, e.ID)
-			if got.Status != wantStatus[i] || done[i].Status != got.Status || done[i].Outcome != got.Outcome ||
-				done[i].ApprovalID != got.ApprovalID || done[i].LeaseToken != "" || done[i].NextAttemptAt != nil {
-				t.Fatalf("%s: answered %+v, stored %+v; want status %s in both", e.EventID, done[i], got, wantStatus[i])
+			if got.Status != wantStatus[i] || e.Status != got.Status || e.Outcome != got.Outcome || e.ApprovalID != got.ApprovalID ||
+				e.Attempts != 1 || got.Attempts != 1 || got.LeaseToken != "" || e.NextAttemptAt != nil || got.NextAttemptAt != nil {
+				t.Fatalf("%s: answered %+v, stored %+v; want status %s and attempt 1 in both, no lease", e.EventID, e, got, wantStatus[i])
 			}
-			if got.ProcessedAt == nil || done[i].ProcessedAt == nil {
-				t.Fatalf("%s: processed at %v, answered %v; want both set", e.EventID, got.ProcessedAt, done[i].ProcessedAt)
+			if got.ProcessedAt == nil || e.ProcessedAt == nil {
+				t.Fatalf("%s: processed at %v, answered %v; want both set", e.EventID, got.ProcessedAt, e.ProcessedAt)
 			}
-			wantTime(t, e.EventID+" processed_at", *done[i].ProcessedAt, *got.ProcessedAt)
+			wantTime(t, e.EventID+" processed_at", *e.ProcessedAt, *got.ProcessedAt)
+			if string(e.Body) != `{"n":1}` {
+				t.Fatalf("%s: answered body %q, want the event's", e.EventID, e.Body)
+			}
 		}
-		if got := mustInboxEvent(t, f.store, claimed[0].ID).Outcome; !strings.Contains(got, "alice voted approve") {
+		if got := done[0].Outcome; !strings.Contains(got, "alice voted approve") {
 			t.Fatalf("evt_1 outcome: got %q, want alice's vote", got)
 		}
-		if got := mustInboxEvent(t, f.store, claimed[1].ID).Outcome; got != "no handler for ping" {
-			t.Fatalf("evt_2 outcome: got %q, want the reason", got)
+		if got := mustInboxEvent(t, f.store, leased.ID); got.Status != approval.InboxPending || got.Attempts != 1 || got.LeaseToken != leased.LeaseToken {
+			t.Fatalf("evt_leased while its lease lives: got %+v, want it untouched", got)
 		}
+
+		// The lease has run out: the event is taken, and its claimer has lost it.
+		f.clock.Advance(workLease)
+		done, err = f.service().ClaimApplyInbox(ctx, 10, actionFor)
+		if err != nil || len(done) != 1 || done[0].ID != leased.ID || done[0].Attempts != 2 || done[0].Status != approval.InboxIgnored {
+			t.Fatalf("claim and apply after the lease: got %+v, %v; want evt_leased ignored at attempt 2", done, err)
+		}
+		_, err = f.service().ApplyInbox(ctx, leased, actions["evt_leased"])
+		wantCode(t, err, approval.ECONFLICT)
+		if done, err = f.service().ClaimApplyInbox(ctx, 10, actionFor); err != nil || len(done) != 0 {
+			t.Fatalf("claim and apply with nothing due: got %v, %v; want nothing", eventIDs(done), err)
+		}
+		_, err = f.service().ClaimApplyInbox(ctx, 0, actionFor)
+		wantCode(t, err, approval.EINVALID)
 	})
 
 	// The driver marks several events done at once, each with its own status, outcome and
@@ -362,14 +381,17 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("evt_3 after a failed mark: got %s %q, want ignored, first", got.Status, got.Outcome)
 		}
 		if err := mark(approval.InboxMark{ID: ids[1], Status: approval.InboxStale, Outcome: "older"},
-			approval.InboxMark{ID: ids[0], Status: approval.InboxProcessed, Outcome: "alice voted", ApprovalID: a.ID}); err != nil {
+			approval.InboxMark{ID: ids[0], Status: approval.InboxProcessed, Outcome: "alice voted", ApprovalID: a.ID, Attempted: true}); err != nil {
 			t.Fatalf("mark evt_1 and evt_2: %v", err)
 		}
 		for i, want := range []approval.InboxMark{
-			{Status: approval.InboxProcessed, Outcome: "alice voted", ApprovalID: a.ID},
+			{Status: approval.InboxProcessed, Outcome: "alice voted", ApprovalID: a.ID, Attempted: true},
 			{Status: approval.InboxStale, Outcome: "older"},
 		} {
 			got := mustInboxEvent(t, f.store, ids[i])
+			if attempts := map[bool]int{true: 1}[want.Attempted]; got.Attempts != attempts {
+				t.Fatalf("event %d after its mark: got %d attempts, want %d", i+1, got.Attempts, attempts)
+			}
 			if got.Status != want.Status || got.Outcome != want.Outcome || got.ApprovalID != want.ApprovalID ||
 				got.ProcessedAt == nil || got.NextAttemptAt != nil || got.LeaseToken != "" {
 				t.Fatalf("event %d after its mark: got %+v, want %+v, processed, no lease", i+1, got, want)
@@ -380,39 +402,40 @@ func exerciseInbox(t *testing.T, s suite) {
 		}
 	})
 
-	// A batch is all or nothing: one event whose claim is lost applies none of them, and the
-	// error names it.
-	s.run(t, "ApplyBatchAllOrNothing", func(t *testing.T, f *fixture) {
+	// ClaimApplyInbox is all or nothing: one event that cannot be applied applies none of them,
+	// counts no attempt and leaves no lease, and the error names it.
+	s.run(t, "ClaimApplyAllOrNothing", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, `{}`))
+		first := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_1", approval.TypeApprovalDecision, `{}`))
 		f.clock.Advance(time.Second)
-		mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_2", approval.TypeApprovalDecision, `{}`))
-		claimed := mustClaimInbox(t, f.store, 10)
-		if len(claimed) != 2 {
-			t.Fatalf("claim: got %v, want evt_1 and evt_2", eventIDs(claimed))
+		second := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_2", approval.TypeApprovalDecision, `{}`))
+		valid := map[string]approval.InboxAction{
+			"evt_1": decideAction(a.ID, "alice", approval.VerdictApprove),
+			"evt_2": {Kind: approval.ActionIgnore, Reason: "late"},
 		}
-		actions := []approval.InboxAction{
-			decideAction(a.ID, "alice", approval.VerdictApprove),
-			{Kind: approval.ActionIgnore, Reason: "late"},
+		broken := func(e *approval.InboxEvent) approval.InboxAction {
+			if e.EventID == "evt_2" {
+				return approval.InboxAction{Kind: approval.ActionDecide} // no payload
+			}
+			return valid[e.EventID]
 		}
-		lost := *claimed[1]
-		lost.LeaseToken = "clm_lost"
-		_, err := f.service().ApplyInboxBatch(ctx, []*approval.InboxEvent{claimed[0], &lost}, actions)
-		wantCode(t, err, approval.ECONFLICT)
-		if err == nil || !strings.Contains(err.Error(), claimed[1].ID) {
-			t.Fatalf("apply batch with a lost claim: got %v, want an error naming %s", err, claimed[1].ID)
+		_, err := f.service().ClaimApplyInbox(ctx, 10, broken)
+		wantCode(t, err, approval.EINVALID)
+		if !strings.Contains(fmt.Sprint(err), second.ID) {
+			t.Fatalf("claim and apply with an action that cannot apply: got %v, want an error naming %s", err, second.ID)
 		}
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusPending, 1)
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated)
-		for _, e := range claimed {
-			if got := mustInboxEvent(t, f.store, e.ID); got.Status != approval.InboxPending {
-				t.Fatalf("%s after a batch that failed: got status %s, want pending", e.EventID, got.Status)
+		for _, e := range []*approval.InboxEvent{first, second} {
+			if got := mustInboxEvent(t, f.store, e.ID); got.Status != approval.InboxPending || got.Attempts != 0 || got.LeaseToken != "" {
+				t.Fatalf("%s after a batch that failed: got %+v, want pending, no attempt, no lease", e.EventID, got)
 			}
 		}
-		// The same batch with its claims held applies both.
-		if _, err := f.service().ApplyInboxBatch(ctx, claimed, actions); err != nil {
-			t.Fatalf("apply batch: %v", err)
+		// The same events with actions that apply: both are.
+		done, err := f.service().ClaimApplyInbox(ctx, 10, func(e *approval.InboxEvent) approval.InboxAction { return valid[e.EventID] })
+		if err != nil || len(done) != 2 {
+			t.Fatalf("claim and apply: got %v, %v; want both events", eventIDs(done), err)
 		}
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusApproved, 2)
 	})
@@ -717,7 +740,8 @@ func exerciseInbox(t *testing.T, s suite) {
 		wantClaimed(t, "claim after the retry", mustClaimInbox(t, f.store, 10), 3, e)
 	})
 
-	// Inbox processors on every replica claim at once: each event goes to exactly one.
+	// Inbox processors on every replica claim at once, some claiming with a lease and some
+	// taking events in the transaction that applies them: each event goes to exactly one.
 	s.run(t, "ClaimRace", func(t *testing.T, f *fixture) {
 		const events, claimers, batch = 40, 8, 3
 		for i := range events {
@@ -730,7 +754,15 @@ func exerciseInbox(t *testing.T, s suite) {
 			// claims at least one event, so no claimer needs more passes than there are events;
 			// the bound keeps a store that hands out events again from looping for ever.
 			for range events + 1 {
-				got, err := f.service().ClaimInbox(t.Context(), workLease, batch)
+				var got []*approval.InboxEvent
+				var err error
+				if i%2 == 0 {
+					got, err = f.service().ClaimInbox(t.Context(), workLease, batch)
+				} else {
+					got, err = f.service().ClaimApplyInbox(t.Context(), batch, func(*approval.InboxEvent) approval.InboxAction {
+						return approval.InboxAction{Kind: approval.ActionIgnore, Reason: "race"}
+					})
+				}
 				if err != nil {
 					errs[i] = err
 					return
@@ -759,6 +791,15 @@ func exerciseInbox(t *testing.T, s suite) {
 		for id, n := range seen {
 			if n != 1 {
 				t.Fatalf("event %s: claimed %d times, want once", id, n)
+			}
+		}
+		// What was taken to be applied is applied; what was claimed waits for its claimer.
+		for i := range claimers {
+			want := map[bool]approval.InboxStatus{true: approval.InboxPending, false: approval.InboxIgnored}[i%2 == 0]
+			for _, e := range claimed[i] {
+				if got := mustInboxEvent(t, f.store, e.ID); got.Status != want || got.Attempts != 1 {
+					t.Fatalf("claimer %d's %s: got %s at attempt %d, want %s at 1", i, e.EventID, got.Status, got.Attempts, want)
+				}
 			}
 		}
 	})

@@ -57,11 +57,12 @@ type InboxStore interface {
 	Subscribe(topic string) (<-chan struct{}, func())
 }
 
-// InboxRules claims events, applies claimed events together or one alone, or records a
-// failed attempt: approval.Service's ClaimInbox, ApplyInboxBatch, ApplyInbox and FailInbox.
+// InboxRules takes and applies events in one transaction, claims events, applies one claimed
+// event, or records a failed attempt: approval.Service's ClaimApplyInbox, ClaimInbox,
+// ApplyInbox and FailInbox.
 type InboxRules interface {
+	ClaimApplyInbox(ctx context.Context, limit int, actionFor func(*approval.InboxEvent) approval.InboxAction) ([]*approval.InboxEvent, error)
 	ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error)
-	ApplyInboxBatch(ctx context.Context, events []*approval.InboxEvent, actions []approval.InboxAction) ([]*approval.InboxEvent, error)
 	ApplyInbox(ctx context.Context, e *approval.InboxEvent, a approval.InboxAction) (*approval.InboxEvent, error)
 	FailInbox(ctx context.Context, e *approval.InboxEvent, errMsg string, retryAt *time.Time) error
 }
@@ -104,46 +105,48 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 	}
 }
 
-// ProcessOnce claims a batch of due events (up to Batch) and handles them, and returns how
-// many it claimed. The batch is applied in one transaction, in the order claimed: one commit
-// for the batch (one at a time, each waiting for its own commit, the processor applied 85
-// events a second while 32 clients delivered 1,600 a second on PostgreSQL; docs/operations.md,
-// "The inbox under load"). When that fails, each event is handled on its own: one that fails
-// is scheduled for a later attempt (or failed, after MaxAttempts) and the others go on. The
-// error reports a claim that failed, or failures that could not even be recorded.
+// ProcessOnce takes a batch of due events (up to Batch), handles them, and returns how many it
+// took. The batch is taken, applied and marked done in one transaction, in the order taken:
+// one commit for the batch, and no lease written, since the transaction's lock is the claim
+// (one event at a time, each waiting for its own commit, the processor applied 85 events a
+// second while 32 clients delivered 1,600 a second on PostgreSQL; docs/operations.md, "The
+// inbox under load"). When that fails, nothing of it was applied: the due events are then
+// claimed with a lease and handled each on its own, so that one that fails is scheduled for a
+// later attempt (or failed, after MaxAttempts) and the others go on. The error reports a
+// claim that failed, or failures that could not even be recorded.
 //
-// Events already claimed are handled to the end even if ctx ends meanwhile: a store
+// Events claimed with a lease are handled to the end even if ctx ends meanwhile: a store
 // transaction is short, and abandoning a claim would cost the event an attempt and a lease
 // of delay. Their work is bounded by the lease instead, after which the claim is void anyway.
 func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
 	return p.process(ctx, p.batch())
 }
 
-// process is ProcessOnce with a claim of up to limit events.
+// process is ProcessOnce with a batch of up to limit events.
 func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
+	done, err := p.Rules.ClaimApplyInbox(ctx, limit, func(e *approval.InboxEvent) approval.InboxAction {
+		return Handle(e, p.Sources[e.Source])
+	})
+	if err == nil {
+		for _, e := range done {
+			p.handled(ctx, e)
+		}
+		return len(done), nil
+	}
+	if ctx.Err() != nil {
+		return 0, nil // stopped: the transaction rolled back, and nothing was taken
+	}
+	p.logger().DebugContext(ctx, "inbox batch not applied together; claiming its events to apply them one at a time", "limit", limit, "error", err)
+
 	events, err := p.Rules.ClaimInbox(ctx, orDefault(p.Lease, DefaultLease), limit)
 	if err != nil {
 		return 0, fmt.Errorf("claim inbox events: %w", err)
 	}
 	work, cancel := context.WithTimeout(context.WithoutCancel(ctx), orDefault(p.Lease, DefaultLease))
 	defer cancel()
-	actions := make([]approval.InboxAction, len(events))
-	for i, e := range events {
-		actions[i] = Handle(e, p.Sources[e.Source])
-	}
-	if len(events) > 1 {
-		done, err := p.Rules.ApplyInboxBatch(work, events, actions)
-		if err == nil {
-			for _, e := range done {
-				p.handled(work, e)
-			}
-			return len(events), nil
-		}
-		p.logger().DebugContext(work, "inbox batch not applied together; applying its events one at a time", "events", len(events), "error", err)
-	}
 	var errs []error
-	for i, e := range events {
-		if err := p.handle(work, e, actions[i]); err != nil {
+	for _, e := range events {
+		if err := p.handle(work, e, Handle(e, p.Sources[e.Source])); err != nil {
 			errs = append(errs, fmt.Errorf("inbox event %s (%s/%s): %w", e.ID, e.Source, e.EventID, err))
 		}
 	}

@@ -493,7 +493,7 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 		}
 		// 2+4+8+16 = 30 in full batches, then 16 asked for and the last 10 found.
 		if want := []int{2, 4, 8, 16, 16}; !slices.Equal(rules.limits, want) {
-			t.Errorf("claims: got limits %v, want %v", rules.limits, want)
+			t.Errorf("batches taken: got limits %v, want %v", rules.limits, want)
 		}
 		for _, e := range events {
 			if got := mustInboxEvent(t, s, e.ID); got.Status != approval.InboxIgnored || got.Attempts != 1 {
@@ -503,17 +503,17 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 	})
 }
 
-// claimRecorder is the real rules, recording each claim's limit; short is called after the
-// first claim that found fewer events than it asked for.
+// claimRecorder is the real rules, recording the limit of each batch taken (ClaimApplyInbox);
+// short is called after the first batch that found fewer events than it asked for.
 type claimRecorder struct {
 	worker.InboxRules
 	limits []int
 	short  func()
 }
 
-func (r *claimRecorder) ClaimInbox(ctx context.Context, lease time.Duration, limit int) ([]*approval.InboxEvent, error) {
+func (r *claimRecorder) ClaimApplyInbox(ctx context.Context, limit int, actionFor func(*approval.InboxEvent) approval.InboxAction) ([]*approval.InboxEvent, error) {
 	r.limits = append(r.limits, limit)
-	evs, err := r.InboxRules.ClaimInbox(ctx, lease, limit)
+	evs, err := r.InboxRules.ClaimApplyInbox(ctx, limit, actionFor)
 	if err == nil && len(evs) < limit {
 		r.short()
 	}

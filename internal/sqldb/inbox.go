@@ -40,6 +40,19 @@ func (t Tx) InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, 
 	return events, t.Translate("claim inbox events", err)
 }
 
+// InboxLockDue locks the events InboxClaimDue would claim (see approval.Tx); on SQLite the
+// write transaction holds them all.
+func (t Tx) InboxLockDue(ctx context.Context, limit int) ([]*approval.InboxEvent, error) {
+	events, err := query(ctx, t, `
+		SELECT `+InboxColumns+`, body FROM inbox_events i
+		WHERE status = 'pending' AND next_attempt_at <= $1
+			AND (lease_token = '' OR lease_expires_at <= $1)
+		ORDER BY next_attempt_at, id
+		LIMIT $2`+t.Dialect.SkipLocked,
+		ScanInbox, t.Dialect.Time(t.At), limit)
+	return events, t.Translate("lock due inbox events", err)
+}
+
 func (t Tx) InboxDeleteHandled(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
 	n, err := t.exec(ctx, "purge inbox events", `
 		WITH old AS (

@@ -302,17 +302,10 @@ func (t Tx) InboxGetForUpdate(ctx context.Context, id string) (*approval.InboxEv
 	return e, t.Translate("lock inbox event", err)
 }
 
-// InboxGetForUpdateMany locks the events in id order, as ExecutionGetForUpdateMany does.
-func (t Tx) InboxGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.InboxEvent, error) {
-	list, err := query(ctx, t, `SELECT `+InboxColumns+`, CAST(NULL AS bytea) FROM inbox_events i WHERE `+
-		t.Dialect.AnyOf("i.id", "$1")+` ORDER BY i.id`+t.Dialect.ForUpdate, ScanInbox, t.Dialect.List(ids))
-	return list, t.Translate("lock inbox events", err)
-}
-
 // InboxSetDone writes and then reads the event: on PostgreSQL the write travels with the read,
 // in one round trip.
 func (t Tx) InboxSetDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) (*approval.InboxEvent, error) {
-	if err := t.markInboxDone(ctx, id, status, outcome, approvalID); err != nil {
+	if err := t.markInboxDone(ctx, approval.InboxMark{ID: id, Status: status, Outcome: outcome, ApprovalID: approvalID}); err != nil {
 		return nil, err
 	}
 	e, err := InboxEventByID(ctx, t.Run, t.Dialect, id)
@@ -320,24 +313,28 @@ func (t Tx) InboxSetDone(ctx context.Context, id string, status approval.InboxSt
 }
 
 // markInboxDone marks one pending event done; one no longer pending fails the transaction.
-func (t Tx) markInboxDone(ctx context.Context, id string, status approval.InboxStatus, outcome, approvalID string) error {
+func (t Tx) markInboxDone(ctx context.Context, m approval.InboxMark) error {
 	var ref any
-	if approvalID != "" {
-		ref = approvalID
+	if m.ApprovalID != "" {
+		ref = m.ApprovalID
+	}
+	attempted := 0
+	if m.Attempted {
+		attempted = 1
 	}
 	return t.writeOne(ctx, "mark inbox event done", `
 		UPDATE inbox_events
 		SET status = $2, outcome = $3, approval_id = $4, processed_at = $5,
-			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL
+			next_attempt_at = NULL, lease_token = '', lease_expires_at = NULL, attempts = attempts + $6
 		WHERE id = $1 AND status = 'pending'`,
-		id, string(status), outcome, ref, t.Dialect.Time(t.At))
+		m.ID, string(m.Status), m.Outcome, ref, t.Dialect.Time(t.At), attempted)
 }
 
 // InboxMarkDoneMany marks the events one guarded statement each; PostgreSQL's driver replaces
 // it with one statement over arrays.
 func (t Tx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
 	for _, m := range marks {
-		if err := t.markInboxDone(ctx, m.ID, m.Status, m.Outcome, m.ApprovalID); err != nil {
+		if err := t.markInboxDone(ctx, m); err != nil {
 			return err
 		}
 	}
