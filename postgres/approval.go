@@ -118,6 +118,37 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 	return s.Reads.Checked(ctx, id, c, a, err)
 }
 
+// TokenByHash finds the token with the given hash (see approval.Store) through the store's
+// batcher, as Approval reads: the lookups arriving at the same moment (a replay answered from
+// memory checks only its token) share one statement and one round trip. It replaces
+// sqldb.Reads.TokenByHash on PostgreSQL.
+func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
+	t, err := s.tokens.Do(hash)
+	if err == nil && t == nil {
+		err = approval.Errorf(approval.ENOTFOUND, "token not found")
+	}
+	return t, translate("find token", err)
+}
+
+// tokenBatch finds calls' tokens by hash in one statement and sets each call's result: its
+// token, or nil.
+func (s *Store) tokenBatch(ctx context.Context, calls []*batch.Call[[]byte, *approval.Token]) error {
+	hashes := make([][]byte, len(calls))
+	for i, c := range calls {
+		hashes[i] = c.Req
+	}
+	rows, err := s.batchPool.Query(ctx, `SELECT r.ord, `+sqldb.TokenColumns+`
+		FROM unnest($1::bytea[]) WITH ORDINALITY AS r(hash, ord) JOIN tokens t ON t.hash = r.hash`, hashes)
+	return sqldb.Each(rows, err, func(r sqldb.Row) error {
+		var ord int
+		t, err := sqldb.ScanTokenAfter(r, &ord)
+		if err == nil && ord >= 1 && ord <= len(calls) {
+			calls[ord-1].Res = t
+		}
+		return err
+	})
+}
+
 // readBatch reads calls' approvals with readApprovalsSQL and sets each call's result: its
 // approval, or nil.
 func (s *Store) readBatch(ctx context.Context, calls []*batch.Call[read, *approval.Approval]) error {

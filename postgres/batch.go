@@ -37,8 +37,9 @@ func refusedWhole(err error) bool {
 }
 
 // BatchStats returns what each kind of batch has run so far in this process ("create",
-// "intake", "read"), for the metrics approvald_store_batches_total and
+// "intake", "read", "token"), for the metrics approvald_store_batches_total and
 // approvald_store_batched_calls_total.
 func (s *Store) BatchStats() map[string]batch.Stats {
-	return map[string]batch.Stats{"create": s.creates.Stats(), "intake": s.intakes.Stats(), "read": s.reads.Stats()}
+	return map[string]batch.Stats{"create": s.creates.Stats(), "intake": s.intakes.Stats(), "read": s.reads.Stats(),
+		"token": s.tokens.Stats()}
 }

@@ -61,6 +61,7 @@ type Store struct {
 	creates   *batch.Batcher[insert, inserted]               // InsertApproval's batches
 	intakes   *batch.Batcher[*approval.InboxEvent, recorded] // RecordInbox's batches of new events
 	reads     *batch.Batcher[read, *approval.Approval]       // Approval's batches
+	tokens    *batch.Batcher[[]byte, *approval.Token]        // TokenByHash's batches
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -134,7 +135,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	// by their keys' indexes (docs/architecture.md, "Creates, intakes and reads in batches",
 	// "Planned once").
 	bcfg := cfg.Copy()
-	bcfg.MaxConns, bcfg.MinConns = 3*writeBatches, 0 // a connection per batch in flight
+	bcfg.MaxConns, bcfg.MinConns = 4*writeBatches, 0 // a connection per batch in flight
 	bcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	bcfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	batchPool, err := newPool(ctx, bcfg)
@@ -148,6 +149,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	s.creates = batch.New(writeBatches, writeBatchMax, eachAlone(s.insertBatch))
 	s.intakes = batch.New(writeBatches, writeBatchMax, eachAlone(s.recordInboxBatch))
 	s.reads = batch.New(writeBatches, writeBatchMax, eachAlone(s.readBatch))
+	s.tokens = batch.New(writeBatches, writeBatchMax, eachAlone(s.tokenBatch))
 	return s, nil
 }
 

@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"bytes"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -57,4 +59,49 @@ func TestRevocationHoldsOnEveryReplica(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTokenByHashBatched looks up many tokens at once, known and unknown, so that the store's
+// batcher puts several in one statement: each lookup gets its own token, by hash, or
+// ENOTFOUND, never another's.
+func TestTokenByHashBatched(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := mustOpen(t, testdb.DSN(t, testdb.Postgres))
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	svc := &approval.Service{Store: s}
+	const tokens, lookups = 12, 96
+	hashes := make([][]byte, tokens)
+	ids := make([]string, tokens)
+	for i := range tokens {
+		secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: fmt.Sprint("user-", i), Role: approval.RoleApprover})
+		if err != nil {
+			t.Fatalf("create token: %v", err)
+		}
+		hashes[i], ids[i] = approval.HashToken(secret), tok.ID
+	}
+	errs := make([]error, lookups)
+	race(lookups, func(i int) {
+		k := i % (tokens + 1) // tokens known, and one unknown
+		hash := []byte(fmt.Sprint("unknown-", i))
+		if k < tokens {
+			hash = hashes[k]
+		}
+		got, err := s.TokenByHash(ctx, hash)
+		switch {
+		case k == tokens && approval.ErrorCode(err) != approval.ENOTFOUND:
+			errs[i] = fmt.Errorf("unknown hash: got %+v, %v; want ENOTFOUND", got, err)
+		case k < tokens && (err != nil || got.ID != ids[k] || !bytes.Equal(got.Hash, hashes[k])):
+			errs[i] = fmt.Errorf("token %d: got %+v, %v; want %s", k, got, err, ids[k])
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stats := s.BatchStats()["token"]
+	t.Logf("token batches: %d batches for %d lookups", stats.Batches, stats.Calls)
 }

@@ -12,11 +12,14 @@ import (
 const TokenColumns = `t.id, t.name, t.subject, t.role, t.hash, t.created_at, t.expires_at, t.last_used_at, t.revoked_at`
 
 // ScanToken reads TokenColumns.
-func ScanToken(row Row) (*approval.Token, error) {
+func ScanToken(row Row) (*approval.Token, error) { return ScanTokenAfter(row) }
+
+// ScanTokenAfter reads a row of columns of its own, scanned into lead, then TokenColumns.
+func ScanTokenAfter(row Row, lead ...any) (*approval.Token, error) {
 	var t approval.Token
 	var role string
-	if err := row.Scan(&t.ID, &t.Name, &t.Subject, &role, Bytes(&t.Hash), Time(&t.CreatedAt),
-		NullTime(&t.ExpiresAt), NullTime(&t.LastUsedAt), NullTime(&t.RevokedAt)); err != nil {
+	if err := row.Scan(append(lead, &t.ID, &t.Name, &t.Subject, &role, Bytes(&t.Hash), Time(&t.CreatedAt),
+		NullTime(&t.ExpiresAt), NullTime(&t.LastUsedAt), NullTime(&t.RevokedAt))...); err != nil {
 		return nil, fmt.Errorf("scan token: %w", err)
 	}
 	t.Role = approval.Role(role)
