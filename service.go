@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"sync"
@@ -38,7 +39,8 @@ type Service struct {
 	known   map[string]*Token
 
 	// recent remembers which approval holds the keys of the creates this process answered
-	// lately, so that a retry is answered from a read (see recentKeys).
+	// lately, and the newest answers, so that a retry is answered from memory or from a read
+	// (see recentKeys).
 	recent recentKeys
 }
 
@@ -174,9 +176,9 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 // fingerprint, the create's: from the answer remembered while it is replayed as it was given,
 // after nothing but the request's token check (ConfirmToken, a lookup of the token);
 // otherwise from one read of the approval remembered, when that approval holds the key under
-// fingerprint; ok reports that it did. Otherwise (the approval gone, or the key used for another request) the
-// create goes on by the write path, which answers it as if nothing were remembered. The read
-// runs the request's token check, as the write would have.
+// fingerprint; ok reports that it did. Otherwise (the approval gone, or the key used for
+// another request) the create goes on by the write path, which answers it as if nothing were
+// remembered. The read runs the request's token check, as the write would have.
 func (s *Service) replayRecent(ctx context.Context, c CreateCommand, known recentKey, fingerprint string) (CreateResult, bool, error) {
 	if known.answer != nil && s.now().Before(known.expires) {
 		if check := PendingTokenCheck(ctx); check != nil {
@@ -185,6 +187,7 @@ func (s *Service) replayRecent(ctx context.Context, c CreateCommand, known recen
 			}
 		}
 		again := *known.answer
+		again.Body = bytes.Clone(again.Body) // the caller's to keep; the memory's stays as it is
 		return CreateResult{Replayed: true, Response: &again}, true, nil
 	}
 	a, err := s.Store.Approval(ctx, known.id)

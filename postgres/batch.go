@@ -18,6 +18,10 @@ const (
 	writeBatchMax = 64
 )
 
+// batchKinds is how many batchers a Store runs (creates, intakes, reads, token look-ups; see
+// BatchStats), each up to writeBatches batches at once on the batches' pool.
+const batchKinds = 4
+
 // batchTimeout bounds a batch, which runs on a context of its own: it writes for callers
 // who may have gone, and each caller waits for it to end.
 const batchTimeout = 30 * time.Second

@@ -157,3 +157,21 @@ var BatchStatements = map[string]string{
 	"insert_inbox":     insertInboxSQL,
 	"signal_inbox":     signalStoredInboxSQL,
 }
+
+// TokenBatch looks the hashes up as ONE batch of TokenByHash's batcher and returns each token
+// found, or nil.
+func (s *Store) TokenBatch(hashes [][]byte) ([]*approval.Token, error) {
+	calls := make([]*batch.Call[[]byte, *approval.Token], len(hashes))
+	for i, h := range hashes {
+		calls[i] = &batch.Call[[]byte, *approval.Token]{Req: h}
+	}
+	eachAlone(s.tokenBatch)(calls)
+	out := make([]*approval.Token, len(calls))
+	for i, c := range calls {
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		out[i] = c.Res
+	}
+	return out, nil
+}

@@ -135,7 +135,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	// by their keys' indexes (docs/architecture.md, "Creates, intakes and reads in batches",
 	// "Planned once").
 	bcfg := cfg.Copy()
-	bcfg.MaxConns, bcfg.MinConns = 4*writeBatches, 0 // a connection per batch in flight
+	bcfg.MaxConns, bcfg.MinConns = batchKinds*writeBatches, 0 // a connection per batch in flight
 	bcfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	bcfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	batchPool, err := newPool(ctx, bcfg)

@@ -61,9 +61,9 @@ func TestRevocationHoldsOnEveryReplica(t *testing.T) {
 	}
 }
 
-// TestTokenByHashBatched looks up many tokens at once, known and unknown, so that the store's
-// batcher puts several in one statement: each lookup gets its own token, by hash, or
-// ENOTFOUND, never another's.
+// TestTokenByHashBatched looks up many tokens at once, known and unknown, through the store's
+// batcher, and then several in one batch for certain: each look-up gets its own token, by
+// hash, or nothing (ENOTFOUND), never another's.
 func TestTokenByHashBatched(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -102,6 +102,31 @@ func TestTokenByHashBatched(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stats := s.BatchStats()["token"]
-	t.Logf("token batches: %d batches for %d lookups", stats.Batches, stats.Calls)
+
+	// One batch for certain: the tokens in reverse order, one twice, unknown hashes between.
+	var want []string
+	var batch [][]byte
+	for i := tokens - 1; i >= 0; i-- {
+		batch, want = append(batch, hashes[i]), append(want, ids[i])
+		if i%4 == 0 {
+			batch, want = append(batch, []byte(fmt.Sprint("unknown-", i))), append(want, "")
+		}
+	}
+	batch, want = append(batch, hashes[3]), append(want, ids[3])
+	got, err := s.TokenBatch(batch)
+	if err != nil {
+		t.Fatalf("one batch: %v", err)
+	}
+	for i, tok := range got {
+		id := ""
+		if tok != nil {
+			id = tok.ID
+			if !bytes.Equal(tok.Hash, batch[i]) {
+				t.Fatalf("one batch, look-up %d: got token %s of another hash", i, id)
+			}
+		}
+		if id != want[i] {
+			t.Fatalf("one batch, look-up %d: got %q, want %q (empty: none)", i, id, want[i])
+		}
+	}
 }

@@ -24,9 +24,11 @@ const (
 var DefaultInboxBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute, Multiplier: 2, Jitter: 0.2}
 
 // InboxProcessor applies stored webhook events (docs/invariants.md, invariant 3: work happens
-// after the acknowledgement, in a worker that claims stored events). Every replica runs one;
-// claims are leased in the store, so an event is applied once however many processors race for
-// it, and an event whose processor died is taken over when its lease ends.
+// after the acknowledgement, in a worker that claims stored events). Every replica runs one.
+// A batch is taken under its transaction's locks, applied and marked done before it commits,
+// and an event that must be applied alone is claimed under a lease in the store: so an event
+// is applied once however many processors race for it, and an event whose processor died is
+// taken again when its transaction ends or its lease runs out.
 type InboxProcessor struct {
 	Store InboxStore
 	// Rules claims and applies events by approvald's rules (an *approval.Service); required.
@@ -124,9 +126,13 @@ func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
 
 // process is ProcessOnce with a batch of up to limit events.
 func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
-	done, err := p.Rules.ClaimApplyInbox(ctx, limit, func(e *approval.InboxEvent) approval.InboxAction {
+	// The batch holds its events' locks until it ends, and no lease frees them meanwhile: it
+	// is bounded by the lease as a claimed event's work is.
+	batch, cancelBatch := context.WithTimeout(ctx, orDefault(p.Lease, DefaultLease))
+	done, err := p.Rules.ClaimApplyInbox(batch, limit, func(e *approval.InboxEvent) approval.InboxAction {
 		return Handle(e, p.Sources[e.Source])
 	})
+	cancelBatch()
 	if err == nil {
 		for _, e := range done {
 			p.handled(ctx, e)
@@ -134,9 +140,11 @@ func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
 		return len(done), nil
 	}
 	if ctx.Err() != nil {
-		return 0, nil // stopped: the transaction rolled back, and nothing was taken
+		// Stopped: the batch rolled back, or committed with its answer lost; either way
+		// nothing is left half done, and the next processor takes what is still due.
+		return 0, nil
 	}
-	p.logger().DebugContext(ctx, "inbox batch not applied together; claiming its events to apply them one at a time", "limit", limit, "error", err)
+	p.logger().WarnContext(ctx, "inbox batch not applied together; claiming its events to apply them one at a time", "limit", limit, "error", err)
 
 	events, err := p.Rules.ClaimInbox(ctx, orDefault(p.Lease, DefaultLease), limit)
 	if err != nil {
