@@ -18,6 +18,7 @@ const (
 	DefaultInboxBatch    = 20
 	DefaultInboxMaxBatch = 320
 	DefaultInboxAttempts = 10
+	DefaultInboxPace     = 20 * time.Millisecond
 )
 
 // DefaultInboxBackoff spaces the attempts of an inbox event whose store work failed.
@@ -43,10 +44,18 @@ type InboxProcessor struct {
 	Poll  time.Duration // how often to look without a signal (DefaultPoll when zero)
 	Batch int           // events claimed at once (DefaultInboxBatch when zero)
 	// MaxBatch bounds the claim while a backlog lasts (DefaultInboxMaxBatch when zero): Run
-	// doubles its claim after each full batch, up to MaxBatch, and goes back to Batch after
-	// one that was not full. A batch is one transaction, so a backlog is applied with fewer
+	// doubles its claim after each full batch, up to MaxBatch, and after one that was not
+	// full claims twice what that one found (at least Batch). A batch is one transaction, so a backlog is applied with fewer
 	// commits and round trips per event the longer it is.
-	MaxBatch    int
+	MaxBatch int
+	// Pace is the least time from the start of a pass that found events to the start of the
+	// next one that waited for a signal (DefaultInboxPace when zero). Under a busy intake
+	// every stored batch signals, and a processor that took a pass per signal applied a few
+	// events per transaction; paced, it applies what arrived meanwhile in one (docs/operations.md,
+	// "The inbox under load"). An idle processor is never held back: after a pass that found
+	// nothing, a signal starts the next at once; nor is a backlog, whose full batches follow
+	// each other at once.
+	Pace        time.Duration
 	Backoff     Backoff // wait before retrying an event whose store work failed (DefaultInboxBackoff when zero)
 	MaxAttempts int     // attempts before an event is failed (DefaultInboxAttempts when zero)
 
@@ -70,7 +79,8 @@ type InboxRules interface {
 }
 
 // Run processes events as they become due until ctx ends, then returns nil. It wakes on the
-// store's inbox signal and polls every Poll as well, since a signal is only a hint. A failed
+// store's inbox signal and polls every Poll as well, since a signal is only a hint; after a
+// pass that found events, it starts the next no sooner than Pace after it. A failed
 // pass is logged and retried at the next wake-up. Run returns an error only when the
 // processor is misconfigured.
 func (p *InboxProcessor) Run(ctx context.Context) error {
@@ -82,7 +92,9 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 	ticker := time.NewTicker(orDefault(p.Poll, DefaultPoll))
 	defer ticker.Stop()
 	limit := p.batch()
+	pace := orDefault(p.Pace, DefaultInboxPace)
 	for {
+		start := time.Now()
 		n, err := p.process(ctx, limit)
 		if err != nil && ctx.Err() == nil {
 			p.logger().ErrorContext(ctx, "inbox pass failed", "error", err)
@@ -91,7 +103,9 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 			limit = min(2*limit, max(p.maxBatch(), p.batch()))
 			continue // a full batch: more may be waiting
 		}
-		limit = p.batch()
+		// Not full: the events stored from now to the next pass are about as many as this one
+		// found, if it was paced; claim room for twice that.
+		limit = min(max(2*n, p.batch()), max(p.maxBatch(), p.batch()))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -104,7 +118,23 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil // stopped while a wake-up was also ready, which select may pick
 		}
+		if n > 0 && !sleep(ctx, time.Until(start.Add(pace))) {
+			return nil
+		}
 	}
+}
+
+// sleep waits d (nothing when d <= 0) and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // ProcessOnce takes a batch of due events (up to Batch), handles them, and returns how many it
@@ -215,8 +245,8 @@ func (p *InboxProcessor) validate() error {
 		return errors.New("inbox processor: no store")
 	case p.Rules == nil:
 		return errors.New("inbox processor: no rules to apply events with")
-	case p.Lease < 0 || p.Poll < 0 || p.Batch < 0 || p.MaxBatch < 0 || p.MaxAttempts < 0:
-		return fmt.Errorf("inbox processor: negative lease %s, poll %s, batch %d, max batch %d or max attempts %d", p.Lease, p.Poll, p.Batch, p.MaxBatch, p.MaxAttempts)
+	case p.Lease < 0 || p.Poll < 0 || p.Pace < 0 || p.Batch < 0 || p.MaxBatch < 0 || p.MaxAttempts < 0:
+		return fmt.Errorf("inbox processor: negative lease %s, poll %s, pace %s, batch %d, max batch %d or max attempts %d", p.Lease, p.Poll, p.Pace, p.Batch, p.MaxBatch, p.MaxAttempts)
 	}
 	if err := (Policy{MaxAttempts: p.maxAttempts(), Backoff: p.backoff()}).Validate(); err != nil {
 		return fmt.Errorf("inbox processor: %w", err)

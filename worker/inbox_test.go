@@ -317,7 +317,9 @@ func TestInboxProcessor_Run(t *testing.T) {
 
 		logs := newRecorder()
 		p := newProcessor(s, clk)
-		p.Logger, p.Poll = slog.New(logs), time.Hour
+		// A pace of an hour too: the processor was idle (its first pass found nothing), so the
+		// signal starts a pass at once.
+		p.Logger, p.Poll, p.Pace = slog.New(logs), time.Hour, time.Hour
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := make(chan error, 1)
@@ -342,6 +344,7 @@ func TestInboxProcessor_RunRejectsBadConfig(t *testing.T) {
 		{Store: s},
 		{Store: s, Rules: r, Lease: -time.Second},
 		{Store: s, Rules: r, Batch: -1},
+		{Store: s, Rules: r, Pace: -time.Millisecond},
 		{Store: s, Rules: r, MaxAttempts: -1},
 		{Store: s, Rules: r, Backoff: worker.Backoff{Initial: time.Second, Max: time.Millisecond, Multiplier: 2}},
 	} {
@@ -472,8 +475,9 @@ func jsonEqual(got []byte, want string) bool {
 	return reflect.DeepEqual(g, w)
 }
 
-// While full batches keep coming back, Run doubles its claim up to MaxBatch, and goes back to
-// Batch after one that was not full; every event is applied once.
+// While full batches keep coming back, Run doubles its claim up to MaxBatch; after one that
+// was not full it claims twice what that one found, at least Batch. Every event is applied
+// once.
 func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
@@ -485,14 +489,20 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		rules := &claimRecorder{InboxRules: &approval.Service{Store: s}, short: cancel}
+		shorts := 0
+		rules := &claimRecorder{InboxRules: &approval.Service{Store: s}, short: func() {
+			if shorts++; shorts == 2 {
+				cancel()
+			}
+		}}
 		p := newProcessor(s, clk)
-		p.Rules, p.Batch, p.MaxBatch = rules, 2, 16
+		p.Rules, p.Batch, p.MaxBatch, p.Poll = rules, 2, 64, 10*time.Millisecond
 		if err := p.Run(ctx); err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		// 2+4+8+16 = 30 in full batches, then 16 asked for and the last 10 found.
-		if want := []int{2, 4, 8, 16, 16}; !slices.Equal(rules.limits, want) {
+		// 2+4+8+16 = 30 in full batches, then 32 asked for and the last 10 found, then twice
+		// 10 asked for at the next poll, and none found.
+		if want := []int{2, 4, 8, 16, 32, 20}; !slices.Equal(rules.limits, want) {
 			t.Errorf("batches taken: got limits %v, want %v", rules.limits, want)
 		}
 		for _, e := range events {
@@ -504,7 +514,7 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 }
 
 // claimRecorder is the real rules, recording the limit of each batch taken (ClaimApplyInbox);
-// short is called after the first batch that found fewer events than it asked for.
+// short is called after each batch that found fewer events than it asked for.
 type claimRecorder struct {
 	worker.InboxRules
 	limits []int
@@ -518,4 +528,76 @@ func (r *claimRecorder) ClaimApplyInbox(ctx context.Context, limit int, actionFo
 		r.short()
 	}
 	return evs, err
+}
+
+// After a pass that found events, Run starts the next no sooner than Pace after it, however
+// many signals come meanwhile; the events stored in between wait for that pass.
+func TestInbox_PacedAfterEvents(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		mustRecordInbox(t, s, clk, "chat", "msg_first", "ping", `{"type": "ping"}`)
+
+		const pace = 150 * time.Millisecond
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		rules := &passRecorder{InboxRules: &approval.Service{Store: s}, passes: make(chan pass, 16)}
+		p := newProcessor(s, clk)
+		p.Rules, p.Poll, p.Pace = rules, time.Hour, pace
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+
+		first := rules.next(t) // took msg_first
+		if first.took != 1 {
+			t.Fatalf("first pass: took %d events, want 1", first.took)
+		}
+		// Each stored event signals the processor; the first signal would start a pass at once.
+		for i := range 3 {
+			mustRecordInbox(t, s, clk, "chat", fmt.Sprintf("msg_%d", i), "ping", `{"type": "ping"}`)
+		}
+		second := rules.next(t)
+		if gap := second.start.Sub(first.start); gap < pace {
+			t.Errorf("second pass started %s after the first, want at least the pace %s", gap, pace)
+		}
+		// Usually the second pass takes all three; a slow machine may have stored some after it.
+		for took := second.took; took < 3; {
+			took += rules.next(t).took
+		}
+		cancel()
+		waitRun(t, done)
+	})
+}
+
+// pass is one ClaimApplyInbox call: when it started and how many events it took.
+type pass struct {
+	start time.Time
+	took  int
+}
+
+// passRecorder is the real rules, sending each pass that took events to passes.
+type passRecorder struct {
+	worker.InboxRules
+	passes chan pass
+}
+
+func (r *passRecorder) ClaimApplyInbox(ctx context.Context, limit int, actionFor func(*approval.InboxEvent) approval.InboxAction) ([]*approval.InboxEvent, error) {
+	start := time.Now()
+	evs, err := r.InboxRules.ClaimApplyInbox(ctx, limit, actionFor)
+	if err == nil && len(evs) > 0 {
+		r.passes <- pass{start: start, took: len(evs)}
+	}
+	return evs, err
+}
+
+// next waits for the next pass that took events.
+func (r *passRecorder) next(t *testing.T) pass {
+	t.Helper()
+	select {
+	case p := <-r.passes:
+		return p
+	case <-time.After(10 * time.Second):
+		t.Fatal("no pass took events within 10 s")
+		return pass{}
+	}
 }
