@@ -104,8 +104,12 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 			continue // a full batch: more may be waiting
 		}
 		// Not full: the events stored from now to the next pass are about as many as this one
-		// found, if it was paced; claim room for twice that.
-		limit = min(max(2*n, p.batch()), max(p.maxBatch(), p.batch()))
+		// found, if it was paced; claim room for twice that. After a failure, Batch: a batch
+		// that meets the failing event again falls back to the leased path whole.
+		limit = p.batch()
+		if err == nil {
+			limit = min(max(2*n, limit), max(p.maxBatch(), limit))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
