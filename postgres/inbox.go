@@ -84,7 +84,8 @@ var signalStoredInboxSQL = signalSQL + ` WHERE EXISTS (SELECT 1 FROM inbox_event
 
 // recordInboxBatch completes calls' deliveries as sqldb.RecordInbox does (one it refuses
 // fails alone), stores them with insertInboxSQL in a transaction of its own and signals the
-// processors, in one round trip, and sets each call's result.
+// processors (in the same round trip, or through s.inboxSignals when the gate holds the
+// batch's signal back), and sets each call's result.
 func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*approval.InboxEvent, recorded]) error {
 	conn, now, err := s.acquire(ctx, s.batchPool)
 	if err != nil {
@@ -106,12 +107,23 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 	if len(ids) == 0 {
 		return nil
 	}
+	// The batch signals the processors behind its commit, or is held and leaves its signal
+	// to the gate (signalGate), which sends one for all it held once they have ended.
+	signal := s.inboxSignals.pass()
+	stored := make(map[string]bool, len(ids))
+	if !signal {
+		defer func() {
+			// When the commit's outcome is unknown (err != nil), the events may be stored.
+			s.inboxSignals.done(len(stored) > 0 || err != nil)
+		}()
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(insertInboxSQL, ids, sources, eventIDs, types, headers, bodies, hashes, received, now)
 	b.Queue("COMMIT")
-	b.Queue(signalStoredInboxSQL, []string{approval.TopicInbox}, ids)
-	stored := make(map[string]bool, len(ids))
+	if signal {
+		b.Queue(signalStoredInboxSQL, []string{approval.TopicInbox}, ids)
+	}
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
@@ -134,6 +146,9 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 		if err != nil {
 			return err
 		}
+		if !signal {
+			return nil
+		}
 		if _, err := br.Exec(); err != nil {
 			// Stored: the signal is only a hint, and the inbox processors also poll.
 			s.logger().Warn("postgres: inbox signal failed", "err", err)
@@ -151,4 +166,14 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 		}
 	}
 	return nil
+}
+
+// signalInbox signals the inbox processors on its own (s.inboxSignals' held signal): the
+// signal is only a hint, so a failure is logged and the processors' polling covers it.
+func (s *Store) signalInbox() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, signalSQL, []string{approval.TopicInbox}); err != nil {
+		s.logger().Warn("postgres: inbox signal failed", "err", err)
+	}
 }

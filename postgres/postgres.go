@@ -62,6 +62,8 @@ type Store struct {
 	intakes   *batch.Batcher[*approval.InboxEvent, recorded] // RecordInbox's batches of new events
 	reads     *batch.Batcher[read, *approval.Approval]       // Approval's batches
 	tokens    *batch.Batcher[[]byte, *approval.Token]        // TokenByHash's batches
+	// inboxSignals coalesces the intake batches' signals to the inbox processors.
+	inboxSignals *signalGate
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -148,6 +150,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	s.creates = batch.New(writeBatches, writeBatchMax, eachAlone(s.insertBatch))
 	s.intakes = batch.New(writeBatches, writeBatchMax, eachAlone(s.recordInboxBatch))
+	s.inboxSignals = newSignalGate(inboxSignalWindow, s.signalInbox)
 	s.reads = batch.New(writeBatches, writeBatchMax, eachAlone(s.readBatch))
 	s.tokens = batch.New(writeBatches, writeBatchMax, eachAlone(s.tokenBatch))
 	return s, nil
@@ -156,6 +159,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 // Close ends every subscription, stops the LISTEN connection, if Subscribe started it, and
 // releases the store's connections.
 func (s *Store) Close() error {
+	s.inboxSignals.close()
 	s.notifier.Close()
 	s.pool.Close()
 	s.batchPool.Close()

@@ -637,3 +637,52 @@ func (r *passRecorder) next(t *testing.T) pass {
 		return pass{}
 	}
 }
+
+// Bursts of racing deliveries are all applied at once by a processor that never polls (Poll
+// an hour): every stored event is followed by a signal, although the store may hold back
+// and coalesce the signals of a burst's batches (PostgreSQL).
+func TestInbox_BurstsAppliedOnSignals(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		p := newProcessor(s, clk)
+		p.Poll = time.Hour
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+
+		const bursts, clients = 4, 48
+		for b := range bursts {
+			events := make([]*approval.InboxEvent, clients)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range clients {
+				wg.Go(func() {
+					e := &approval.InboxEvent{ID: approval.NewID("inb"), Source: "chat", EventID: fmt.Sprintf("burst_%d_%d", b, i),
+						Type: "ping", Headers: map[string]string{}, Body: []byte(`{"type": "ping"}`), ReceivedAt: clk.Now()}
+					<-start
+					if dup, err := s.RecordInbox(context.Background(), e); err != nil || dup {
+						t.Errorf("record %s: got duplicate %t, %v; want stored", e.EventID, dup, err)
+					}
+					events[i] = e
+				})
+			}
+			close(start)
+			wg.Wait()
+			deadline := time.After(15 * time.Second)
+			for _, e := range events {
+				for mustInboxEvent(t, s, e.ID).Status == approval.InboxPending {
+					select {
+					case <-deadline:
+						t.Fatalf("burst %d: event %s still pending after 15 s: no signal followed its commit", b, e.EventID)
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+			}
+		}
+		cancel()
+		waitRun(t, done)
+	})
+}

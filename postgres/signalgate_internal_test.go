@@ -1,0 +1,145 @@
+package postgres
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// gateClock drives a signalGate by hand: its clock, its scheduled send (run by fire) and
+// the signals sent.
+type gateClock struct {
+	mu        sync.Mutex
+	now       time.Time
+	scheduled func()        // the send scheduled, nil when none
+	delay     time.Duration // its delay
+	sent      int
+}
+
+func newTestGate(window time.Duration) (*signalGate, *gateClock) {
+	c := &gateClock{now: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)}
+	g := newSignalGate(window, func() { c.mu.Lock(); c.sent++; c.mu.Unlock() })
+	g.now = func() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+	g.after = func(d time.Duration, f func()) func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.scheduled, c.delay = f, d
+		return func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			stopped := c.scheduled != nil
+			c.scheduled = nil
+			return stopped
+		}
+	}
+	return g, c
+}
+
+func (c *gateClock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+// fire runs the scheduled send, as its timer would, and reports whether there was one.
+func (c *gateClock) fire() bool {
+	c.mu.Lock()
+	f := c.scheduled
+	c.scheduled = nil
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return f != nil
+}
+
+func (c *gateClock) signals() int { c.mu.Lock(); defer c.mu.Unlock(); return c.sent }
+
+func TestSignalGate(t *testing.T) {
+	const window = 20 * time.Millisecond
+
+	t.Run("first in a window passes", func(t *testing.T) {
+		g, c := newTestGate(window)
+		if !g.pass() {
+			t.Fatal("first batch: held, want passed")
+		}
+		c.advance(window)
+		if !g.pass() {
+			t.Fatal("batch a window later: held, want passed")
+		}
+		if c.scheduled != nil {
+			t.Error("a send was scheduled with nothing held")
+		}
+	})
+
+	t.Run("held batches get one signal after they end, at the window's end", func(t *testing.T) {
+		g, c := newTestGate(window)
+		g.pass()
+		c.advance(5 * time.Millisecond)
+		if g.pass() || g.pass() {
+			t.Fatal("batches within the window: passed, want held")
+		}
+		g.done(true)
+		if c.scheduled != nil {
+			t.Fatal("a send was scheduled while a held batch still runs: it could precede that batch's commit")
+		}
+		g.done(false)
+		if c.scheduled == nil {
+			t.Fatal("no send scheduled once every held batch ended, one of them having stored")
+		}
+		if c.delay != 15*time.Millisecond {
+			t.Errorf("send scheduled in %s, want at the window's end, 15ms", c.delay)
+		}
+		c.advance(15 * time.Millisecond)
+		c.fire()
+		if got := c.signals(); got != 1 {
+			t.Errorf("signals sent: got %d, want 1", got)
+		}
+		// The send opened a new window.
+		if g.pass() {
+			t.Error("batch right after the held signal: passed, want held")
+		}
+	})
+
+	t.Run("a batch held while the send waits postpones it", func(t *testing.T) {
+		g, c := newTestGate(window)
+		g.pass()
+		g.pass()
+		g.done(true) // scheduled
+		g.pass()     // held again before the send fires
+		c.advance(window)
+		c.fire()
+		if got := c.signals(); got != 0 {
+			t.Fatalf("signals sent while a held batch runs: got %d, want 0", got)
+		}
+		g.done(false)
+		if !c.fire() {
+			t.Fatal("no send scheduled when the last held batch ended")
+		}
+		if got := c.signals(); got != 1 {
+			t.Errorf("signals sent: got %d, want 1 (owed by the first held batch)", got)
+		}
+	})
+
+	t.Run("nothing stored, nothing sent", func(t *testing.T) {
+		g, c := newTestGate(window)
+		g.pass()
+		g.pass()
+		g.done(false)
+		if c.scheduled != nil || c.signals() != 0 {
+			t.Error("a signal for held batches that stored nothing")
+		}
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		g, c := newTestGate(window)
+		g.pass()
+		g.pass()
+		g.done(true)
+		g.close()
+		if c.scheduled != nil {
+			t.Error("the scheduled send survived close")
+		}
+		g.pass()
+		g.done(true)
+		if c.fire() || c.signals() != 0 {
+			t.Error("a signal sent after close")
+		}
+	})
+}
