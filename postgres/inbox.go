@@ -111,12 +111,15 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 	// to the gate (signalGate), which sends one for all it held once they have ended.
 	signal := s.inboxSignals.pass()
 	stored := make(map[string]bool, len(ids))
-	if !signal {
-		defer func() {
-			// When the commit's outcome is unknown (err != nil), the events may be stored.
-			s.inboxSignals.done(len(stored) > 0 || err != nil)
-		}()
-	}
+	signalled, finished := false, false
+	defer func() {
+		// A batch that did not signal behind its commit owes a signal if it stored an event
+		// or may have: its commit's outcome unknown (err), or a panic after the pipeline
+		// was sent (not finished).
+		if !signalled {
+			s.inboxSignals.done(len(stored) > 0 || err != nil || !finished)
+		}
+	}()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(insertInboxSQL, ids, sources, eventIDs, types, headers, bodies, hashes, received, now)
@@ -150,11 +153,14 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 			return nil
 		}
 		if _, err := br.Exec(); err != nil {
-			// Stored: the signal is only a hint, and the inbox processors also poll.
+			// Stored: the signal is only a hint; the gate sends the one owed.
 			s.logger().Warn("postgres: inbox signal failed", "err", err)
+			return nil
 		}
+		signalled = true
 		return nil
 	}()
+	finished = true
 	if err != nil {
 		// Leave no aborted transaction on the connection (the pool would close it anyway).
 		rollback(ctx, conn)
@@ -168,8 +174,9 @@ func (s *Store) recordInboxBatch(ctx context.Context, calls []*batch.Call[*appro
 	return nil
 }
 
-// signalInbox signals the inbox processors on its own (s.inboxSignals' held signal): the
-// signal is only a hint, so a failure is logged and the processors' polling covers it.
+// signalInbox signals the inbox processors in a round trip of its own (the signal
+// s.inboxSignals owes to the batches that did not signal behind their commit): the signal is
+// only a hint, so a failure is logged and the processors' polling covers it.
 func (s *Store) signalInbox() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// inboxSignalWindow is the least time between two inbox signals of one store (at most one
-// more goes out at the end of a window, for the batches it held back).
+// inboxSignalWindow is the least time between two inbox signals of one store that a batch
+// carries or the gate sends.
 const inboxSignalWindow = 20 * time.Millisecond
 
 // signalGate coalesces the signals of a store's write batches on one topic. Under a busy
@@ -14,23 +14,24 @@ const inboxSignalWindow = 20 * time.Millisecond
 // NOTIFY in a transaction of its own and a wake-up of every replica's processor, which
 // paces its passes anyway (docs/operations.md, "The inbox under load"). A batch asks the gate
 // before it is sent: the first in a window carries its own signal, behind its commit, as
-// before; the others are held back, and once every held batch has ended, one signal goes
-// out for those that stored something, no sooner than the window's end. So the signal a
-// stored event is owed always follows its commit: the one that goes out for a held batch
-// waits until no held batch is still running.
+// before; the others are held back and, when they have ended, owe a signal if they stored
+// something (or may have). The gate sends one for all that owe it, in a round trip of its
+// own, at the end of the window. So the signal a stored event is owed always follows its
+// commit: a batch owes only once it has ended, and a batch that ends after a send owes the
+// next one.
 type signalGate struct {
 	window time.Duration
-	send   func() // sends one signal; run in a goroutine of its own
+	send   func() // sends one signal
 	now    func() time.Time
 	after  func(time.Duration, func()) func() bool // time.AfterFunc's, returning its Stop
 
 	mu      sync.Mutex
-	last    time.Time   // when the last signal was let through or sent
-	held    int         // batches held back and not yet ended
-	owed    bool        // a held batch that stored something has ended since the last signal sent for held ones
-	armed   bool        // a send is scheduled
-	stopped bool        // the store is closing: nothing more is sent
-	stop    func() bool // the scheduled send's Stop
+	last    time.Time      // when the last signal was let through or sent
+	owed    bool           // a batch held back or whose own signal failed ended since the last send
+	armed   bool           // a send is scheduled
+	stopped bool           // the store is closing: nothing more is scheduled
+	stop    func() bool    // the scheduled send's Stop
+	sending sync.WaitGroup // sends under way, which close waits for
 }
 
 func newSignalGate(window time.Duration, send func()) *signalGate {
@@ -39,7 +40,7 @@ func newSignalGate(window time.Duration, send func()) *signalGate {
 }
 
 // pass reports whether a batch about to be sent carries its own signal. When it does not,
-// the batch is held and must call done when it has ended.
+// the batch must call done when it has ended.
 func (g *signalGate) pass() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -47,50 +48,67 @@ func (g *signalGate) pass() bool {
 		g.last = now
 		return true
 	}
-	g.held++
 	return false
 }
 
 // done ends a held batch; stored says whether it committed an event that a signal must
-// follow (or may have: when in doubt, true).
+// follow (or may have: when in doubt, true). A batch that passed but whose own signal failed,
+// or whose commit's outcome is unknown, calls done(true) too.
 func (g *signalGate) done(stored bool) {
+	if !stored {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.held--
-	g.owed = g.owed || stored
+	g.owed = true
 	g.schedule()
 }
 
-// schedule arranges the owed signal for the window's end, once no held batch is running.
-// g.mu is held.
+// schedule arranges the owed signal for the window's end. g.mu is held.
 func (g *signalGate) schedule() {
-	if !g.owed || g.held > 0 || g.armed || g.stopped {
+	if !g.owed || g.armed || g.stopped {
 		return
 	}
 	g.armed = true
 	g.stop = g.after(max(0, g.last.Add(g.window).Sub(g.now())), g.fire)
 }
 
-// fire sends the owed signal, unless a batch was held meanwhile: its done schedules it again.
+// fire sends the owed signal, or waits out the window again if a batch carried one meanwhile.
 func (g *signalGate) fire() {
 	g.mu.Lock()
 	g.armed = false
-	if !g.owed || g.held > 0 || g.stopped {
+	if !g.owed || g.stopped {
 		g.mu.Unlock()
 		return
 	}
-	g.owed, g.last = false, g.now()
+	now := g.now()
+	if now.Sub(g.last) < g.window {
+		g.schedule()
+		g.mu.Unlock()
+		return
+	}
+	g.owed, g.last = false, now
+	g.sending.Add(1)
 	g.mu.Unlock()
+	defer g.sending.Done()
 	g.send()
 }
 
-// close cancels a scheduled signal and sends no more: the store is closing.
+// close cancels the scheduled send, waits for one under way, and sends what is still owed at
+// once: the store is closing, and the processors of other replicas would otherwise find the
+// last held batches' events only when they next poll. Nothing is sent after it returns.
 func (g *signalGate) close() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.stopped = true
 	if g.armed && g.stop != nil {
 		g.stop()
 		g.armed = false
+	}
+	owed := g.owed
+	g.owed = false
+	g.mu.Unlock()
+	g.sending.Wait()
+	if owed {
+		g.send()
 	}
 }

@@ -68,20 +68,20 @@ func TestSignalGate(t *testing.T) {
 		}
 	})
 
-	t.Run("held batches get one signal after they end, at the window's end", func(t *testing.T) {
+	t.Run("held batches that stored get one signal, at the window's end", func(t *testing.T) {
 		g, c := newTestGate(window)
 		g.pass()
 		c.advance(5 * time.Millisecond)
 		if g.pass() || g.pass() {
 			t.Fatal("batches within the window: passed, want held")
 		}
-		g.done(true)
-		if c.scheduled != nil {
-			t.Fatal("a send was scheduled while a held batch still runs: it could precede that batch's commit")
-		}
 		g.done(false)
+		if c.scheduled != nil {
+			t.Fatal("a send was scheduled for a held batch that stored nothing")
+		}
+		g.done(true)
 		if c.scheduled == nil {
-			t.Fatal("no send scheduled once every held batch ended, one of them having stored")
+			t.Fatal("no send scheduled for a held batch that stored")
 		}
 		if c.delay != 15*time.Millisecond {
 			t.Errorf("send scheduled in %s, want at the window's end, 15ms", c.delay)
@@ -93,27 +93,50 @@ func TestSignalGate(t *testing.T) {
 		}
 		// The send opened a new window.
 		if g.pass() {
-			t.Error("batch right after the held signal: passed, want held")
+			t.Error("batch right after the gate's signal: passed, want held")
 		}
 	})
 
-	t.Run("a batch held while the send waits postpones it", func(t *testing.T) {
+	t.Run("a batch that ends after a send owes the next", func(t *testing.T) {
+		g, c := newTestGate(window)
+		g.pass()
+		g.pass() // held: A
+		g.pass() // held: B, still running when the send goes out
+		g.done(true)
+		c.advance(window)
+		c.fire()
+		g.done(true) // B ended after the send: that send may have preceded its commit
+		if c.scheduled == nil {
+			t.Fatal("no send scheduled for a batch that ended after the last one")
+		}
+		c.advance(window)
+		c.fire()
+		if got := c.signals(); got != 2 {
+			t.Errorf("signals sent: got %d, want 2", got)
+		}
+	})
+
+	t.Run("a send waits out a window a batch opened meanwhile", func(t *testing.T) {
 		g, c := newTestGate(window)
 		g.pass()
 		g.pass()
-		g.done(true) // scheduled
-		g.pass()     // held again before the send fires
+		g.done(true) // scheduled for the window's end
 		c.advance(window)
+		if !g.pass() { // a new window, opened by a batch carrying its own signal
+			t.Fatal("batch a window later: held, want passed")
+		}
+		c.advance(5 * time.Millisecond)
 		c.fire()
 		if got := c.signals(); got != 0 {
-			t.Fatalf("signals sent while a held batch runs: got %d, want 0", got)
+			t.Fatalf("signals sent within the new window: got %d, want 0", got)
 		}
-		g.done(false)
-		if !c.fire() {
-			t.Fatal("no send scheduled when the last held batch ended")
+		if c.scheduled == nil || c.delay != 15*time.Millisecond {
+			t.Fatalf("send scheduled in %s (scheduled: %t), want again at the new window's end, 15ms", c.delay, c.scheduled != nil)
 		}
+		c.advance(15 * time.Millisecond)
+		c.fire()
 		if got := c.signals(); got != 1 {
-			t.Errorf("signals sent: got %d, want 1 (owed by the first held batch)", got)
+			t.Errorf("signals sent: got %d, want 1", got)
 		}
 	})
 
@@ -127,7 +150,7 @@ func TestSignalGate(t *testing.T) {
 		}
 	})
 
-	t.Run("closed", func(t *testing.T) {
+	t.Run("close sends what is owed, then nothing more", func(t *testing.T) {
 		g, c := newTestGate(window)
 		g.pass()
 		g.pass()
@@ -136,10 +159,13 @@ func TestSignalGate(t *testing.T) {
 		if c.scheduled != nil {
 			t.Error("the scheduled send survived close")
 		}
+		if got := c.signals(); got != 1 {
+			t.Errorf("signals sent by close: got %d, want the 1 owed", got)
+		}
 		g.pass()
 		g.done(true)
-		if c.fire() || c.signals() != 0 {
-			t.Error("a signal sent after close")
+		if c.fire() || c.signals() != 1 {
+			t.Error("a signal scheduled or sent after close")
 		}
 	})
 }

@@ -50,8 +50,8 @@ type InboxProcessor struct {
 	MaxBatch int
 	// Pace is the least time from the start of a pass that found events to the start of the
 	// next one that waited for a signal (DefaultInboxPace when zero). Under a busy intake
-	// every stored batch signals, and a processor that took a pass per signal applied a few
-	// events per transaction; paced, it applies what arrived meanwhile in one (docs/operations.md,
+	// the signals come often (one per stored batch, before PostgreSQL's were coalesced), and
+	// a processor that took a pass per signal applied a few events per transaction; paced, it applies what arrived meanwhile in one (docs/operations.md,
 	// "The inbox under load"). An idle processor is never held back: after a pass that found
 	// nothing, a signal starts the next at once; nor is a backlog, whose full batches follow
 	// each other at once.
