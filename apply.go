@@ -59,6 +59,7 @@ func (s *Service) ClaimApplyInbox(ctx context.Context, limit int, actionFor func
 			return nil, err
 		}
 		marks := make([]InboxMark, len(events))
+		now := tx.Now()
 		for i, e := range events {
 			a := actionFor(e)
 			err := checkInboxAction(a)
@@ -71,7 +72,6 @@ func (s *Service) ClaimApplyInbox(ctx context.Context, limit int, actionFor func
 				return nil, fmt.Errorf("inbox event %s: %w", e.ID, err)
 			}
 			marks[i] = InboxMark{ID: e.ID, Status: status, Outcome: outcome, ApprovalID: approvalID, Attempted: true}
-			now := tx.Now()
 			e.Status, e.Outcome, e.ApprovalID, e.ProcessedAt = status, outcome, approvalID, &now
 			e.NextAttemptAt, e.LeaseToken = nil, ""
 			e.Attempts++

@@ -30,7 +30,7 @@ type signalGate struct {
 	owed    bool           // a batch held back or whose own signal failed ended since the last send
 	armed   bool           // a send is scheduled
 	stopped bool           // the store is closing: nothing more is scheduled
-	stop    func() bool    // the scheduled send's Stop
+	stop    func() bool    // the scheduled send's Stop, while armed
 	sending sync.WaitGroup // sends under way, which close waits for
 }
 
@@ -100,7 +100,7 @@ func (g *signalGate) fire() {
 func (g *signalGate) close() {
 	g.mu.Lock()
 	g.stopped = true
-	if g.armed && g.stop != nil {
+	if g.armed {
 		g.stop()
 		g.armed = false
 	}

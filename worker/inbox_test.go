@@ -494,11 +494,12 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		shorts := 0
-		rules := &claimRecorder{InboxRules: &approval.Service{Store: s}, short: func() {
+		rules := newPassRecorder(&approval.Service{Store: s})
+		rules.short = func() {
 			if shorts++; shorts == 2 {
 				cancel()
 			}
-		}}
+		}
 		p := newProcessor(s, clk)
 		p.Rules, p.Batch, p.MaxBatch, p.Poll = rules, 2, 64, 10*time.Millisecond
 		if err := p.Run(ctx); err != nil {
@@ -515,23 +516,6 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 			}
 		}
 	})
-}
-
-// claimRecorder is the real rules, recording the limit of each batch taken (ClaimApplyInbox);
-// short is called after each batch that found fewer events than it asked for.
-type claimRecorder struct {
-	worker.InboxRules
-	limits []int
-	short  func()
-}
-
-func (r *claimRecorder) ClaimApplyInbox(ctx context.Context, limit int, actionFor func(*approval.InboxEvent) approval.InboxAction) ([]*approval.InboxEvent, error) {
-	r.limits = append(r.limits, limit)
-	evs, err := r.InboxRules.ClaimApplyInbox(ctx, limit, actionFor)
-	if err == nil && len(evs) < limit {
-		r.short()
-	}
-	return evs, err
 }
 
 // After a pass that found events, Run starts the next no sooner than Pace after it, however
@@ -604,24 +588,31 @@ type pass struct {
 	took  int
 }
 
-// passRecorder is the real rules, sending each pass to passes: the first, and then each that
-// took events.
+// passRecorder is the real rules, recording each batch taken (ClaimApplyInbox): its limit in
+// limits; the pass in passes, the first and then each that took events; and calling short,
+// when set, after each that found fewer events than it asked for.
 type passRecorder struct {
 	worker.InboxRules
+	limits []int
+	short  func()
 	passes chan pass
 	first  bool
 }
 
 func newPassRecorder(rules worker.InboxRules) *passRecorder {
-	return &passRecorder{InboxRules: rules, passes: make(chan pass, 16), first: true}
+	return &passRecorder{InboxRules: rules, passes: make(chan pass, 64), first: true}
 }
 
 func (r *passRecorder) ClaimApplyInbox(ctx context.Context, limit int, actionFor func(*approval.InboxEvent) approval.InboxAction) ([]*approval.InboxEvent, error) {
+	r.limits = append(r.limits, limit)
 	start := time.Now()
 	evs, err := r.InboxRules.ClaimApplyInbox(ctx, limit, actionFor)
 	if err == nil && (len(evs) > 0 || r.first) {
 		r.first = false
 		r.passes <- pass{start: start, took: len(evs)}
+	}
+	if err == nil && len(evs) < limit && r.short != nil {
+		r.short()
 	}
 	return evs, err
 }

@@ -18,15 +18,20 @@ import (
 // replica, an operator's retry), and then changes exactly those: a WITH query that locks
 // rows is run once, never folded into the statement that uses it.
 
+// dueInboxSQL picks the events a claim takes, oldest due first, up to $2 of them: pending,
+// due at $1 and held by no live lease. Its SELECT list is the caller's; the dialect's SKIP
+// LOCKED follows.
+const dueInboxSQL = ` FROM inbox_events i
+			WHERE status = 'pending' AND next_attempt_at <= $1
+				AND (lease_token = '' OR lease_expires_at <= $1)
+			ORDER BY next_attempt_at, id
+			LIMIT $2`
+
 // InboxClaimDue sets the due events' lease (see approval.Tx) and returns them.
 func (t Tx) InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, claim string) ([]*approval.InboxEvent, error) {
 	events, err := query(ctx, t, `
 		WITH due AS (
-			SELECT id FROM inbox_events
-			WHERE status = 'pending' AND next_attempt_at <= $1
-				AND (lease_token = '' OR lease_expires_at <= $1)
-			ORDER BY next_attempt_at, id
-			LIMIT $2`+t.Dialect.SkipLocked+`
+			SELECT id`+dueInboxSQL+t.Dialect.SkipLocked+`
 		)
 		UPDATE inbox_events
 		SET lease_token = $3 || ':' || id, lease_expires_at = $4, attempts = attempts + 1
@@ -43,12 +48,7 @@ func (t Tx) InboxClaimDue(ctx context.Context, limit int, leaseUntil time.Time, 
 // InboxLockDue locks the events InboxClaimDue would claim (see approval.Tx); on SQLite the
 // write transaction holds them all.
 func (t Tx) InboxLockDue(ctx context.Context, limit int) ([]*approval.InboxEvent, error) {
-	events, err := query(ctx, t, `
-		SELECT `+InboxColumns+`, body FROM inbox_events i
-		WHERE status = 'pending' AND next_attempt_at <= $1
-			AND (lease_token = '' OR lease_expires_at <= $1)
-		ORDER BY next_attempt_at, id
-		LIMIT $2`+t.Dialect.SkipLocked,
+	events, err := query(ctx, t, `SELECT `+InboxColumns+`, body`+dueInboxSQL+t.Dialect.SkipLocked,
 		ScanInbox, t.Dialect.Time(t.At), limit)
 	return events, t.Translate("lock due inbox events", err)
 }
