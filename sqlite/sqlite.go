@@ -90,7 +90,7 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, unavailable(err))
 	}
 
-	write, err = sql.Open("sqlite", writeDSN)
+	write, err = openPool(writeDSN)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, err)
 	}
@@ -104,7 +104,7 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 
-	read, err = sql.Open("sqlite", readDSN)
+	read, err = openPool(readDSN)
 	if err != nil {
 		write.Close()
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, err)
@@ -117,6 +117,16 @@ func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error)
 		return nil, nil, fmt.Errorf("open %s: %w", dsn, classify(err))
 	}
 	return write, read, nil
+}
+
+// openPool returns a pool of connections to dsn that keep the statements they prepare
+// (cachingConnector).
+func openPool(dsn string) (*sql.DB, error) {
+	c, err := sqlite.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(cachingConnector{c}), nil
 }
 
 // ping connects db, again while SQLite answers SQLITE_BUSY, for up to busyTimeout. A
