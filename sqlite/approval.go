@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -38,48 +39,128 @@ const approvalDetailSQL = `SELECT ` + sqldb.ApprovalColumns + `,
 	` + sqldb.ApprovalDetailColumns + `
 FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 
-// InsertApproval writes a new approval in one write transaction, or returns the approval that
-// holds its key; see approval.Store. SQLite's single writer orders concurrent inserts of one
-// key: the second finds the first's approval.
+// InsertApproval writes a new approval, or returns the approval that holds its key; see
+// approval.Store. SQLite's single writer orders concurrent inserts of one key: the second
+// finds the first's approval. The creates that queue for the writer at the same moment share
+// one write transaction and its commit (insertBatch).
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	// A retry finds the approval holding its key on the read pool, the request's token check
 	// in the same statement, without queueing for the one write connection. Only a key that
 	// looks free (or a token that may be refused) goes on to the write transaction, which
 	// checks both again under the write lock.
-	if h, err := keyHolder(ctx, s.Reads.DB, a.Requester, a.OperationKey, approval.PendingTokenCheck(ctx)); err != nil || h != nil {
+	check := approval.PendingTokenCheck(ctx)
+	if h, err := keyHolder(ctx, s.Reads.DB, a.Requester, a.OperationKey, check); err != nil || h != nil {
 		return h, fail("read the approval holding the key", err)
+	}
+	out, err := s.creates.Do(insert{a: a, cause: cause, outbox: outbox, check: check})
+	switch {
+	case err != nil:
+		return nil, err
+	case out.refused:
+		return nil, check.Refuse()
+	case check != nil:
+		check.Pass()
+	}
+	return out.holder, nil
+}
+
+// insert is one create handed to the batcher: the approval, its event's cause, its
+// notifications and the request's pending token check, if any.
+type insert struct {
+	a      *approval.Approval
+	cause  approval.Cause
+	outbox []*approval.OutboxMessage
+	check  *approval.TokenCheck
+}
+
+// inserted is a create's outcome in its batch: refused (its token no longer good), or
+// written (holder nil), or the approval that holds its key.
+type inserted struct {
+	refused bool
+	holder  *approval.KeyHolder
+}
+
+// insertBatch writes a batch of creates in one write transaction, each create in a savepoint
+// of its own, so that one create's failure (its content refused) undoes only its own rows,
+// and the batch pays for one BEGIN and one commit: on SQLite a commit is a sync of the WAL,
+// and pages that several creates change (an index's last leaf) are written once. A create's
+// result is set only once the transaction committed; a failed commit, or a failure that
+// ended the whole transaction, is every create's error (docs/architecture.md, "Inside the
+// SQLite driver").
+func (s *Store) insertBatch(calls []*batch.Call[insert, inserted]) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	failAll := func(err error) {
+		for _, c := range calls {
+			c.Res, c.Err = inserted{}, err
+		}
 	}
 	tx, err := s.beginWrite(ctx)
 	if err != nil {
-		return nil, fail("insert approval", err)
+		failAll(fail("insert approval", err))
+		return
 	}
 	defer tx.Rollback()
-
-	if err := tx.checkToken(ctx); err != nil {
-		return nil, err
-	}
-	holder, err := keyHolder(ctx, querier{tx.Tx}, a.Requester, a.OperationKey, nil)
-	if err != nil {
-		return nil, fail("insert approval", err)
-	} else if holder != nil {
-		return holder, nil
-	}
-	if err := insertApproval(ctx, tx, a, cause); err != nil {
-		return nil, fail("insert approval", err)
-	}
-	rt := newRuleTx(tx)
-	for _, m := range outbox {
-		if err := rt.OutboxInsert(ctx, m); err != nil {
-			return nil, err
+	savepoints := len(calls) > 1
+	for _, c := range calls {
+		if savepoints {
+			if _, err := tx.ExecContext(ctx, `SAVEPOINT one_create`); err != nil {
+				failAll(fail("insert approval", err))
+				return
+			}
+		}
+		c.Res, c.Err = insertOne(ctx, tx, c.Req)
+		switch {
+		case !savepoints && c.Err != nil:
+			return // the create alone: its rows are rolled back with the transaction
+		case !savepoints:
+		case c.Err != nil:
+			// ROLLBACK TO keeps the transaction open; it fails when an error already ended
+			// the transaction (SQLite rolls back the whole of it on some errors, such as a
+			// full disk), and then nothing of the batch is written.
+			if _, err := tx.ExecContext(ctx, `ROLLBACK TO one_create; RELEASE one_create`); err != nil {
+				own := c.Err
+				failAll(fail("insert approval", fmt.Errorf("another create of the batch ended its transaction: %w", unavailable(err))))
+				c.Err = own
+				return
+			}
+		default:
+			if _, err := tx.ExecContext(ctx, `RELEASE one_create`); err != nil {
+				failAll(fail("insert approval", err))
+				return
+			}
 		}
 	}
-	if len(outbox) > 0 {
+	if err := tx.commit(); err != nil {
+		failAll(fail("insert approval", err))
+	}
+}
+
+// insertOne writes one create in tx, or finds the approval holding its key.
+func insertOne(ctx context.Context, tx *tx, in insert) (inserted, error) {
+	if in.check != nil {
+		good, err := sqldb.TokenGood(ctx, querier{tx.Tx}, dialect, in.check)
+		if err != nil || !good {
+			return inserted{refused: !good}, fail("check token", err)
+		}
+	}
+	holder, err := keyHolder(ctx, querier{tx.Tx}, in.a.Requester, in.a.OperationKey, nil)
+	if err != nil || holder != nil {
+		return inserted{holder: holder}, fail("insert approval", err)
+	}
+	if err := insertApproval(ctx, tx, in.a, in.cause); err != nil {
+		return inserted{}, fail("insert approval", err)
+	}
+	rt := newRuleTx(tx)
+	for _, m := range in.outbox {
+		if err := rt.OutboxInsert(ctx, m); err != nil {
+			return inserted{}, err
+		}
+	}
+	if len(in.outbox) > 0 {
 		tx.topics.Add(approval.TopicOutbox)
 	}
-	if err := tx.commit(); err != nil {
-		return nil, fail("insert approval", err)
-	}
-	return nil, nil
+	return inserted{}, nil
 }
 
 // keyHolder finds the approval made under (requester, key) through q, or nil. The token check

@@ -1,6 +1,10 @@
 package sqlite
 
-import "context"
+import (
+	"context"
+
+	"github.com/approvald/approval/internal/batch"
+)
 
 // HoldWriter takes the store's one write connection and returns the function that gives it
 // back, so that a test can make write transactions queue for it.
@@ -14,3 +18,9 @@ func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
 
 // WriterWaits is how many times a write transaction has had to wait for the write connection.
 func (s *Store) WriterWaits() int64 { return s.write.Stats().WaitCount }
+
+// CreatesWaiting is how many creates are queued for the next batch.
+func (s *Store) CreatesWaiting() int { return s.creates.Waiting() }
+
+// CreateStats counts the batches of creates run so far and the creates in them.
+func (s *Store) CreateStats() batch.Stats { return s.creates.Stats() }

@@ -376,3 +376,122 @@ func migrationFiles(tb testing.TB) int {
 	}
 	return len(names)
 }
+
+// Creates that queue for the writer together are written in one transaction, each in a
+// savepoint of its own: one create's refused content or refused token undoes only its own
+// rows, two creates of one key in the batch settle on one approval, and the others commit.
+func TestInsertApproval_Batch(t *testing.T) {
+	t.Parallel()
+	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
+	ctx := context.Background()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+		}
+	}
+
+	// The writer held, a first create takes the batcher's one slot and waits for it; the
+	// creates after it queue, and run as the next batch once the writer is free.
+	release, err := s.HoldWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	lead := newApproval(t, "ci-bot", "lead", "alice")
+	var leadErr error
+	wg.Go(func() { _, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil) })
+	waitFor("the first create's batch", func() bool { return s.CreateStats().Calls == 1 })
+
+	type result struct {
+		holder *approval.KeyHolder
+		err    error
+	}
+	unknownToken := approval.WithTokenCheck(ctx, &approval.TokenCheck{ID: "tok_gone", Hash: []byte("gone"), Now: approval.Now()})
+	creates := []struct {
+		name string
+		ctx  context.Context
+		a    *approval.Approval
+	}{
+		{"good", ctx, newApproval(t, "ci-bot", "good", "alice")},
+		{"same key, first", ctx, newApproval(t, "ci-bot", "same", "alice")},
+		{"approver twice", ctx, newApproval(t, "ci-bot", "twice", "alice", "alice")},
+		{"same key, second", ctx, newApproval(t, "ci-bot", "same", "alice")},
+		{"token gone", unknownToken, newApproval(t, "ci-bot", "gone", "alice")},
+		{"also good", ctx, newApproval(t, "ci-bot", "also-good", "bob")},
+	}
+	results := make([]result, len(creates))
+	for i, c := range creates {
+		wg.Go(func() {
+			h, err := s.InsertApproval(c.ctx, c.a, approval.HTTPCause("req-"+c.name), nil)
+			results[i] = result{h, err}
+		})
+	}
+	waitFor("the creates to queue", func() bool { return s.CreatesWaiting() == len(creates) })
+	release()
+	wg.Wait()
+
+	if leadErr != nil {
+		t.Fatalf("first create: %v", leadErr)
+	}
+	if st := s.CreateStats(); st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
+		t.Fatalf("ran %d creates in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(creates))
+	}
+	exists := func(a *approval.Approval) bool {
+		t.Helper()
+		_, err := s.Approval(ctx, a.ID)
+		if err != nil && approval.ErrorCode(err) != approval.ENOTFOUND {
+			t.Fatalf("read %s: %v", a.ID, err)
+		}
+		return err == nil
+	}
+	for i, c := range creates {
+		r := results[i]
+		switch c.name {
+		case "good", "also good", "same key, first":
+			if r.err != nil || r.holder != nil || !exists(c.a) {
+				t.Errorf("%s: holder %v, %v; want written", c.name, r.holder, r.err)
+			}
+		case "same key, second":
+			if r.err != nil || r.holder == nil || r.holder.Approval.ID != creates[1].a.ID || exists(c.a) {
+				t.Errorf("%s: holder %v, %v; want the first's approval %s", c.name, r.holder, r.err, creates[1].a.ID)
+			}
+		case "approver twice":
+			if approval.ErrorCode(r.err) != approval.EINVALID || exists(c.a) {
+				t.Errorf("%s: %v; want EINVALID and nothing written", c.name, r.err)
+			}
+		case "token gone":
+			if approval.ErrorCode(r.err) != approval.EUNAUTHORIZED || exists(c.a) {
+				t.Errorf("%s: %v; want EUNAUTHORIZED and nothing written", c.name, r.err)
+			}
+		}
+	}
+	if !exists(lead) {
+		t.Error("the first create was not written")
+	}
+	// Nothing of the refused ones is left behind: their keys are free.
+	for _, key := range []string{"twice", "gone"} {
+		a := newApproval(t, "ci-bot", key, "alice")
+		if h, err := s.InsertApproval(ctx, a, approval.HTTPCause("req-again-"+key), nil); err != nil || h != nil {
+			t.Errorf("key %s again: holder %v, %v; want written", key, h, err)
+		}
+	}
+}
+
+// newApproval returns an approval ready to insert under (requester, key), pending the given
+// approvers.
+func newApproval(tb testing.TB, requester, key string, approvers ...string) *approval.Approval {
+	tb.Helper()
+	fp, err := approval.Fingerprint(requester, "POST", "/v1/approvals", fmt.Appendf(nil, `{"title":%q}`, key))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	now := approval.Now()
+	return &approval.Approval{
+		ID: approval.NewID("apr"), OperationKey: key, Action: "deploy", Title: key,
+		Requester: requester, Approvers: approvers, RequiredApprovals: 1,
+		ExpiresAt: now.Add(24 * time.Hour), CreatedAt: now, Fingerprint: fp,
+	}
+}

@@ -161,6 +161,10 @@ func (c *cachingConn) QueryContext(ctx context.Context, query string, args []dri
 	return &cachedRows{Rows: rows, conn: c, s: s}, nil
 }
 
+// Unwrap returns the driver's connection, for what the driver offers beyond database/sql
+// (modernc.org/sqlite looks for Unwrap on a wrapping connection).
+func (c *cachingConn) Unwrap() driver.Conn { return c.innerConn }
+
 // Close closes every cached statement, then the connection: SQLite does not close a
 // connection while statements of it are unfinalized.
 func (c *cachingConn) Close() error {
@@ -180,10 +184,10 @@ type cachedRows struct {
 }
 
 func (r *cachedRows) Close() error {
-	err := r.Rows.Close()
 	if r.s == nil {
-		return err
+		return nil // closed already: the statement may serve other rows by now
 	}
+	err := r.Rows.Close()
 	s := r.s
 	r.s, s.busy = nil, false
 	switch {

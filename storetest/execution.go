@@ -418,12 +418,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 	// batches lock in one order, so none deadlocks.
 	s.run(t, "FinishAttemptsRace", func(t *testing.T, f *fixture) {
 		const executions, racers = 8, 8
-		var recs []*approval.ExecutionRecord
-		for range executions {
-			_, rec := mustApprovedExecution(t, f)
-			recs = append(recs, rec)
-		}
-		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), executions), 1, recs...)
+		_, recs := claimedExecutions(t, f, executions)
 		answers := make([][]approval.AttemptFinished, racers)
 		errs := make([]error, racers)
 		race(racers, func(i int) {

@@ -52,6 +52,13 @@ func (b *Batcher[Req, Res]) Stats() Stats {
 	return Stats{Batches: b.batches.Load(), Calls: b.calls.Load()}
 }
 
+// Waiting returns how many calls are queued for a batch that has not started yet.
+func (b *Batcher[Req, Res]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
 type waiting[Req, Res any] struct {
 	call Call[Req, Res]
 	done chan struct{}

@@ -43,19 +43,15 @@ func (t Tx) PersonEmailUpsert(ctx context.Context, person, email string) error {
 		person, email, strings.ToLower(email), t.Dialect.Time(t.At))
 }
 
-// personEmails reads the addresses of persons through q: one statement whose IN list has a
-// placeholder per person (a create names at most approval.MaxApprovers).
+// personEmails reads the addresses of persons through q: one statement, whose text is the
+// same for any number of persons (the list is one argument), so a driver's statement cache
+// keeps one statement for it.
 func personEmails(ctx context.Context, q Querier, d Dialect, persons []string) (map[string]string, error) {
 	m := map[string]string{}
 	if len(persons) == 0 {
 		return m, nil
 	}
-	in := make([]string, len(persons))
-	args := make([]any, len(persons))
-	for i, p := range persons {
-		in[i], args[i] = d.Param(i+1), p
-	}
-	rows, err := q.Query(ctx, `SELECT person, email FROM person_addresses WHERE person IN (`+strings.Join(in, ", ")+`)`, args...)
+	rows, err := q.Query(ctx, `SELECT person, email FROM person_addresses WHERE `+d.AnyOf("person", d.Param(1)), d.List(persons))
 	type pair struct{ person, email string }
 	list, err := Collect(rows, err, func(row Row) (p pair, err error) { return p, row.Scan(&p.person, &p.email) })
 	if err != nil {

@@ -130,17 +130,27 @@ func TokenCheckArgs(d Dialect, c *approval.TokenCheck) []any {
 // CheckToken runs the pending check c through q: nil when the token is still good (c passes),
 // else c's refusal.
 func CheckToken(ctx context.Context, q Querier, d Dialect, c *approval.TokenCheck) error {
+	good, err := TokenGood(ctx, q, d, c)
+	if err != nil {
+		return err
+	}
+	if !good {
+		return c.Refuse()
+	}
+	c.Pass()
+	return nil
+}
+
+// TokenGood runs the check c through q and reports whether the token is still good, leaving c
+// pending: for a driver that settles c later (once the write it guards has committed).
+func TokenGood(ctx context.Context, q Querier, d Dialect, c *approval.TokenCheck) (bool, error) {
 	rows, err := q.Query(ctx, TokenCheckSQL(d, 1), TokenCheckArgs(d, c)...)
 	n, err := first(Collect(rows, err, func(r Row) (int, error) {
 		var n int
 		return n, r.Scan(&n)
 	}))("no count")
 	if err != nil {
-		return fmt.Errorf("check token: %w", err)
+		return false, fmt.Errorf("check token: %w", err)
 	}
-	if n != 1 {
-		return c.Refuse()
-	}
-	c.Pass()
-	return nil
+	return n == 1, nil
 }
