@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
-	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
@@ -78,62 +77,6 @@ type insert struct {
 type inserted struct {
 	refused bool
 	holder  *approval.KeyHolder
-}
-
-// insertBatch writes a batch of creates in one write transaction, each create in a savepoint
-// of its own, so that one create's failure (its content refused) undoes only its own rows,
-// and the batch pays for one BEGIN and one commit: on SQLite a commit is a sync of the WAL,
-// and pages that several creates change (an index's last leaf) are written once. A create's
-// result is set only once the transaction committed; a failed commit, or a failure that
-// ended the whole transaction, is every create's error (docs/architecture.md, "Inside the
-// SQLite driver").
-func (s *Store) insertBatch(calls []*batch.Call[insert, inserted]) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	failAll := func(err error) {
-		for _, c := range calls {
-			c.Res, c.Err = inserted{}, err
-		}
-	}
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		failAll(fail("insert approval", err))
-		return
-	}
-	defer tx.Rollback()
-	savepoints := len(calls) > 1
-	for _, c := range calls {
-		if savepoints {
-			if _, err := tx.ExecContext(ctx, `SAVEPOINT one_create`); err != nil {
-				failAll(fail("insert approval", err))
-				return
-			}
-		}
-		c.Res, c.Err = insertOne(ctx, tx, c.Req)
-		switch {
-		case !savepoints && c.Err != nil:
-			return // the create alone: its rows are rolled back with the transaction
-		case !savepoints:
-		case c.Err != nil:
-			// ROLLBACK TO keeps the transaction open; it fails when an error already ended
-			// the transaction (SQLite rolls back the whole of it on some errors, such as a
-			// full disk), and then nothing of the batch is written.
-			if _, err := tx.ExecContext(ctx, `ROLLBACK TO one_create; RELEASE one_create`); err != nil {
-				own := c.Err
-				failAll(fail("insert approval", fmt.Errorf("another create of the batch ended its transaction: %w", unavailable(err))))
-				c.Err = own
-				return
-			}
-		default:
-			if _, err := tx.ExecContext(ctx, `RELEASE one_create`); err != nil {
-				failAll(fail("insert approval", err))
-				return
-			}
-		}
-	}
-	if err := tx.commit(); err != nil {
-		failAll(fail("insert approval", err))
-	}
 }
 
 // insertOne writes one create in tx, or finds the approval holding its key.

@@ -1,10 +1,6 @@
 package sqlite
 
-import (
-	"context"
-
-	"github.com/approvald/approval/internal/batch"
-)
+import "context"
 
 // HoldWriter takes the store's one write connection and returns the function that gives it
 // back, so that a test can make write transactions queue for it.
@@ -22,5 +18,5 @@ func (s *Store) WriterWaits() int64 { return s.write.Stats().WaitCount }
 // CreatesWaiting is how many creates are queued for the next batch.
 func (s *Store) CreatesWaiting() int { return s.creates.Waiting() }
 
-// CreateStats counts the batches of creates run so far and the creates in them.
-func (s *Store) CreateStats() batch.Stats { return s.creates.Stats() }
+// IntakesWaiting is how many deliveries are queued for the next batch of intakes.
+func (s *Store) IntakesWaiting() int { return s.intakes.Waiting() }

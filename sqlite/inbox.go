@@ -10,20 +10,26 @@ import (
 
 // RecordInbox stores a verified webhook delivery under its unique (source, event_id), or
 // reports a duplicate; see approval.InboxStore. On success e holds the stored state; on a
-// duplicate, the event stored first. The write lock orders concurrent deliveries.
+// duplicate, the event stored first. The write lock orders concurrent deliveries, and the
+// deliveries that queue for it together share one transaction (writeBatch).
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return false, fail("record inbox", err)
-	}
-	defer tx.Rollback()
-	r, err := sqldb.RecordInbox(dialect, e, tx.now)
+	stored, err := s.intakes.Do(e)
 	if err != nil {
 		return false, err
 	}
+	return sqldb.Recorded(e, stored), nil
+}
+
+// recordInbox runs one delivery's intake in tx and returns the event stored under its key:
+// e itself when it is new.
+func recordInbox(ctx context.Context, tx *tx, e *approval.InboxEvent) (*approval.InboxEvent, error) {
+	r, err := sqldb.RecordInbox(dialect, e, tx.now)
+	if err != nil {
+		return nil, err
+	}
 	for _, st := range []sqldb.Statement{r.Insert, r.Conflict} {
 		if _, err := tx.ExecContext(ctx, st.SQL, st.Args...); err != nil {
-			return false, fail("record inbox", err)
+			return nil, fail("record inbox", err)
 		}
 	}
 	rows, err := tx.query(ctx, r.Stored.SQL, r.Stored.Args...)
@@ -32,11 +38,10 @@ func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, 
 		err = fmt.Errorf("stored event %s/%s: found %d rows, want 1", e.Source, e.EventID, len(list))
 	}
 	if err != nil {
-		return false, fail("record inbox", err)
+		return nil, fail("record inbox", err)
 	}
-	duplicate := sqldb.Recorded(e, list[0])
-	if !duplicate {
+	if list[0].ID == e.ID {
 		tx.topics.Add(approval.TopicInbox)
 	}
-	return duplicate, fail("record inbox", tx.commit())
+	return list[0], nil
 }

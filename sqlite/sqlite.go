@@ -61,16 +61,11 @@ type Store struct {
 	read  *sql.DB     // read-only connections
 	hub   *signal.Hub // Subscribe's broadcaster, signalled after each commit
 
-	creates *batch.Batcher[insert, inserted] // InsertApproval's batches, one at a time
+	// The writes that come at a rate, batched (writeBatch): InsertApproval's and
+	// RecordInbox's.
+	creates *batch.Batcher[insert, inserted]
+	intakes *batch.Batcher[*approval.InboxEvent, *approval.InboxEvent]
 }
-
-// Writes that queue for the write connection together are written together (internal/batch):
-// one batch at a time, since there is one writer, of at most writeBatchMax writes.
-const writeBatchMax = 64
-
-// batchTimeout bounds a batch, which runs on a context of its own: it writes for callers who
-// may have gone, and each of them waits for it to end.
-const batchTimeout = 30 * time.Second
 
 // Open opens the SQLite database named by dsn, "file:PATH" with optional query parameters
 // (passed on to the driver) or a bare path, creating the file if needed. It does not migrate;
@@ -81,7 +76,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{Settings: sqldb.Settings{Now: time.Now}, write: write, read: read, hub: signal.NewHub()}
-	s.creates = batch.New(1, writeBatchMax, s.insertBatch)
+	s.creates = newBatcher(s, "insert approval", insertOne)
+	s.intakes = newBatcher(s, "record inbox", recordInbox)
 	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.Instant, Translate: fail}
 	return s, nil
 }

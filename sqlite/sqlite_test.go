@@ -384,14 +384,7 @@ func TestInsertApproval_Batch(t *testing.T) {
 	t.Parallel()
 	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
 	ctx := context.Background()
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("gave up waiting for %s", what)
-			}
-		}
-	}
+	waitFor := func(what string, cond func() bool) { t.Helper(); waitUntil(t, what, cond) }
 
 	// The writer held, a first create takes the batcher's one slot and waits for it; the
 	// creates after it queue, and run as the next batch once the writer is free.
@@ -403,7 +396,7 @@ func TestInsertApproval_Batch(t *testing.T) {
 	lead := newApproval(t, "ci-bot", "lead", "alice")
 	var leadErr error
 	wg.Go(func() { _, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil) })
-	waitFor("the first create's batch", func() bool { return s.CreateStats().Calls == 1 })
+	waitFor("the first create's batch", func() bool { return s.BatchStats()["create"].Calls == 1 })
 
 	type result struct {
 		holder *approval.KeyHolder
@@ -416,9 +409,9 @@ func TestInsertApproval_Batch(t *testing.T) {
 		a    *approval.Approval
 	}{
 		{"good", ctx, newApproval(t, "ci-bot", "good", "alice")},
-		{"same key, first", ctx, newApproval(t, "ci-bot", "same", "alice")},
+		{"same key", ctx, newApproval(t, "ci-bot", "same", "alice")},
 		{"approver twice", ctx, newApproval(t, "ci-bot", "twice", "alice", "alice")},
-		{"same key, second", ctx, newApproval(t, "ci-bot", "same", "alice")},
+		{"same key again", ctx, newApproval(t, "ci-bot", "same", "alice")},
 		{"token gone", unknownToken, newApproval(t, "ci-bot", "gone", "alice")},
 		{"also good", ctx, newApproval(t, "ci-bot", "also-good", "bob")},
 	}
@@ -436,7 +429,7 @@ func TestInsertApproval_Batch(t *testing.T) {
 	if leadErr != nil {
 		t.Fatalf("first create: %v", leadErr)
 	}
-	if st := s.CreateStats(); st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
+	if st := s.BatchStats()["create"]; st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
 		t.Fatalf("ran %d creates in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(creates))
 	}
 	exists := func(a *approval.Approval) bool {
@@ -447,22 +440,27 @@ func TestInsertApproval_Batch(t *testing.T) {
 		}
 		return err == nil
 	}
+	// The two creates of one key queued in either order: the one that came first wrote.
+	first, second := 1, 3
+	if results[first].holder != nil {
+		first, second = second, first
+	}
 	for i, c := range creates {
 		r := results[i]
-		switch c.name {
-		case "good", "also good", "same key, first":
+		switch {
+		case c.name == "good" || c.name == "also good" || i == first:
 			if r.err != nil || r.holder != nil || !exists(c.a) {
 				t.Errorf("%s: holder %v, %v; want written", c.name, r.holder, r.err)
 			}
-		case "same key, second":
-			if r.err != nil || r.holder == nil || r.holder.Approval.ID != creates[1].a.ID || exists(c.a) {
-				t.Errorf("%s: holder %v, %v; want the first's approval %s", c.name, r.holder, r.err, creates[1].a.ID)
+		case i == second:
+			if r.err != nil || r.holder == nil || r.holder.Approval.ID != creates[first].a.ID || exists(c.a) {
+				t.Errorf("%s: holder %v, %v; want the other's approval %s", c.name, r.holder, r.err, creates[first].a.ID)
 			}
-		case "approver twice":
+		case c.name == "approver twice":
 			if approval.ErrorCode(r.err) != approval.EINVALID || exists(c.a) {
 				t.Errorf("%s: %v; want EINVALID and nothing written", c.name, r.err)
 			}
-		case "token gone":
+		case c.name == "token gone":
 			if approval.ErrorCode(r.err) != approval.EUNAUTHORIZED || exists(c.a) {
 				t.Errorf("%s: %v; want EUNAUTHORIZED and nothing written", c.name, r.err)
 			}
@@ -493,5 +491,82 @@ func newApproval(tb testing.TB, requester, key string, approvers ...string) *app
 		ID: approval.NewID("apr"), OperationKey: key, Action: "deploy", Title: key,
 		Requester: requester, Approvers: approvers, RequiredApprovals: 1,
 		ExpiresAt: now.Add(24 * time.Hour), CreatedAt: now, Fingerprint: fp,
+	}
+}
+
+// waitUntil waits for cond, which another goroutine makes true, checking it every
+// millisecond; it fails the test after ten seconds.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// Deliveries that queue for the writer together are stored in one transaction: a new event,
+// its duplicate in the same batch, a redelivery under its id with another body, a delivery
+// refused for its content and a second new event each get their own answer.
+func TestRecordInbox_Batch(t *testing.T) {
+	t.Parallel()
+	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
+	ctx := context.Background()
+	event := func(eventID, body string) *approval.InboxEvent {
+		return &approval.InboxEvent{ID: approval.NewID("inb"), Source: "chat", EventID: eventID,
+			Type: approval.TypeApprovalDecision, Body: []byte(body)}
+	}
+	release, err := s.HoldWriter(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	lead := event("evt-lead", `{}`)
+	var leadErr error
+	wg.Go(func() { _, leadErr = s.RecordInbox(ctx, lead) })
+	waitUntil(t, "the first delivery's batch", func() bool { return s.BatchStats()["intake"].Calls == 1 })
+
+	// The deliveries of one event id go in one after the other, so that their order, and
+	// with it which one stored the event, is known.
+	deliveries := []*approval.InboxEvent{event("evt-1", `{"n":1}`), event("evt-1", `{"n":1}`), event("evt-1", `{"n":2}`)}
+	others := []*approval.InboxEvent{event("", `{}`), event("evt-2", `{}`)}
+	dup := make([]bool, len(deliveries)+len(others))
+	errs := make([]error, len(dup))
+	for i, e := range append(deliveries, others...) {
+		wg.Go(func() { dup[i], errs[i] = s.RecordInbox(ctx, e) })
+		if i < len(deliveries) {
+			waitUntil(t, "the delivery to queue", func() bool { return s.IntakesWaiting() == i+1 })
+		}
+	}
+	waitUntil(t, "the deliveries to queue", func() bool { return s.IntakesWaiting() == len(dup) })
+	firstID := deliveries[0].ID
+	release()
+	wg.Wait()
+
+	if leadErr != nil {
+		t.Fatalf("first delivery: %v", leadErr)
+	}
+	if st := s.BatchStats()["intake"]; st.Batches != 2 || st.Calls != uint64(1+len(dup)) {
+		t.Fatalf("ran %d deliveries in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(dup))
+	}
+	for i, want := range []bool{false, true, true} {
+		if errs[i] != nil || dup[i] != want || deliveries[i].ID != firstID {
+			t.Errorf("delivery %d of evt-1: duplicate %v, %v, answered as %s; want duplicate %v, answered as %s", i, dup[i], errs[i], deliveries[i].ID, want, firstID)
+		}
+	}
+	if got := deliveries[2].Conflicts; got != 1 {
+		t.Errorf("evt-1 after a redelivery with another body: %d conflicts, want 1", got)
+	}
+	if code := approval.ErrorCode(errs[3]); code != approval.EINVALID {
+		t.Errorf("a delivery without an event id: %v, want EINVALID", errs[3])
+	}
+	if errs[4] != nil || dup[4] {
+		t.Errorf("evt-2: duplicate %v, %v; want stored", dup[4], errs[4])
+	}
+	for _, e := range []*approval.InboxEvent{lead, deliveries[0], others[1]} {
+		got, err := s.InboxEvent(ctx, e.ID)
+		if err != nil || got.Status != approval.InboxPending {
+			t.Errorf("%s: %+v, %v; want stored, pending", e.EventID, got, err)
+		}
 	}
 }

@@ -139,8 +139,9 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 // instead. It is soft: a process that truly needs more gets it, at a higher GC cost.
 const DefaultMemoryLimit = 64 << 20
 
-// batching is a store that gathers calls into batches (PostgreSQL's creates, intakes and
-// reads: docs/architecture.md, "Creates, intakes and reads in batches").
+// batching is a store that gathers calls into batches (PostgreSQL's creates, intakes, reads
+// and token look-ups, SQLite's creates and intakes: docs/architecture.md, "Creates, intakes
+// and reads in batches").
 type batching interface {
 	BatchStats() map[string]batch.Stats
 }
@@ -151,7 +152,7 @@ type batchCollector struct{ store batching }
 
 var (
 	batchesDesc = prometheus.NewDesc("approvald_store_batches_total",
-		"Batches this process's store ran, by kind (create, intake, read): each one statement and one round trip for all its calls.", []string{"kind"}, nil)
+		"Batches this process's store ran, by kind (create, intake, and on PostgreSQL read and token): each one round trip for all its calls on PostgreSQL, one transaction on SQLite.", []string{"kind"}, nil)
 	batchedCallsDesc = prometheus.NewDesc("approvald_store_batched_calls_total",
 		"Calls this process's store ran in batches, by kind; over approvald_store_batches_total, the mean batch size.", []string{"kind"}, nil)
 )
