@@ -62,7 +62,7 @@ func writeBatch[Req, Res any](s *Store, op string, calls []*batch.Call[Req, Res]
 			// full disk), and then nothing of the batch is written.
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO one_write; RELEASE one_write`); err != nil {
 				own := c.Err
-				failAll(fail(op, fmt.Errorf("another write of the batch ended its transaction: %w", unavailable(err))))
+				failAll(fail(op, fmt.Errorf("the batch's transaction ended (another write of it failed, or its time ran out): %w", unavailable(err))))
 				c.Err = own
 				return
 			}

@@ -324,8 +324,10 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	return &tx{Tx: t, now: s.Instant(), hub: s.hub}, nil
 }
 
-// checkToken runs the pending approval.TokenCheck of ctx, if any, as the transaction's first
-// statement: under the write lock, so no revocation commits between it and the writes.
+// checkToken runs the pending approval.TokenCheck of ctx, if any, as the first statement of a
+// transaction composed over approval.Tx (Begin): under the write lock, so no revocation
+// commits between it and the writes. A batch of creates checks each create's token in its
+// own savepoint instead (insertOne).
 func (t *tx) checkToken(ctx context.Context) error {
 	c := approval.PendingTokenCheck(ctx)
 	if c == nil {

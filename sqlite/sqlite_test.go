@@ -570,3 +570,89 @@ func TestRecordInbox_Batch(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose transaction ends with nothing written answers every create with an error,
+// the holder a create found inside the batch included: a failure that rolls the whole
+// transaction back from inside one create (a trigger's RAISE(ROLLBACK), as SQLite does by
+// itself on some I/O errors), and a commit that fails (a deferred foreign key).
+func TestInsertApproval_BatchThatEndsWritesNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	s := MustOpen(t, path)
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`CREATE TRIGGER boom BEFORE INSERT ON approvals WHEN NEW.title = 'boom'
+			BEGIN SELECT RAISE(ROLLBACK, 'boom'); END`,
+		`CREATE TABLE test_parent (id INTEGER PRIMARY KEY)`,
+		`CREATE TABLE test_child (parent INTEGER REFERENCES test_parent (id) DEFERRABLE INITIALLY DEFERRED)`,
+		`CREATE TRIGGER late AFTER INSERT ON approvals WHEN NEW.title = 'late'
+			BEGIN INSERT INTO test_child (parent) VALUES (42); END`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, failing := range []string{"boom", "late"} {
+		// The writer held, a first create takes the batcher's slot; the rest queue as one batch.
+		release, err := s.HoldWriter(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := s.BatchStats()["create"]
+		var wg sync.WaitGroup
+		lead := newApproval(t, "ci-bot", failing+"-lead", "alice")
+		var leadErr error
+		wg.Go(func() { _, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil) })
+		waitUntil(t, "the first create's batch", func() bool { return s.BatchStats()["create"].Calls == before.Calls+1 })
+		creates := []*approval.Approval{
+			newApproval(t, "ci-bot", failing+"-good", "alice"),
+			newApproval(t, "ci-bot", failing+"-good", "alice"), // the same key: finds the first
+			newApproval(t, "ci-bot", failing, "alice"),
+			newApproval(t, "ci-bot", failing+"-also-good", "bob"),
+		}
+		creates[2].Title = failing
+		holders := make([]*approval.KeyHolder, len(creates))
+		errs := make([]error, len(creates))
+		for i, a := range creates {
+			wg.Go(func() { holders[i], errs[i] = s.InsertApproval(ctx, a, approval.HTTPCause("req"), nil) })
+			waitUntil(t, "the create to queue", func() bool { return s.CreatesWaiting() == i+1 })
+		}
+		release()
+		wg.Wait()
+		if leadErr != nil {
+			t.Fatalf("%s: first create: %v", failing, leadErr)
+		}
+		for i, a := range creates {
+			if errs[i] == nil || holders[i] != nil {
+				t.Errorf("%s: create %d (%s): holder %v, %v; want an error and no holder", failing, i, a.OperationKey, holders[i], errs[i])
+			}
+			if _, err := s.Approval(ctx, a.ID); approval.ErrorCode(err) != approval.ENOTFOUND {
+				t.Errorf("%s: create %d (%s) is there (%v): nothing of the batch may be written", failing, i, a.OperationKey, err)
+			}
+		}
+		// Alone, the failing create fails and writes nothing either; the others' keys are free.
+		alone := newApproval(t, "ci-bot", failing+"-alone", "alice")
+		alone.Title = failing
+		if h, err := s.InsertApproval(ctx, alone, approval.HTTPCause("req"), nil); err == nil || h != nil {
+			t.Errorf("%s alone: holder %v, %v; want an error", failing, h, err)
+		}
+		for _, a := range []*approval.Approval{alone, creates[0], creates[3]} {
+			again := newApproval(t, "ci-bot", a.OperationKey, "alice")
+			if a == alone {
+				if _, err := s.Approval(ctx, a.ID); approval.ErrorCode(err) != approval.ENOTFOUND {
+					t.Errorf("%s alone is there (%v)", failing, err)
+				}
+				continue
+			}
+			if h, err := s.InsertApproval(ctx, again, approval.HTTPCause("req"), nil); err != nil || h != nil {
+				t.Errorf("%s: key %s again: holder %v, %v; want written", failing, a.OperationKey, h, err)
+			}
+		}
+	}
+}
