@@ -241,3 +241,35 @@ func countRows(t *testing.T, conn *sql.Conn, q string, args ...any) int {
 	}
 	return n
 }
+
+// A query whose context ends while its rows are open leaves a statement that the next call
+// runs as if nothing had happened, whether or not the cache kept it.
+func TestStmtCache_ContextEndsUnderOpenRows(t *testing.T) {
+	_, conn, _ := openCachedConn(t)
+	const q = `SELECT id FROM t WHERE id >= ? ORDER BY id`
+	for range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		rows, err := conn.QueryContext(ctx, q, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rows.Next() {
+			t.Fatalf("no first row: %v", rows.Err())
+		}
+		cancel()
+		for rows.Next() {
+		}
+		rows.Close()
+		if n := countRows(t, conn, q, 2); n != 2 {
+			t.Fatalf("after a cancelled read: %d rows, want 2", n)
+		}
+		// An Exec whose context ended before it ran fails and changes nothing.
+		if _, err := conn.ExecContext(ctx, `UPDATE t SET v = ? WHERE id = ?`, "x", 1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("exec on an ended context: %v, want context.Canceled", err)
+		}
+		var v string
+		if err := conn.QueryRowContext(context.Background(), `SELECT v FROM t WHERE id = ?`, 1).Scan(&v); err != nil || v != "a" {
+			t.Fatalf("row 1 after the refused exec: %q, %v", v, err)
+		}
+	}
+}
