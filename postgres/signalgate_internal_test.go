@@ -51,6 +51,14 @@ func (c *gateClock) fire() bool {
 
 func (c *gateClock) signals() int { c.mu.Lock(); defer c.mu.Unlock(); return c.sent }
 
+// wantSent checks how many signals the gate has sent so far.
+func (c *gateClock) wantSent(t *testing.T, want int) {
+	t.Helper()
+	if got := c.signals(); got != want {
+		t.Errorf("signals sent: got %d, want %d", got, want)
+	}
+}
+
 func TestSignalGate(t *testing.T) {
 	const window = 20 * time.Millisecond
 
@@ -88,9 +96,7 @@ func TestSignalGate(t *testing.T) {
 		}
 		c.advance(15 * time.Millisecond)
 		c.fire()
-		if got := c.signals(); got != 1 {
-			t.Errorf("signals sent: got %d, want 1", got)
-		}
+		c.wantSent(t, 1)
 		// The send opened a new window.
 		if g.pass() {
 			t.Error("batch right after the gate's signal: passed, want held")
@@ -111,9 +117,7 @@ func TestSignalGate(t *testing.T) {
 		}
 		c.advance(window)
 		c.fire()
-		if got := c.signals(); got != 2 {
-			t.Errorf("signals sent: got %d, want 2", got)
-		}
+		c.wantSent(t, 2)
 	})
 
 	t.Run("a send waits out a window a batch opened meanwhile", func(t *testing.T) {
@@ -135,9 +139,7 @@ func TestSignalGate(t *testing.T) {
 		}
 		c.advance(15 * time.Millisecond)
 		c.fire()
-		if got := c.signals(); got != 1 {
-			t.Errorf("signals sent: got %d, want 1", got)
-		}
+		c.wantSent(t, 1)
 	})
 
 	t.Run("nothing stored, nothing sent", func(t *testing.T) {

@@ -41,7 +41,7 @@ FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 // InsertApproval writes a new approval, or returns the approval that holds its key; see
 // approval.Store. SQLite's single writer orders concurrent inserts of one key: the second
 // finds the first's approval. The creates that queue for the writer at the same moment share
-// one write transaction and its commit (insertBatch).
+// one write transaction and its commit (writeBatch).
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	// A retry finds the approval holding its key on the read pool, the request's token check
 	// in the same statement, without queueing for the one write connection. Only a key that

@@ -58,8 +58,8 @@ func writeBatch[Req, Res any](s *Store, op string, calls []*batch.Call[Req, Res]
 		case !savepoints:
 		case c.Err != nil:
 			// ROLLBACK TO keeps the transaction open; it fails when an error already ended
-			// the transaction (SQLite rolls back the whole of it on some errors, such as a
-			// full disk), and then nothing of the batch is written.
+			// the transaction (SQLite may roll back the whole of it on some errors, such as
+			// a full disk), and then nothing of the batch is written.
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO one_write; RELEASE one_write`); err != nil {
 				own := c.Err
 				failAll(fail(op, fmt.Errorf("the batch's transaction ended (another write of it failed, or its time ran out): %w", unavailable(err))))

@@ -384,19 +384,12 @@ func TestInsertApproval_Batch(t *testing.T) {
 	t.Parallel()
 	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
 	ctx := context.Background()
-	waitFor := func(what string, cond func() bool) { t.Helper(); waitUntil(t, what, cond) }
-
-	// The writer held, a first create takes the batcher's one slot and waits for it; the
-	// creates after it queue, and run as the next batch once the writer is free.
-	release, err := s.HoldWriter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var wg sync.WaitGroup
 	lead := newApproval(t, "ci-bot", "lead", "alice")
-	var leadErr error
-	wg.Go(func() { _, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil) })
-	waitFor("the first create's batch", func() bool { return s.BatchStats()["create"].Calls == 1 })
+	release := holdBehindFirst(t, s, "create", &wg, func() error {
+		_, err := s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil)
+		return err
+	})
 
 	type result struct {
 		holder *approval.KeyHolder
@@ -422,13 +415,10 @@ func TestInsertApproval_Batch(t *testing.T) {
 			results[i] = result{h, err}
 		})
 	}
-	waitFor("the creates to queue", func() bool { return s.CreatesWaiting() == len(creates) })
+	waitUntil(t, "the creates to queue", func() bool { return s.CreatesWaiting() == len(creates) })
 	release()
 	wg.Wait()
 
-	if leadErr != nil {
-		t.Fatalf("first create: %v", leadErr)
-	}
 	if st := s.BatchStats()["create"]; st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
 		t.Fatalf("ran %d creates in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(creates))
 	}
@@ -494,6 +484,26 @@ func newApproval(tb testing.TB, requester, key string, approvers ...string) *app
 	}
 }
 
+// holdBehindFirst holds s's writer and starts first on wg: a write of the batch kind given
+// ("create", "intake"), which takes that kind's one batch slot and waits for the writer, so
+// that the writes of the kind started after it queue as the next batch. It returns the
+// function that frees the writer; first must succeed.
+func holdBehindFirst(t *testing.T, s *sqlite.Store, kind string, wg *sync.WaitGroup, first func() error) (release func()) {
+	t.Helper()
+	release, err := s.HoldWriter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.BatchStats()[kind].Calls
+	wg.Go(func() {
+		if err := first(); err != nil {
+			t.Errorf("the first %s, ahead of the batch: %v", kind, err)
+		}
+	})
+	waitUntil(t, "the first "+kind+"'s batch", func() bool { return s.BatchStats()[kind].Calls == before+1 })
+	return release
+}
+
 // waitUntil waits for cond, which another goroutine makes true, checking it every
 // millisecond; it fails the test after ten seconds.
 func waitUntil(tb testing.TB, what string, cond func() bool) {
@@ -516,15 +526,12 @@ func TestRecordInbox_Batch(t *testing.T) {
 		return &approval.InboxEvent{ID: approval.NewID("inb"), Source: "chat", EventID: eventID,
 			Type: approval.TypeApprovalDecision, Body: []byte(body)}
 	}
-	release, err := s.HoldWriter(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var wg sync.WaitGroup
 	lead := event("evt-lead", `{}`)
-	var leadErr error
-	wg.Go(func() { _, leadErr = s.RecordInbox(ctx, lead) })
-	waitUntil(t, "the first delivery's batch", func() bool { return s.BatchStats()["intake"].Calls == 1 })
+	release := holdBehindFirst(t, s, "intake", &wg, func() error {
+		_, err := s.RecordInbox(ctx, lead)
+		return err
+	})
 
 	// The deliveries of one event id go in one after the other, so that their order, and
 	// with it which one stored the event, is known.
@@ -543,9 +550,6 @@ func TestRecordInbox_Batch(t *testing.T) {
 	release()
 	wg.Wait()
 
-	if leadErr != nil {
-		t.Fatalf("first delivery: %v", leadErr)
-	}
 	if st := s.BatchStats()["intake"]; st.Batches != 2 || st.Calls != uint64(1+len(dup)) {
 		t.Fatalf("ran %d deliveries in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(dup))
 	}
@@ -599,17 +603,12 @@ func TestInsertApproval_BatchThatEndsWritesNothing(t *testing.T) {
 	}
 
 	for _, failing := range []string{"boom", "late"} {
-		// The writer held, a first create takes the batcher's slot; the rest queue as one batch.
-		release, err := s.HoldWriter(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := s.BatchStats()["create"]
 		var wg sync.WaitGroup
 		lead := newApproval(t, "ci-bot", failing+"-lead", "alice")
-		var leadErr error
-		wg.Go(func() { _, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil) })
-		waitUntil(t, "the first create's batch", func() bool { return s.BatchStats()["create"].Calls == before.Calls+1 })
+		release := holdBehindFirst(t, s, "create", &wg, func() error {
+			_, err := s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil)
+			return err
+		})
 		creates := []*approval.Approval{
 			newApproval(t, "ci-bot", failing+"-good", "alice"),
 			newApproval(t, "ci-bot", failing+"-good", "alice"), // the same key: finds the first
@@ -625,9 +624,6 @@ func TestInsertApproval_BatchThatEndsWritesNothing(t *testing.T) {
 		}
 		release()
 		wg.Wait()
-		if leadErr != nil {
-			t.Fatalf("%s: first create: %v", failing, leadErr)
-		}
 		for i, a := range creates {
 			if errs[i] == nil || holders[i] != nil {
 				t.Errorf("%s: create %d (%s): holder %v, %v; want an error and no holder", failing, i, a.OperationKey, holders[i], errs[i])

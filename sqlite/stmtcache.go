@@ -60,14 +60,17 @@ type cachingConn struct {
 	lru   list.List                // the most recently used first
 }
 
+// ctxStmt is what cachingConn needs of the driver's prepared statement.
+type ctxStmt interface {
+	driver.Stmt
+	driver.StmtExecContext
+	driver.StmtQueryContext
+}
+
 // cachedStmt is a prepared statement in a connection's cache.
 type cachedStmt struct {
 	query string
-	stmt  interface {
-		driver.Stmt
-		driver.StmtExecContext
-		driver.StmtQueryContext
-	}
+	stmt  ctxStmt
 	// busy is set while rows of the statement are open: a second use of the same text then
 	// runs unprepared, since running the statement again would reset the open rows. dropped
 	// is set when the statement left the cache while busy: the rows' Close closes it.
@@ -92,11 +95,7 @@ func (c *cachingConn) stmt(ctx context.Context, query string) (*cachedStmt, erro
 	}
 	s := &cachedStmt{query: query}
 	var ok bool
-	if s.stmt, ok = ds.(interface {
-		driver.Stmt
-		driver.StmtExecContext
-		driver.StmtQueryContext
-	}); !ok {
+	if s.stmt, ok = ds.(ctxStmt); !ok {
 		ds.Close()
 		return nil, nil
 	}

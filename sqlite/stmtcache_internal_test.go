@@ -104,18 +104,7 @@ func TestStmtCache_OpenRowsKeepTheirStatement(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The same text again while outer's rows are open.
-		inner, err := conn.QueryContext(ctx, q, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for inner.Next() {
-			n++
-		}
-		if err := inner.Close(); err != nil {
-			t.Fatal(err)
-		}
-		seen = append(seen, fmt.Sprintf("%s:%d", v, n))
+		seen = append(seen, fmt.Sprintf("%s:%d", v, countRows(t, conn, q, id)))
 	}
 	if err := outer.Close(); err != nil {
 		t.Fatal(err)
@@ -145,6 +134,13 @@ func TestStmtCache_Bounded(t *testing.T) {
 	if !open.Next() {
 		t.Fatal("no first row")
 	}
+	var held *cachedStmt // first's statement, its rows open
+	if err := conn.Raw(func(dc any) error {
+		held = dc.(*cachingConn).stmts[first].Value.(*cachedStmt)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range stmtCacheSize + 10 {
 		if n := countRows(t, conn, fmt.Sprintf(`SELECT id FROM t WHERE id >= ? AND %d = %d`, i, i), 1); n != 3 {
 			t.Fatalf("query %d: %d rows", i, n)
@@ -159,12 +155,18 @@ func TestStmtCache_Bounded(t *testing.T) {
 			t.Fatal("the least recently used statement is still cached")
 		}
 	}
+	if !held.busy || !held.dropped {
+		t.Fatalf("first's statement, dropped under open rows: busy %t, dropped %t; want both, to close with its rows", held.busy, held.dropped)
+	}
 	n := 1
 	for open.Next() {
 		n++
 	}
 	if err := open.Close(); err != nil || n != 3 {
 		t.Fatalf("the dropped statement's rows: %d read, close: %v", n, err)
+	}
+	if held.busy {
+		t.Fatal("first's statement still busy after its rows closed")
 	}
 	if n := countRows(t, conn, first, 2); n != 2 {
 		t.Fatalf("prepared again: %d rows, want 2", n)

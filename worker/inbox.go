@@ -45,16 +45,16 @@ type InboxProcessor struct {
 	Batch int           // events claimed at once (DefaultInboxBatch when zero)
 	// MaxBatch bounds the claim while a backlog lasts (DefaultInboxMaxBatch when zero): Run
 	// doubles its claim after each full batch, up to MaxBatch, and after one that was not
-	// full claims twice what that one found (at least Batch). A batch is one transaction, so a backlog is applied with fewer
-	// commits and round trips per event the longer it is.
+	// full claims twice what that one found (at least Batch). A batch is one transaction, so
+	// a backlog is applied with fewer commits and round trips per event the longer it is.
 	MaxBatch int
 	// Pace is the least time from the start of a pass that found events to the start of the
 	// next one that waited for a signal (DefaultInboxPace when zero). Under a busy intake
 	// the signals come often (one per stored batch, before PostgreSQL's were coalesced), and
-	// a processor that took a pass per signal applied a few events per transaction; paced, it applies what arrived meanwhile in one (docs/operations.md,
-	// "The inbox under load"). An idle processor is never held back: after a pass that found
-	// nothing, a signal starts the next at once; nor is a backlog, whose full batches follow
-	// each other at once.
+	// a processor that took a pass per signal applied a few events per transaction; paced,
+	// it applies what arrived meanwhile in one (docs/operations.md, "The inbox under load").
+	// An idle processor is never held back: after a pass that found nothing, a signal starts
+	// the next at once; nor is a backlog, whose full batches follow each other at once.
 	Pace        time.Duration
 	Backoff     Backoff // wait before retrying an event whose store work failed (DefaultInboxBackoff when zero)
 	MaxAttempts int     // attempts before an event is failed (DefaultInboxAttempts when zero)
