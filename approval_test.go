@@ -132,6 +132,26 @@ func TestNewApproval(t *testing.T) {
 	}
 }
 
+// TestNewApprovalCompactsContext checks that the context is stored compact: white space
+// between tokens goes, white space inside strings stays, and a compact context is kept as
+// it is.
+func TestNewApprovalCompactsContext(t *testing.T) {
+	for _, tt := range []struct{ context, want string }{
+		{"{\n  \"a\": [1, 2],\t\"b\" : {\"c\": \"x y\\\" z\"}\r\n}", `{"a":[1,2],"b":{"c":"x y\" z"}}`},
+		{` {"s":"  spaced  ","n":null} `, `{"s":"  spaced  ","n":null}`},
+		{`{"z":1,"a":"{ [ ]}"}`, `{"z":1,"a":"{ [ ]}"}`},
+	} {
+		req := approval.CreateRequest{Action: "deploy", Title: "Deploy", Approvers: []string{"alice"}, Context: json.RawMessage(tt.context)}
+		a, err := approval.NewApproval(req, "ci-bot", "deploy-1", "fp", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a.Context) != tt.want {
+			t.Errorf("context %q: stored %s, want %s", tt.context, a.Context, tt.want)
+		}
+	}
+}
+
 func TestExecutionJSON(t *testing.T) {
 	b, err := json.Marshal(approval.Approval{Execution: &approval.Execution{Status: approval.ExecutionNotConfigured}})
 	if err != nil {

@@ -148,22 +148,27 @@ func normalizeContext(raw json.RawMessage) (json.RawMessage, error) {
 	if err := CheckJSON("context", raw); err != nil { // also "context is not valid JSON"
 		return nil, err
 	}
-	if depth := jsonDepth(raw); depth > MaxContextDepth {
+	depth, spaced := jsonShape(raw)
+	if depth > MaxContextDepth {
 		return nil, Errorf(EINVALID, "context is nested %d levels deep; at most %d are allowed", depth, MaxContextDepth)
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return nil, Errorf(EINVALID, "context is not valid JSON: %v", err)
+	if spaced {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return nil, Errorf(EINVALID, "context is not valid JSON: %v", err)
+		}
+		raw = buf.Bytes()
 	}
-	if buf.Len() > MaxContextBytes {
-		return nil, Errorf(EINVALID, "context is %d bytes compacted; at most %d (64 KiB) are allowed", buf.Len(), MaxContextBytes)
+	if len(raw) > MaxContextBytes {
+		return nil, Errorf(EINVALID, "context is %d bytes compacted; at most %d (64 KiB) are allowed", len(raw), MaxContextBytes)
 	}
-	return buf.Bytes(), nil
+	return raw, nil
 }
 
-// jsonDepth returns the deepest nesting of objects and arrays in a valid JSON document.
-func jsonDepth(doc []byte) int {
-	depth, deepest := 0, 0
+// jsonShape returns the deepest nesting of objects and arrays in a valid JSON document, and
+// whether it has white space between its tokens (without, it is compact as it is).
+func jsonShape(doc []byte) (deepest int, spaced bool) {
+	depth := 0
 	inString, escaped := false, false
 	for _, c := range doc {
 		switch {
@@ -181,7 +186,9 @@ func jsonDepth(doc []byte) int {
 			deepest = max(deepest, depth)
 		case c == '}' || c == ']':
 			depth--
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			spaced = true
 		}
 	}
-	return deepest
+	return deepest, spaced
 }
