@@ -82,12 +82,12 @@ type inserted struct {
 // insertOne writes one create in tx, or finds the approval holding its key.
 func insertOne(ctx context.Context, tx *tx, in insert) (inserted, error) {
 	if in.check != nil {
-		good, err := sqldb.TokenGood(ctx, querier{tx.Tx}, dialect, in.check)
+		good, err := sqldb.TokenGood(ctx, querier{tx}, dialect, in.check)
 		if err != nil || !good {
 			return inserted{refused: !good}, fail("check token", err)
 		}
 	}
-	holder, err := keyHolder(ctx, querier{tx.Tx}, in.a.Requester, in.a.OperationKey, nil)
+	holder, err := keyHolder(ctx, querier{tx}, in.a.Requester, in.a.OperationKey, nil)
 	if err != nil || holder != nil {
 		return inserted{holder: holder}, fail("insert approval", err)
 	}

@@ -57,9 +57,10 @@ type Store struct {
 	// each is one statement, one snapshot.
 	sqldb.Reads
 
-	write *sql.DB     // exactly one connection, BEGIN IMMEDIATE
-	read  *sql.DB     // read-only connections
-	hub   *signal.Hub // Subscribe's broadcaster, signalled after each commit
+	write  *sql.DB     // exactly one connection, BEGIN IMMEDIATE
+	writer *writer     // hands write's connection to one write transaction at a time, in groups
+	read   *sql.DB     // read-only connections
+	hub    *signal.Hub // Subscribe's broadcaster, signalled after each commit
 
 	// The writes that come at a rate, batched (writeBatch): InsertApproval's and
 	// RecordInbox's.
@@ -75,7 +76,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Settings: sqldb.Settings{Now: time.Now}, write: write, read: read, hub: signal.NewHub()}
+	s := &Store{Settings: sqldb.Settings{Now: time.Now}, write: write, writer: &writer{db: write}, read: read, hub: signal.NewHub()}
 	s.creates = newBatcher(s, "insert approval", insertOne)
 	s.intakes = newBatcher(s, "record inbox", recordInbox)
 	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.Instant, Translate: fail}
@@ -267,7 +268,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	defer tx.Rollback()
 
-	if err := schema.Apply(ctx, querier{tx.Tx}, dialect, tx.now); err != nil {
+	if err := schema.Apply(ctx, querier{tx}, dialect, tx.now); err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
 	return fail("migrate", tx.commit())
@@ -305,23 +306,24 @@ func (s *Store) Close() error {
 // comparison with expires_at or a lease and every stored time inside it uses now. It also
 // collects the Notifier topics its changes concern, signalled only once it commits.
 type tx struct {
-	*sql.Tx
+	*write
 	now time.Time
 
 	hub    *signal.Hub
 	topics sqldb.Topics
 }
 
-// beginWrite starts a write transaction on the single write connection. The driver issues
-// BEGIN IMMEDIATE (_txlock=immediate), so the write lock is held from the first statement.
-// The clock is read once the transaction holds the connection: a write that queued behind
-// others for it must not compare expires_at or leases with the instant it began to wait.
+// beginWrite starts a write transaction: it waits for its turn on the single write
+// connection, inside the transaction that the writes queued for it share (writer). The write
+// lock is held from the shared transaction's BEGIN IMMEDIATE. The clock is read once the
+// write has its turn: a write that queued behind others must not compare expires_at or
+// leases with the instant it began to wait.
 func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
-	t, err := s.write.BeginTx(ctx, nil)
+	wr, err := s.writer.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	return &tx{Tx: t, now: s.Instant(), hub: s.hub}, nil
+	return &tx{write: wr, now: s.Instant(), hub: s.hub}, nil
 }
 
 // checkToken runs the pending approval.TokenCheck of ctx, if any, as the first statement of a
@@ -333,13 +335,13 @@ func (t *tx) checkToken(ctx context.Context) error {
 	if c == nil {
 		return nil
 	}
-	return fail("check token", sqldb.CheckToken(ctx, querier{t.Tx}, dialect, c))
+	return fail("check token", sqldb.CheckToken(ctx, querier{t}, dialect, c))
 }
 
 // commit commits tx, classifying a failure, then signals the topics of its changes: a
 // subscriber woken by the signal finds the change already visible.
 func (t *tx) commit() error {
-	if err := t.Commit(); err != nil {
+	if err := t.write.commit(); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	if t.hub != nil {
@@ -348,9 +350,12 @@ func (t *tx) commit() error {
 	return nil
 }
 
+// Rollback undoes the transaction's changes, unless it has ended (sql.ErrTxDone).
+func (t *tx) Rollback() error { return t.write.rollback() }
+
 // query runs a query in the transaction, for the statements the drivers share.
 func (t *tx) query(ctx context.Context, query string, args ...any) (sqldb.Rows, error) {
-	return querier{t.Tx}.Query(ctx, query, args...)
+	return querier{t}.Query(ctx, query, args...)
 }
 
 // querier adapts a pool or a transaction to sqldb.Execer.

@@ -1,0 +1,238 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/approvald/approval/internal/batch"
+)
+
+// groupMax is the most writes one shared transaction takes before it commits with writes still
+// waiting: a bound on how long the first write of a group waits for its commit.
+const groupMax = 64
+
+// writer hands the one write connection to one write transaction at a time (its turn), and
+// lets the transactions that queue for it share one SQLite transaction, a group: each write
+// runs in a savepoint of its own (released when it commits, rolled back to when it rolls
+// back), and the group commits when its last write ends with no write waiting, or after
+// groupMax writes. A write's Commit returns once the group's COMMIT has ended, with its
+// error: on SQLite a commit is a sync of the WAL, which a group pays once
+// (docs/architecture.md, "Inside the SQLite driver").
+//
+// A write sees the writes of its group before them, committed or not; if the group does not
+// commit, none of its writes is answered as committed, so nothing acknowledged ever depends
+// on a write that was lost. A failure that ends the whole transaction (SQLite rolls back all
+// of it on some errors, such as a full disk) is found when the failed write's savepoint can
+// no longer be released or rolled back to, and fails every write of the group.
+type writer struct {
+	db *sql.DB // the write pool: one connection
+
+	mu      sync.Mutex
+	busy    bool            // a write holds the turn
+	waiting []chan struct{} // writes waiting for the turn, first first; closed to hand it over
+	group   *group          // the open shared transaction, if any
+
+	groups, writes atomic.Uint64 // groups ended, and writes begun in them
+}
+
+// group is one shared transaction on the write connection.
+type group struct {
+	conn   *sql.Conn
+	writes int           // writes begun in it
+	broken error         // set when the transaction ended under a write: nothing of it commits
+	done   chan struct{} // closed once it has ended
+	err    error         // why it did not commit, once done
+}
+
+// write is one write transaction's turn in a group.
+type write struct {
+	w     *writer
+	g     *group
+	ended bool
+}
+
+// begin waits for the turn (or for ctx to end), opens a group if none is open, and starts
+// the write's savepoint in it.
+func (w *writer) begin(ctx context.Context) (*write, error) {
+	if err := w.take(ctx); err != nil {
+		return nil, err
+	}
+	g := w.group
+	if g == nil {
+		var err error
+		if g, err = w.open(ctx); err != nil {
+			w.yield()
+			return nil, err
+		}
+	}
+	g.writes++
+	w.writes.Add(1)
+	if _, err := g.conn.ExecContext(context.WithoutCancel(ctx), `SAVEPOINT write`); err != nil {
+		g.broken = fmt.Errorf("begin a write in the shared transaction: %w", err)
+		w.yield()
+		return nil, err
+	}
+	return &write{w: w, g: g}, nil
+}
+
+// take waits for the turn. A write whose context ends while it waits leaves the queue, or,
+// when the turn reached it at that moment, hands it on.
+func (w *writer) take(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.busy {
+		w.busy = true
+		w.mu.Unlock()
+		return nil
+	}
+	turn := make(chan struct{})
+	w.waiting = append(w.waiting, turn)
+	w.mu.Unlock()
+	select {
+	case <-turn:
+		return nil
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	if i := slices.Index(w.waiting, turn); i >= 0 {
+		w.waiting = slices.Delete(w.waiting, i, i+1)
+		w.mu.Unlock()
+		return ctx.Err()
+	}
+	w.mu.Unlock()
+	w.yield() // handed the turn as ctx ended: the group goes on without this write
+	return ctx.Err()
+}
+
+// open starts a group on the write connection, with the turn held.
+func (w *writer) open(ctx context.Context) (*group, error) {
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	g := &group{conn: conn, done: make(chan struct{})}
+	w.group = g
+	return g, nil
+}
+
+// yield ends the turn of the write that holds it: it hands the turn to the next write waiting
+// inside the same group, unless the group is broken or full; else it ends the group
+// (commits it, or rolls back what is left of a broken one) and then hands the turn on, or
+// frees it.
+func (w *writer) yield() {
+	w.mu.Lock()
+	g := w.group
+	if g != nil && g.broken == nil && g.writes < groupMax && len(w.waiting) > 0 {
+		next := w.waiting[0]
+		w.waiting = w.waiting[1:]
+		w.mu.Unlock()
+		close(next)
+		return
+	}
+	w.group = nil
+	w.mu.Unlock()
+	if g != nil {
+		w.end(g)
+	}
+	w.mu.Lock()
+	if len(w.waiting) > 0 {
+		next := w.waiting[0]
+		w.waiting = w.waiting[1:]
+		w.mu.Unlock()
+		close(next)
+		return
+	}
+	w.busy = false
+	w.mu.Unlock()
+}
+
+// end commits g, or rolls back what is left of it when it is broken, returns its connection
+// to the pool and answers its writes. It runs with the turn held and on a context of its
+// own: the group's writes wait for it, whoever asked first.
+func (w *writer) end(g *group) {
+	ctx := context.Background()
+	if g.broken == nil {
+		if _, err := g.conn.ExecContext(ctx, `COMMIT`); err != nil {
+			g.err = classify(err)
+		}
+	} else {
+		g.err = fmt.Errorf("the shared write transaction ended, nothing of it was written: %w", unavailable(g.broken))
+	}
+	if g.broken != nil || g.err != nil {
+		// Whatever is left open of the transaction; an error says it had already ended.
+		g.conn.ExecContext(ctx, `ROLLBACK`)
+	}
+	g.conn.Close()
+	w.groups.Add(1)
+	close(g.done)
+}
+
+// commit releases the write's savepoint, ends its turn, and returns once its group has
+// ended: nil if the group committed.
+func (wr *write) commit() error {
+	if wr.ended {
+		return sql.ErrTxDone
+	}
+	wr.ended = true
+	g := wr.g
+	if _, err := g.conn.ExecContext(context.Background(), `RELEASE write`); err != nil {
+		g.broken = fmt.Errorf("release a write: %w", err)
+	}
+	wr.w.yield()
+	<-g.done
+	return g.err
+}
+
+// rollback undoes the write's own changes, if it has not ended, and ends its turn; the
+// group goes on. If the savepoint cannot be rolled back to, the transaction has ended under
+// the write, and the whole group fails.
+func (wr *write) rollback() error {
+	if wr.ended {
+		return sql.ErrTxDone
+	}
+	wr.ended = true
+	g := wr.g
+	if _, err := g.conn.ExecContext(context.Background(), `ROLLBACK TO write; RELEASE write`); err != nil {
+		g.broken = fmt.Errorf("roll back a write: %w", err)
+	}
+	wr.w.yield()
+	return nil
+}
+
+// ExecContext runs a statement of the write. A statement is never interrupted once it runs:
+// SQLite rolls back the whole transaction, the group's, when it interrupts a write inside
+// one; a context that has ended stops the write before its next statement instead.
+func (wr *write) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := wr.usable(ctx); err != nil {
+		return nil, err
+	}
+	return wr.g.conn.ExecContext(context.WithoutCancel(ctx), query, args...)
+}
+
+// QueryContext runs a query of the write, as ExecContext runs a statement.
+func (wr *write) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := wr.usable(ctx); err != nil {
+		return nil, err
+	}
+	return wr.g.conn.QueryContext(context.WithoutCancel(ctx), query, args...)
+}
+
+func (wr *write) usable(ctx context.Context) error {
+	if wr.ended {
+		return sql.ErrTxDone
+	}
+	return ctx.Err()
+}
+
+// stats is what the writer has done so far, for BatchStats: the groups ended (one COMMIT
+// each, or none for a broken one) and the write transactions begun in them.
+func (w *writer) stats() batch.Stats {
+	return batch.Stats{Batches: w.groups.Load(), Calls: w.writes.Load()}
+}
