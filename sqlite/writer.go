@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"slices"
 	"sync"
@@ -113,8 +114,10 @@ func (w *writer) open(ctx context.Context) (*group, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		conn.Close()
+	// Not interrupted: the driver may report a context that ended as the error of a BEGIN
+	// that took effect, and the connection would go back to the pool in a transaction.
+	if _, err := conn.ExecContext(context.WithoutCancel(ctx), `BEGIN IMMEDIATE`); err != nil {
+		discard(conn)
 		return nil, err
 	}
 	g := &group{conn: conn, done: make(chan struct{})}
@@ -166,10 +169,13 @@ func (w *writer) end(g *group) {
 		g.err = fmt.Errorf("the shared write transaction ended, nothing of it was written: %w", unavailable(g.broken))
 	}
 	if g.broken != nil || g.err != nil {
-		// Whatever is left open of the transaction; an error says it had already ended.
+		// Whatever is left open of the transaction goes with the connection, which is
+		// closed rather than kept: the next group starts on a connection in no transaction.
 		g.conn.ExecContext(ctx, `ROLLBACK`)
+		discard(g.conn)
+	} else {
+		g.conn.Close()
 	}
-	g.conn.Close()
 	w.groups.Add(1)
 	close(g.done)
 }
@@ -190,9 +196,11 @@ func (wr *write) commit() error {
 	return g.err
 }
 
-// rollback undoes the write's own changes, if it has not ended, and ends its turn; the
-// group goes on. If the savepoint cannot be rolled back to, the transaction has ended under
-// the write, and the whole group fails.
+// rollback undoes the write's own changes, if it has not ended, ends its turn, and returns
+// once its group has ended: what the write read of the group's earlier writes, and answered
+// from (a claim found lost, a token found revoked), has then committed, or the write's
+// caller would have answered from a change that never was. If the savepoint cannot be
+// rolled back to, the transaction has ended under the write, and the whole group fails.
 func (wr *write) rollback() error {
 	if wr.ended {
 		return sql.ErrTxDone
@@ -203,6 +211,7 @@ func (wr *write) rollback() error {
 		g.broken = fmt.Errorf("roll back a write: %w", err)
 	}
 	wr.w.yield()
+	<-g.done
 	return nil
 }
 
@@ -216,7 +225,9 @@ func (wr *write) ExecContext(ctx context.Context, query string, args ...any) (sq
 	return wr.g.conn.ExecContext(context.WithoutCancel(ctx), query, args...)
 }
 
-// QueryContext runs a query of the write, as ExecContext runs a statement.
+// QueryContext runs a query of the write, as ExecContext runs a statement. Its rows must be
+// closed before the write commits or rolls back: the group's connection goes back to the
+// pool only once they are.
 func (wr *write) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if err := wr.usable(ctx); err != nil {
 		return nil, err
@@ -229,6 +240,12 @@ func (wr *write) usable(ctx context.Context) error {
 		return sql.ErrTxDone
 	}
 	return ctx.Err()
+}
+
+// discard closes conn for good instead of returning it to the pool.
+func discard(conn *sql.Conn) {
+	conn.Raw(func(any) error { return driver.ErrBadConn })
+	conn.Close()
 }
 
 // stats is what the writer has done so far, for BatchStats: the groups ended (one COMMIT

@@ -89,9 +89,10 @@ func insertRow(ctx context.Context, s *Store, id int, v string, rollback bool) e
 }
 
 // holdTurn begins a write that inserts row 0 and keeps the turn, so that writes started
-// after it queue; queue starts each write of writes after the last one queued, in order,
-// and returns their errors once the first write, committed, has let them all run.
-func holdTurn(t *testing.T, s *Store, writes ...func() error) []error {
+// after it queue; it starts each of writes once the one before has queued, in order, then
+// commits the first write, and returns every write's error (the first's at 0) and the rows
+// committed at the moment the first write's commit returned.
+func holdTurn(t *testing.T, s *Store, writes ...func() error) (errs []error, atFirstCommit []int) {
 	t.Helper()
 	ctx := context.Background()
 	first, err := s.beginWrite(ctx)
@@ -101,15 +102,16 @@ func holdTurn(t *testing.T, s *Store, writes ...func() error) []error {
 	if _, err := first.ExecContext(ctx, `INSERT INTO w (id, v) VALUES (0, 'first')`); err != nil {
 		t.Fatal(err)
 	}
-	errs := make([]error, len(writes)+1)
+	errs = make([]error, len(writes)+1)
 	var wg sync.WaitGroup
 	for i, write := range writes {
 		wg.Go(func() { errs[i+1] = write() })
 		waitUntil(t, fmt.Sprintf("write %d queued", i+1), func() bool { return s.writer.queued() == i+1 })
 	}
 	errs[0] = first.commit()
+	atFirstCommit = committedRows(t, s)
 	wg.Wait()
-	return errs
+	return errs, atFirstCommit
 }
 
 func waitUntil(tb testing.TB, what string, cond func() bool) {
@@ -131,7 +133,8 @@ func TestWriter_QueuedWritesShareOneCommit(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		writes = append(writes, func() error { return insertRow(context.Background(), s, i, "x", false) })
 	}
-	for i, err := range holdTurn(t, s, writes...) {
+	errs, atFirstCommit := holdTurn(t, s, writes...)
+	for i, err := range errs {
 		if err != nil {
 			t.Errorf("write %d: %v", i, err)
 		}
@@ -140,26 +143,43 @@ func TestWriter_QueuedWritesShareOneCommit(t *testing.T) {
 	if groups, n := after.Batches-before.Batches, after.Calls-before.Calls; groups != 1 || n != 11 {
 		t.Errorf("%d groups of %d writes, want one of 11", groups, n)
 	}
-	if got, want := committedRows(t, s), []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(got, want) {
-		t.Errorf("rows %v, want %v", got, want)
+	// The first write's commit returned once the group's had happened, with every write.
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(atFirstCommit, want) {
+		t.Errorf("rows when the first write's commit returned %v, want %v", atFirstCommit, want)
 	}
 }
 
 // A write that rolls back undoes its own rows only; the group's other writes commit.
+// The write that rolls back returns once its group has ended, so that what it read of the
+// writes before it (and answered from) has committed.
 func TestWriter_RollbackUndoesOnlyItsWrite(t *testing.T) {
 	t.Parallel()
 	s := openWriterStore(t)
-	var writes []func() error
+	before := s.writer.stats()
+	var (
+		writes               []func() error
+		groupsWhenRolledBack uint64
+	)
 	for i := 1; i <= 4; i++ {
-		writes = append(writes, func() error { return insertRow(context.Background(), s, i, "x", i == 2) })
+		writes = append(writes, func() error {
+			err := insertRow(context.Background(), s, i, "x", i == 2)
+			if i == 2 {
+				groupsWhenRolledBack = s.writer.stats().Batches
+			}
+			return err
+		})
 	}
-	for i, err := range holdTurn(t, s, writes...) {
+	errs, _ := holdTurn(t, s, writes...)
+	for i, err := range errs {
 		if err != nil {
 			t.Errorf("write %d: %v", i, err)
 		}
 	}
 	if got, want := committedRows(t, s), []int{0, 1, 3, 4}; !slices.Equal(got, want) {
 		t.Errorf("rows %v, want %v", got, want)
+	}
+	if groupsWhenRolledBack != before.Batches+1 {
+		t.Errorf("the rollback returned with %d groups ended, want %d: before its group ended", groupsWhenRolledBack-before.Batches, 1)
 	}
 }
 
@@ -170,7 +190,7 @@ func TestWriter_FailureThatEndsTheTransactionFailsItsGroup(t *testing.T) {
 	t.Parallel()
 	s := openWriterStore(t)
 	ctx := context.Background()
-	errs := holdTurn(t, s,
+	errs, _ := holdTurn(t, s,
 		func() error { return insertRow(ctx, s, 1, "x", false) },
 		func() error { return insertRow(ctx, s, 2, "boom", false) },
 		func() error { return insertRow(ctx, s, 3, "x", false) },
@@ -197,23 +217,25 @@ func TestWriter_FailureThatEndsTheTransactionFailsItsGroup(t *testing.T) {
 // A group takes at most groupMax writes; the writes past it wait for the next group.
 func TestWriter_GroupIsBounded(t *testing.T) {
 	t.Parallel()
-	s := openWriterStore(t)
-	before := s.writer.stats()
-	var writes []func() error
-	for i := 1; i <= groupMax+10; i++ {
-		writes = append(writes, func() error { return insertRow(context.Background(), s, i, "x", false) })
-	}
-	for i, err := range holdTurn(t, s, writes...) {
-		if err != nil {
-			t.Errorf("write %d: %v", i, err)
+	for _, tt := range []struct{ writes, groups int }{{groupMax, 1}, {groupMax + 1, 2}} {
+		s := openWriterStore(t)
+		before := s.writer.stats()
+		var writes []func() error
+		for i := 1; i < tt.writes; i++ { // and the first
+			writes = append(writes, func() error { return insertRow(context.Background(), s, i, "x", false) })
 		}
-	}
-	after := s.writer.stats()
-	if groups := after.Batches - before.Batches; groups != 2 {
-		t.Errorf("%d groups for %d writes, want 2", groups, groupMax+11)
-	}
-	if got := len(committedRows(t, s)); got != groupMax+11 {
-		t.Errorf("%d rows, want %d", got, groupMax+11)
+		errs, _ := holdTurn(t, s, writes...)
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("write %d: %v", i, err)
+			}
+		}
+		if groups := s.writer.stats().Batches - before.Batches; groups != uint64(tt.groups) {
+			t.Errorf("%d groups for %d writes queued together, want %d", groups, tt.writes, tt.groups)
+		}
+		if got := len(committedRows(t, s)); got != tt.writes {
+			t.Errorf("%d rows, want %d", got, tt.writes)
+		}
 	}
 }
 
@@ -299,7 +321,7 @@ func TestWriter_StatementAfterContextEnds(t *testing.T) {
 	t.Parallel()
 	s := openWriterStore(t)
 	ctx := context.Background()
-	errs := holdTurn(t, s,
+	errs, _ := holdTurn(t, s,
 		func() error { return insertRow(ctx, s, 1, "x", false) },
 		func() error {
 			cancelled, cancel := context.WithCancel(ctx)
