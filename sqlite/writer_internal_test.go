@@ -2,13 +2,17 @@ package sqlite
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"modernc.org/sqlite"
 
 	"github.com/approvald/approval"
 )
@@ -277,8 +281,11 @@ func TestWriter_ContextEndsWhileWaiting(t *testing.T) {
 	}
 }
 
-// A context that ends may meet the turn being handed to its write: whichever the write sees,
-// the turn is never lost and nothing of the others' is. Many rounds, so that both happen.
+// A context that ends may meet the turn being handed to its write, and the write may see
+// either first. Whichever it sees, the turn is never lost (the write after the rounds runs)
+// and nothing of the others' is (every first write's row committed). A hundred rounds with
+// the cancel racing the hand-over, so that both orders can occur; the outcome is checked,
+// not which order occurred.
 func TestWriter_ContextEndsAsTheTurnComes(t *testing.T) {
 	t.Parallel()
 	s := openWriterStore(t)
@@ -347,5 +354,70 @@ func TestWriter_StatementAfterContextEnds(t *testing.T) {
 	}
 	if got, want := committedRows(t, s), []int{0, 1}; !slices.Equal(got, want) {
 		t.Errorf("rows %v, want %v", got, want)
+	}
+}
+
+// waitGate is what approvald_test_wait() does while a test has set one: its first call
+// reports on started and blocks until release is closed; later calls return at once. It lets
+// a test end a write's context while one of its statements runs.
+type waitGate struct {
+	once             sync.Once
+	started, release chan struct{}
+}
+
+var testWait atomic.Pointer[waitGate]
+
+func init() {
+	sqlite.MustRegisterScalarFunction("approvald_test_wait", 0, func(*sqlite.FunctionContext, []driver.Value) (driver.Value, error) {
+		if g := testWait.Load(); g != nil {
+			g.once.Do(func() {
+				close(g.started)
+				<-g.release
+			})
+		}
+		return "x", nil
+	})
+}
+
+// A statement that runs while its write's context ends runs to its end: SQLite, had the
+// driver interrupted it, would have rolled back the whole transaction, and with it the
+// writes of the group that committed before it. The statement inserts 20,000 rows, calling
+// approvald_test_wait() for each, so that it still runs well after the context ended.
+func TestWriter_StatementRunsToItsEnd(t *testing.T) {
+	s := openWriterStore(t) // not parallel: the gate is the process's
+	gate := &waitGate{started: make(chan struct{}), release: make(chan struct{})}
+	testWait.Store(gate)
+	defer testWait.Store(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-gate.started
+		cancel()
+		close(gate.release)
+	}()
+	errs, _ := holdTurn(t, s,
+		func() error { return insertRow(context.Background(), s, 1, "x", false) },
+		func() error {
+			tx, err := s.beginWrite(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, `
+				INSERT INTO w (id, v)
+				WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+				SELECT 1000 + i, approvald_test_wait() FROM n`); err != nil {
+				return err
+			}
+			return tx.commit()
+		},
+	)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("write %d: %v", i, err)
+		}
+	}
+	if got := len(committedRows(t, s)); got != 20002 {
+		t.Errorf("%d rows, want 20,002", got)
 	}
 }
