@@ -1,6 +1,10 @@
 package sqlite
 
-import "context"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 // HoldWriter takes the store's one write connection and returns the function that gives it
 // back, so that a test can make write transactions queue for it.
@@ -20,3 +24,14 @@ func (s *Store) CreatesWaiting() int { return s.creates.Waiting() }
 
 // IntakesWaiting is how many deliveries are queued for the next batch of intakes.
 func (s *Store) IntakesWaiting() int { return s.intakes.Waiting() }
+
+// WaitUntil waits for cond, which another goroutine makes true, checking it every
+// millisecond; it fails the test after ten seconds.
+func WaitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}

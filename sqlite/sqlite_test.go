@@ -504,16 +504,8 @@ func holdBehindFirst(t *testing.T, s *sqlite.Store, kind string, wg *sync.WaitGr
 	return release
 }
 
-// waitUntil waits for cond, which another goroutine makes true, checking it every
-// millisecond; it fails the test after ten seconds.
-func waitUntil(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
+// waitUntil waits for cond, which another goroutine makes true (sqlite.WaitUntil).
+var waitUntil = sqlite.WaitUntil
 
 // Deliveries that queue for the writer together are stored in one transaction: a new event,
 // its duplicate in the same batch, a redelivery under its id with another body, a delivery

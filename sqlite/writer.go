@@ -132,11 +132,7 @@ func (w *writer) open(ctx context.Context) (*group, error) {
 func (w *writer) yield() {
 	w.mu.Lock()
 	g := w.group
-	if g != nil && g.broken == nil && g.writes < groupMax && len(w.waiting) > 0 {
-		next := w.waiting[0]
-		w.waiting = w.waiting[1:]
-		w.mu.Unlock()
-		close(next)
+	if g != nil && g.broken == nil && g.writes < groupMax && w.handOn() {
 		return
 	}
 	w.group = nil
@@ -145,15 +141,23 @@ func (w *writer) yield() {
 		w.end(g)
 	}
 	w.mu.Lock()
-	if len(w.waiting) > 0 {
-		next := w.waiting[0]
-		w.waiting = w.waiting[1:]
+	if !w.handOn() {
+		w.busy = false
 		w.mu.Unlock()
-		close(next)
-		return
 	}
-	w.busy = false
+}
+
+// handOn hands the turn to the first write waiting, if any, and then unlocks w.mu, which the
+// caller holds; it reports whether it did (w.mu is still held if not).
+func (w *writer) handOn() bool {
+	if len(w.waiting) == 0 {
+		return false
+	}
+	next := w.waiting[0]
+	w.waiting = w.waiting[1:]
 	w.mu.Unlock()
+	close(next)
+	return true
 }
 
 // end commits g, or rolls back what is left of it when it is broken, returns its connection

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"modernc.org/sqlite"
 
@@ -98,6 +97,22 @@ func insertRow(ctx context.Context, s *Store, id int, v string, rollback bool) e
 // committed at the moment the first write's commit returned.
 func holdTurn(t *testing.T, s *Store, writes ...func() error) (errs []error, atFirstCommit []int) {
 	t.Helper()
+	first := beginFirst(t, s)
+	errs = make([]error, len(writes)+1)
+	var wg sync.WaitGroup
+	for i, write := range writes {
+		wg.Go(func() { errs[i+1] = write() })
+		WaitUntil(t, fmt.Sprintf("write %d queued", i+1), func() bool { return s.writer.queued() == i+1 })
+	}
+	errs[0] = first.commit()
+	atFirstCommit = committedRows(t, s)
+	wg.Wait()
+	return errs, atFirstCommit
+}
+
+// beginFirst begins a write that inserts row 0 and keeps the turn until it ends.
+func beginFirst(t *testing.T, s *Store) *tx {
+	t.Helper()
 	ctx := context.Background()
 	first, err := s.beginWrite(ctx)
 	if err != nil {
@@ -106,25 +121,7 @@ func holdTurn(t *testing.T, s *Store, writes ...func() error) (errs []error, atF
 	if _, err := first.ExecContext(ctx, `INSERT INTO w (id, v) VALUES (0, 'first')`); err != nil {
 		t.Fatal(err)
 	}
-	errs = make([]error, len(writes)+1)
-	var wg sync.WaitGroup
-	for i, write := range writes {
-		wg.Go(func() { errs[i+1] = write() })
-		waitUntil(t, fmt.Sprintf("write %d queued", i+1), func() bool { return s.writer.queued() == i+1 })
-	}
-	errs[0] = first.commit()
-	atFirstCommit = committedRows(t, s)
-	wg.Wait()
-	return errs, atFirstCommit
-}
-
-func waitUntil(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("gave up waiting for %s", what)
-		}
-	}
+	return first
 }
 
 // Write transactions that queue for the writer share one transaction and one commit; each
@@ -249,17 +246,11 @@ func TestWriter_ContextEndsWhileWaiting(t *testing.T) {
 	t.Parallel()
 	s := openWriterStore(t)
 	ctx := context.Background()
-	first, err := s.beginWrite(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.ExecContext(ctx, `INSERT INTO w (id, v) VALUES (0, 'first')`); err != nil {
-		t.Fatal(err)
-	}
+	first := beginFirst(t, s)
 	cancelled, cancel := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() { waited <- insertRow(cancelled, s, 1, "x", false) }()
-	waitUntil(t, "the write queued", func() bool { return s.writer.queued() == 1 })
+	WaitUntil(t, "the write queued", func() bool { return s.writer.queued() == 1 })
 	cancel()
 	if err := <-waited; !errors.Is(err, context.Canceled) {
 		t.Errorf("the write cancelled while waiting: %v, want context.Canceled", err)
@@ -269,7 +260,7 @@ func TestWriter_ContextEndsWhileWaiting(t *testing.T) {
 	}
 	after := make(chan error, 1)
 	go func() { after <- insertRow(ctx, s, 2, "x", false) }()
-	waitUntil(t, "the next write queued", func() bool { return s.writer.queued() == 1 })
+	WaitUntil(t, "the next write queued", func() bool { return s.writer.queued() == 1 })
 	if err := first.commit(); err != nil {
 		t.Errorf("the first write: %v", err)
 	}
@@ -298,7 +289,7 @@ func TestWriter_ContextEndsAsTheTurnComes(t *testing.T) {
 		cancelled, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- insertRow(cancelled, s, 2*round+1, "x", false) }()
-		waitUntil(t, "the write queued", func() bool { return s.writer.queued() == 1 })
+		WaitUntil(t, "the write queued", func() bool { return s.writer.queued() == 1 })
 		go cancel()
 		if _, err := first.ExecContext(ctx, `INSERT INTO w (id, v) VALUES (?, 'first')`, 2*round); err != nil {
 			t.Fatal(err)
