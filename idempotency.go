@@ -79,11 +79,21 @@ func canonicalDecoded(body []byte) ([]byte, error) {
 	if dec.More() {
 		return nil, Errorf(EINVALID, "body has data after the JSON value")
 	}
+	out, err := encodeCanonical(v) // encoding/json sorts map keys
+	if err != nil {
+		return nil, Errorf(EINVALID, "body cannot be re-encoded: %v", err)
+	}
+	return out, nil
+}
+
+// encodeCanonical encodes v as the canonical form writes values: encoding/json without HTML
+// escapes, without the trailing newline of its Encoder.
+func encodeCanonical(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil { // encoding/json sorts map keys
-		return nil, Errorf(EINVALID, "body cannot be re-encoded: %v", err)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
@@ -244,11 +254,8 @@ func (c *canonicalizer) str() []byte {
 	}
 	var s string
 	json.Unmarshal(c.doc[start:c.i], &s) // valid: the document is
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(s)
-	c.out = append(c.out, bytes.TrimRight(buf.Bytes(), "\n")...)
+	encoded, _ := encodeCanonical(s)     // a string always encodes
+	c.out = append(c.out, encoded...)
 	return []byte(s)
 }
 

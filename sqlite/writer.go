@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -138,7 +139,7 @@ func (w *writer) yield() {
 	w.group = nil
 	w.mu.Unlock()
 	if g != nil {
-		w.end(g)
+		w.endGroup(g)
 	}
 	w.mu.Lock()
 	if !w.handOn() {
@@ -160,10 +161,10 @@ func (w *writer) handOn() bool {
 	return true
 }
 
-// end commits g, or rolls back what is left of it when it is broken, returns its connection
+// endGroup commits g, or rolls back what is left of it when it is broken, returns its connection
 // to the pool and answers its writes. It runs with the turn held and on a context of its
 // own: the group's writes wait for it, whoever asked first.
-func (w *writer) end(g *group) {
+func (w *writer) endGroup(g *group) {
 	ctx := context.Background()
 	if g.broken == nil {
 		if _, err := g.conn.ExecContext(ctx, `COMMIT`); err != nil {
@@ -174,8 +175,8 @@ func (w *writer) end(g *group) {
 	}
 	if g.broken != nil || g.err != nil {
 		// Whatever is left open of the transaction goes with the connection, which is
-		// closed rather than kept: the next group starts on a connection in no transaction.
-		g.conn.ExecContext(ctx, `ROLLBACK`)
+		// closed rather than kept (closing rolls it back): the next group starts on a
+		// connection in no transaction.
 		discard(g.conn)
 	} else {
 		g.conn.Close()
@@ -187,17 +188,7 @@ func (w *writer) end(g *group) {
 // commit releases the write's savepoint, ends its turn, and returns once its group has
 // ended: nil if the group committed.
 func (wr *write) commit() error {
-	if wr.ended {
-		return sql.ErrTxDone
-	}
-	wr.ended = true
-	g := wr.g
-	if _, err := g.conn.ExecContext(context.Background(), `RELEASE write`); err != nil {
-		g.broken = fmt.Errorf("release a write: %w", err)
-	}
-	wr.w.yield()
-	<-g.done
-	return g.err
+	return wr.end(`RELEASE write`, "release a write")
 }
 
 // rollback undoes the write's own changes, if it has not ended, ends its turn, and returns
@@ -206,17 +197,27 @@ func (wr *write) commit() error {
 // caller would have answered from a change that never was. If the savepoint cannot be
 // rolled back to, the transaction has ended under the write, and the whole group fails.
 func (wr *write) rollback() error {
+	if err := wr.end(`ROLLBACK TO write; RELEASE write`, "roll back a write"); errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	return nil
+}
+
+// end ends the write with stmt, which closes its savepoint (what is an error of it, when
+// the transaction has ended under the write), ends its turn, and returns its group's error
+// once the group has ended; sql.ErrTxDone if the write had ended already.
+func (wr *write) end(stmt, what string) error {
 	if wr.ended {
 		return sql.ErrTxDone
 	}
 	wr.ended = true
 	g := wr.g
-	if _, err := g.conn.ExecContext(context.Background(), `ROLLBACK TO write; RELEASE write`); err != nil {
-		g.broken = fmt.Errorf("roll back a write: %w", err)
+	if _, err := g.conn.ExecContext(context.Background(), stmt); err != nil {
+		g.broken = fmt.Errorf("%s: %w", what, err)
 	}
 	wr.w.yield()
 	<-g.done
-	return nil
+	return g.err
 }
 
 // ExecContext runs a statement of the write. A statement is never interrupted once it runs:

@@ -313,8 +313,9 @@ func TestWriter_ContextEndsAsTheTurnComes(t *testing.T) {
 	}
 }
 
-// A statement of a write whose context has ended is not run (SQLite would roll back the
-// whole group's transaction if it interrupted it), and the write rolls back alone.
+// A statement of a write whose context has ended is not run, although statements run
+// uncancelled (TestWriter_StatementRunsToItsEnd): the write checks its context before each,
+// and rolls back alone.
 func TestWriter_StatementAfterContextEnds(t *testing.T) {
 	t.Parallel()
 	s := openWriterStore(t)
