@@ -40,8 +40,8 @@ FROM approvals a LEFT JOIN executions x ON x.approval_id = a.id`
 
 // InsertApproval writes a new approval, or returns the approval that holds its key; see
 // approval.Store. SQLite's single writer orders concurrent inserts of one key: the second
-// finds the first's approval. Each create is one write of the writer, so the creates that
-// queue for it at the same moment share a commit (writer), each in its own savepoint.
+// finds the first's approval. The creates that queue for the writer at the same moment share
+// one write transaction and its commit (writeBatch).
 func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause approval.Cause, outbox []*approval.OutboxMessage) (*approval.KeyHolder, error) {
 	// A retry finds the approval holding its key on the read pool, the request's token check
 	// in the same statement, without queueing for the one write connection. Only a key that
@@ -51,9 +51,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	if h, err := keyHolder(ctx, s.Reads.DB, a.Requester, a.OperationKey, check); err != nil || h != nil {
 		return h, fail("read the approval holding the key", err)
 	}
-	out, err := writeOne(ctx, s, "insert approval", func(tx *tx) (inserted, error) {
-		return insertOne(ctx, tx, insert{a: a, cause: cause, outbox: outbox, check: check})
-	})
+	out, err := s.creates.Do(insert{a: a, cause: cause, outbox: outbox, check: check})
 	switch {
 	case err != nil:
 		return nil, err
@@ -65,8 +63,8 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	return out.holder, nil
 }
 
-// insert is one create: the approval, its event's cause, its notifications and the
-// request's pending token check, if any.
+// insert is one create handed to the batcher: the approval, its event's cause, its
+// notifications and the request's pending token check, if any.
 type insert struct {
 	a      *approval.Approval
 	cause  approval.Cause
@@ -74,8 +72,8 @@ type insert struct {
 	check  *approval.TokenCheck
 }
 
-// inserted is a create's outcome: refused (its token no longer good), or written (holder
-// nil), or the approval that holds its key.
+// inserted is a create's outcome in its batch: refused (its token no longer good), or
+// written (holder nil), or the approval that holds its key.
 type inserted struct {
 	refused bool
 	holder  *approval.KeyHolder

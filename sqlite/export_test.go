@@ -19,12 +19,11 @@ func (s *Store) HoldWriter(ctx context.Context) (release func(), err error) {
 // WriterWaits is how many times a write transaction has had to wait for the write connection.
 func (s *Store) WriterWaits() int64 { return s.write.Stats().WaitCount }
 
-// WritesWaiting is how many write transactions wait for the writer's turn.
-func (s *Store) WritesWaiting() int {
-	s.writer.mu.Lock()
-	defer s.writer.mu.Unlock()
-	return len(s.writer.waiting)
-}
+// CreatesWaiting is how many creates are queued for the next batch.
+func (s *Store) CreatesWaiting() int { return s.creates.Waiting() }
+
+// IntakesWaiting is how many deliveries are queued for the next batch of intakes.
+func (s *Store) IntakesWaiting() int { return s.intakes.Waiting() }
 
 // WaitUntil waits for cond, which another goroutine makes true, checking it every
 // millisecond; it fails the test after ten seconds.

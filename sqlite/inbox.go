@@ -10,12 +10,10 @@ import (
 
 // RecordInbox stores a verified webhook delivery under its unique (source, event_id), or
 // reports a duplicate; see approval.InboxStore. On success e holds the stored state; on a
-// duplicate, the event stored first. The writer orders concurrent deliveries, and the
-// deliveries that queue for it together share a commit (writer).
+// duplicate, the event stored first. The write lock orders concurrent deliveries, and the
+// deliveries that queue for it together share one transaction (writeBatch).
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
-	stored, err := writeOne(ctx, s, "record inbox", func(tx *tx) (*approval.InboxEvent, error) {
-		return recordInbox(ctx, tx, e)
-	})
+	stored, err := s.intakes.Do(e)
 	if err != nil {
 		return false, err
 	}

@@ -28,6 +28,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/signal"
 	"github.com/approvald/approval/internal/sqldb"
 )
@@ -60,6 +61,11 @@ type Store struct {
 	writer *writer     // hands write's connection to one write transaction at a time, in groups
 	read   *sql.DB     // read-only connections
 	hub    *signal.Hub // Subscribe's broadcaster, signalled after each commit
+
+	// The writes that come at a rate, batched (writeBatch): InsertApproval's and
+	// RecordInbox's.
+	creates *batch.Batcher[insert, inserted]
+	intakes *batch.Batcher[*approval.InboxEvent, *approval.InboxEvent]
 }
 
 // Open opens the SQLite database named by dsn, "file:PATH" with optional query parameters
@@ -71,6 +77,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{Settings: sqldb.Settings{Now: time.Now}, write: write, writer: &writer{db: write}, read: read, hub: signal.NewHub()}
+	s.creates = newBatcher(s, "insert approval", insertOne)
+	s.intakes = newBatcher(s, "record inbox", recordInbox)
 	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.Instant, Translate: fail}
 	return s, nil
 }
@@ -318,31 +326,10 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	return &tx{write: wr, now: s.Instant(), hub: s.hub}, nil
 }
 
-// writeOne runs fn as one write transaction and commits it, for the store's own writes
-// (InsertApproval, RecordInbox): fn's error, or op's failure to begin or commit, leaves
-// nothing of it written. Its result is returned only once its group has committed.
-func writeOne[T any](ctx context.Context, s *Store, op string, fn func(*tx) (T, error)) (T, error) {
-	var zero T
-	tx, err := s.beginWrite(ctx)
-	if err != nil {
-		return zero, fail(op, err)
-	}
-	res, err := fn(tx)
-	if err != nil {
-		// The rollback's own error is the group's: the write failed either way.
-		tx.Rollback()
-		return zero, err
-	}
-	if err := tx.commit(); err != nil {
-		return zero, fail(op, err)
-	}
-	return res, nil
-}
-
 // checkToken runs the pending approval.TokenCheck of ctx, if any, as the first statement of a
 // transaction composed over approval.Tx (Begin): under the write lock, so no revocation
-// commits between it and the writes. A create checks its token itself (insertOne), to
-// answer a refusal from the store's check.
+// commits between it and the writes. A batch of creates checks each create's token in its
+// own savepoint instead (insertOne).
 func (t *tx) checkToken(ctx context.Context) error {
 	c := approval.PendingTokenCheck(ctx)
 	if c == nil {

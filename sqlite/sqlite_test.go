@@ -377,19 +377,18 @@ func migrationFiles(tb testing.TB) int {
 	return len(names)
 }
 
-// Creates that queue for the writer together share its transaction, each in a savepoint of
-// its own: one create's refused content or refused token undoes only its own rows, two
-// creates of one key in the group settle on one approval, and the others commit.
-func TestInsertApproval_Group(t *testing.T) {
+// Creates that queue for the writer together are written in one transaction, each in a
+// savepoint of its own: one create's refused content or refused token undoes only its own
+// rows, two creates of one key in the batch settle on one approval, and the others commit.
+func TestInsertApproval_Batch(t *testing.T) {
 	t.Parallel()
 	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	before := s.BatchStats()["transaction"]
 	lead := newApproval(t, "ci-bot", "lead", "alice")
-	var leadErr error
-	release := holdBehindFirst(t, s, &wg, func() {
-		_, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil)
+	release := holdBehindFirst(t, s, "create", &wg, func() error {
+		_, err := s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil)
+		return err
 	})
 
 	type result struct {
@@ -416,12 +415,12 @@ func TestInsertApproval_Group(t *testing.T) {
 			results[i] = result{h, err}
 		})
 	}
-	waitUntil(t, "the creates to queue", func() bool { return s.WritesWaiting() == len(creates) })
+	waitUntil(t, "the creates to queue", func() bool { return s.CreatesWaiting() == len(creates) })
 	release()
 	wg.Wait()
 
-	if st := s.BatchStats()["transaction"]; st.Batches-before.Batches != 1 || st.Calls-before.Calls != uint64(1+len(creates)) {
-		t.Fatalf("ran %d creates in %d groups, want %d in 1", st.Calls-before.Calls, st.Batches-before.Batches, 1+len(creates))
+	if st := s.BatchStats()["create"]; st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
+		t.Fatalf("ran %d creates in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(creates))
 	}
 	exists := func(a *approval.Approval) bool {
 		t.Helper()
@@ -457,8 +456,8 @@ func TestInsertApproval_Group(t *testing.T) {
 			}
 		}
 	}
-	if leadErr != nil || !exists(lead) {
-		t.Errorf("the first create: %v; want written", leadErr)
+	if !exists(lead) {
+		t.Error("the first create was not written")
 	}
 	// Nothing of the refused ones is left behind: their keys are free.
 	for _, key := range []string{"twice", "gone"} {
@@ -485,28 +484,33 @@ func newApproval(tb testing.TB, requester, key string, approvers ...string) *app
 	}
 }
 
-// holdBehindFirst holds s's write connection and starts first on wg: a write, which takes
-// the writer's turn and waits for the connection, so that the writes started after it queue
-// behind it and join its group. It returns the function that frees the connection.
-func holdBehindFirst(t *testing.T, s *sqlite.Store, wg *sync.WaitGroup, first func()) (release func()) {
+// holdBehindFirst holds s's writer and starts first on wg: a write of the batch kind given
+// ("create", "intake"), which takes that kind's one batch slot and waits for the writer, so
+// that the writes of the kind started after it queue as the next batch. It returns the
+// function that frees the writer; first must succeed.
+func holdBehindFirst(t *testing.T, s *sqlite.Store, kind string, wg *sync.WaitGroup, first func() error) (release func()) {
 	t.Helper()
 	release, err := s.HoldWriter(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := s.WriterWaits()
-	wg.Go(first)
-	waitUntil(t, "the first write to wait for the connection", func() bool { return s.WriterWaits() == before+1 })
+	before := s.BatchStats()[kind].Calls
+	wg.Go(func() {
+		if err := first(); err != nil {
+			t.Errorf("the first %s, ahead of the batch: %v", kind, err)
+		}
+	})
+	waitUntil(t, "the first "+kind+"'s batch", func() bool { return s.BatchStats()[kind].Calls == before+1 })
 	return release
 }
 
 // waitUntil waits for cond, which another goroutine makes true (sqlite.WaitUntil).
 var waitUntil = sqlite.WaitUntil
 
-// Deliveries that queue for the writer together share its transaction: a new event, its
-// duplicate in the same group, a redelivery under its id with another body, a delivery
+// Deliveries that queue for the writer together are stored in one transaction: a new event,
+// its duplicate in the same batch, a redelivery under its id with another body, a delivery
 // refused for its content and a second new event each get their own answer.
-func TestRecordInbox_Group(t *testing.T) {
+func TestRecordInbox_Batch(t *testing.T) {
 	t.Parallel()
 	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
 	ctx := context.Background()
@@ -515,10 +519,11 @@ func TestRecordInbox_Group(t *testing.T) {
 			Type: approval.TypeApprovalDecision, Body: []byte(body)}
 	}
 	var wg sync.WaitGroup
-	before := s.BatchStats()["transaction"]
 	lead := event("evt-lead", `{}`)
-	var leadErr error
-	release := holdBehindFirst(t, s, &wg, func() { _, leadErr = s.RecordInbox(ctx, lead) })
+	release := holdBehindFirst(t, s, "intake", &wg, func() error {
+		_, err := s.RecordInbox(ctx, lead)
+		return err
+	})
 
 	// The deliveries of one event id go in one after the other, so that their order, and
 	// with it which one stored the event, is known.
@@ -529,19 +534,16 @@ func TestRecordInbox_Group(t *testing.T) {
 	for i, e := range append(deliveries, others...) {
 		wg.Go(func() { dup[i], errs[i] = s.RecordInbox(ctx, e) })
 		if i < len(deliveries) {
-			waitUntil(t, "the delivery to queue", func() bool { return s.WritesWaiting() == i+1 })
+			waitUntil(t, "the delivery to queue", func() bool { return s.IntakesWaiting() == i+1 })
 		}
 	}
-	waitUntil(t, "the deliveries to queue", func() bool { return s.WritesWaiting() == len(dup) })
+	waitUntil(t, "the deliveries to queue", func() bool { return s.IntakesWaiting() == len(dup) })
 	firstID := deliveries[0].ID
 	release()
 	wg.Wait()
 
-	if st := s.BatchStats()["transaction"]; st.Batches-before.Batches != 1 || st.Calls-before.Calls != uint64(1+len(dup)) {
-		t.Fatalf("ran %d deliveries in %d groups, want %d in 1", st.Calls-before.Calls, st.Batches-before.Batches, 1+len(dup))
-	}
-	if leadErr != nil {
-		t.Errorf("the first delivery: %v; want stored", leadErr)
+	if st := s.BatchStats()["intake"]; st.Batches != 2 || st.Calls != uint64(1+len(dup)) {
+		t.Fatalf("ran %d deliveries in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(dup))
 	}
 	for i, want := range []bool{false, true, true} {
 		if errs[i] != nil || dup[i] != want || deliveries[i].ID != firstID {
@@ -565,13 +567,11 @@ func TestRecordInbox_Group(t *testing.T) {
 	}
 }
 
-// A group whose transaction ends with nothing written answers every create of it with an
-// error, the holder a create found inside the group included, and the creates queued behind
-// it go on in the next group: a failure that rolls the whole transaction back from inside one
-// create (a trigger's RAISE(ROLLBACK), as SQLite does by itself on some I/O errors), which
-// ends the group at that create, and a commit that fails (a deferred foreign key), which
-// fails every create that joined the group.
-func TestInsertApproval_GroupThatEndsWritesNothing(t *testing.T) {
+// A batch whose transaction ends with nothing written answers every create with an error,
+// the holder a create found inside the batch included: a failure that rolls the whole
+// transaction back from inside one create (a trigger's RAISE(ROLLBACK), as SQLite does by
+// itself on some I/O errors), and a commit that fails (a deferred foreign key).
+func TestInsertApproval_BatchThatEndsWritesNothing(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "approvald.db")
 	s := MustOpen(t, path)
@@ -597,47 +597,31 @@ func TestInsertApproval_GroupThatEndsWritesNothing(t *testing.T) {
 	for _, failing := range []string{"boom", "late"} {
 		var wg sync.WaitGroup
 		lead := newApproval(t, "ci-bot", failing+"-lead", "alice")
-		var leadHolder *approval.KeyHolder
-		var leadErr error
-		release := holdBehindFirst(t, s, &wg, func() {
-			leadHolder, leadErr = s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil)
+		release := holdBehindFirst(t, s, "create", &wg, func() error {
+			_, err := s.InsertApproval(ctx, lead, approval.HTTPCause("req-lead"), nil)
+			return err
 		})
 		creates := []*approval.Approval{
 			newApproval(t, "ci-bot", failing+"-good", "alice"),
 			newApproval(t, "ci-bot", failing+"-good", "alice"), // the same key: finds the first
 			newApproval(t, "ci-bot", failing, "alice"),
-			newApproval(t, "ci-bot", failing+"-after", "bob"),
+			newApproval(t, "ci-bot", failing+"-also-good", "bob"),
 		}
 		creates[2].Title = failing
 		holders := make([]*approval.KeyHolder, len(creates))
 		errs := make([]error, len(creates))
 		for i, a := range creates {
 			wg.Go(func() { holders[i], errs[i] = s.InsertApproval(ctx, a, approval.HTTPCause("req"), nil) })
-			waitUntil(t, "the create to queue", func() bool { return s.WritesWaiting() == i+1 })
+			waitUntil(t, "the create to queue", func() bool { return s.CreatesWaiting() == i+1 })
 		}
 		release()
 		wg.Wait()
-		failed := []*approval.Approval{lead, creates[0], creates[1], creates[2]}
-		hs, es := append([]*approval.KeyHolder{leadHolder}, holders...), append([]error{leadErr}, errs...)
-		after := creates[3]
-		if failing == "late" { // the group commits, with the last create in it, and fails
-			failed = append(failed, after)
-			after = nil
-		}
-		for i, a := range failed {
-			if es[i] == nil || hs[i] != nil {
-				t.Errorf("%s: create %d (%s): holder %v, %v; want an error and no holder", failing, i, a.OperationKey, hs[i], es[i])
+		for i, a := range creates {
+			if errs[i] == nil || holders[i] != nil {
+				t.Errorf("%s: create %d (%s): holder %v, %v; want an error and no holder", failing, i, a.OperationKey, holders[i], errs[i])
 			}
 			if _, err := s.Approval(ctx, a.ID); approval.ErrorCode(err) != approval.ENOTFOUND {
-				t.Errorf("%s: create %d (%s) is there (%v): nothing of the group may be written", failing, i, a.OperationKey, err)
-			}
-		}
-		if after != nil {
-			if es[4] != nil || hs[4] != nil {
-				t.Errorf("%s: the create queued behind the group: holder %v, %v; want written", failing, hs[4], es[4])
-			}
-			if _, err := s.Approval(ctx, after.ID); err != nil {
-				t.Errorf("%s: the create queued behind the group is not there: %v", failing, err)
+				t.Errorf("%s: create %d (%s) is there (%v): nothing of the batch may be written", failing, i, a.OperationKey, err)
 			}
 		}
 		// Alone, the failing create fails and writes nothing either; the others' keys are free.
@@ -646,11 +630,14 @@ func TestInsertApproval_GroupThatEndsWritesNothing(t *testing.T) {
 		if h, err := s.InsertApproval(ctx, alone, approval.HTTPCause("req"), nil); err == nil || h != nil {
 			t.Errorf("%s alone: holder %v, %v; want an error", failing, h, err)
 		}
-		if _, err := s.Approval(ctx, alone.ID); approval.ErrorCode(err) != approval.ENOTFOUND {
-			t.Errorf("%s alone is there (%v)", failing, err)
-		}
-		for _, a := range []*approval.Approval{lead, creates[0]} {
+		for _, a := range []*approval.Approval{alone, creates[0], creates[3]} {
 			again := newApproval(t, "ci-bot", a.OperationKey, "alice")
+			if a == alone {
+				if _, err := s.Approval(ctx, a.ID); approval.ErrorCode(err) != approval.ENOTFOUND {
+					t.Errorf("%s alone is there (%v)", failing, err)
+				}
+				continue
+			}
 			if h, err := s.InsertApproval(ctx, again, approval.HTTPCause("req"), nil); err != nil || h != nil {
 				t.Errorf("%s: key %s again: holder %v, %v; want written", failing, a.OperationKey, h, err)
 			}

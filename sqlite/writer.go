@@ -258,10 +258,3 @@ func discard(conn *sql.Conn) {
 func (w *writer) stats() batch.Stats {
 	return batch.Stats{Batches: w.groups.Load(), Calls: w.writes.Load()}
 }
-
-// BatchStats returns what the writer has done so far in this process, as the kind
-// "transaction": the groups of write transactions that shared a commit, and the writes in
-// them, for the metrics approvald_store_batches_total and approvald_store_batched_calls_total.
-func (s *Store) BatchStats() map[string]batch.Stats {
-	return map[string]batch.Stats{"transaction": s.writer.stats()}
-}

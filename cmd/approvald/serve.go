@@ -140,8 +140,8 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 const DefaultMemoryLimit = 64 << 20
 
 // batching is a store that gathers calls into batches (PostgreSQL's creates, intakes, reads
-// and token look-ups, SQLite's write transactions: docs/architecture.md, "Creates, intakes
-// and reads in batches", "Write transactions that share a commit").
+// and token look-ups, SQLite's creates, intakes and write transactions: docs/architecture.md,
+// "Creates, intakes and reads in batches", "Write transactions that share a commit").
 type batching interface {
 	BatchStats() map[string]batch.Stats
 }
@@ -152,7 +152,7 @@ type batchCollector struct{ store batching }
 
 var (
 	batchesDesc = prometheus.NewDesc("approvald_store_batches_total",
-		"Batches this process's store ran, by kind (on PostgreSQL create, intake, read and token, each one round trip for all its calls; on SQLite transaction, write transactions that shared one commit).", []string{"kind"}, nil)
+		"Batches this process's store ran, by kind (create, intake, on PostgreSQL read and token, on SQLite transaction): each one round trip for all its calls on PostgreSQL, one transaction and one commit on SQLite.", []string{"kind"}, nil)
 	batchedCallsDesc = prometheus.NewDesc("approvald_store_batched_calls_total",
 		"Calls this process's store ran in batches, by kind; over approvald_store_batches_total, the mean batch size.", []string{"kind"}, nil)
 )
