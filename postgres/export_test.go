@@ -13,6 +13,10 @@ import (
 	"github.com/approvald/approval/internal/batch"
 )
 
+// ExecutionClaimSQL is the execution claim's statement: $1 now, $2 the limit, $3 the lease's
+// end.
+const ExecutionClaimSQL = executionClaimSQL
+
 // SetListenTimes shortens how long the LISTEN connection may stay quiet before it is pinged,
 // and how long the ping may take, so that a test can see a silently dropped connection
 // replaced. Call it before the first Subscribe.

@@ -302,13 +302,11 @@ func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, ap
 	return t.Tx.ExecutionGetByOperationKey(ctx, action, key, approvalID)
 }
 
-// ExecutionClaimDue is one statement: it claims the due executions, with SKIP LOCKED on each
-// and on its approval, and reads what their calls need, each claimed execution's approval
-// with its approvers and decisions (docs/architecture.md, "The execution claim"). A running
-// execution without a lease is an accepted async call: lease_expires_at <= $1 is never true
-// for it.
-func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
-	rows, err := t.Query(ctx, `
+// executionClaimSQL claims up to $2 executions due at $1, leased until $3 (ExecutionClaimDue).
+// Each branch reads its index in claim order (executions_due_order_idx,
+// executions_lease_order_idx) and stops after $2 rows, however long the backlog
+// (docs/query-plans.md, "The execution claim, session 15").
+const executionClaimSQL = `
 		WITH queued AS (
 			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
@@ -335,10 +333,17 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 			WHERE x.id = due.id
 			RETURNING x.*, due.recovered, due.due_at
 		)
-		SELECT `+sqldb.ExecutionColumns+`, x.recovered, x.due_at, `+approvalDetailColumns+`
+		SELECT ` + sqldb.ExecutionColumns + `, x.recovered, x.due_at, ` + approvalDetailColumns + `
 		FROM claimed x JOIN approvals a ON a.id = x.approval_id
-		ORDER BY x.due_at, x.id`,
-		t.At, limit, leaseUntil)
+		ORDER BY x.due_at, x.id`
+
+// ExecutionClaimDue is one statement: it claims the due executions, with SKIP LOCKED on each
+// and on its approval, and reads what their calls need, each claimed execution's approval
+// with its approvers and decisions (docs/architecture.md, "The execution claim"). A running
+// execution without a lease is an accepted async call: lease_expires_at <= $1 is never true
+// for it.
+func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil time.Time) ([]*approval.ExecutionClaim, error) {
+	rows, err := t.Query(ctx, executionClaimSQL, t.At, limit, leaseUntil)
 	claims, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionClaim, error) {
 		var c approval.ExecutionClaim
 		var dueAt time.Time
