@@ -303,22 +303,24 @@ func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, ap
 }
 
 // executionClaimSQL claims up to $2 executions due at $1, leased until $3 (ExecutionClaimDue).
-// Each branch reads its index in claim order (executions_due_order_idx,
-// executions_lease_order_idx) and stops after $2 rows, however long the backlog
-// (docs/query-plans.md, "The execution claim, session 15").
+// Each branch orders by its index alone (executions_due_idx on (status, next_attempt_at),
+// executions_lease_idx on (lease_expires_at) of the running), so that it reads its first rows
+// as the index gives them and stops after $2, however long the backlog; executions due at
+// the same instant come in any order. Only the merge of the two branches, at most 2*$2 rows,
+// is sorted, by due time and id (docs/query-plans.md, "The execution claim, session 15").
 const executionClaimSQL = `
 		WITH queued AS (
 			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
 			WHERE x.status = 'queued' AND x.next_attempt_at <= $1
-			ORDER BY x.next_attempt_at, x.id
+			ORDER BY x.next_attempt_at
 			LIMIT $2
 			FOR UPDATE OF x, a SKIP LOCKED
 		), expired AS (
 			SELECT x.id, true AS recovered, x.lease_expires_at AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
 			WHERE x.status = 'running' AND x.lease_expires_at <= $1
-			ORDER BY x.lease_expires_at, x.id
+			ORDER BY x.lease_expires_at
 			LIMIT $2
 			FOR UPDATE OF x, a SKIP LOCKED
 		), due AS (
