@@ -396,8 +396,8 @@ func (r Reads) ExecutionCounts(ctx context.Context) (map[approval.ExecutionStatu
 
 // Backlog counts the rows in the backlog statuses and the running executions past their
 // lease, in one statement; see approval.Store. Each branch reads its statuses' range of an
-// index led by status (approvals_status_expires, inbox_events_due_order, on PostgreSQL
-// executions_due_order_idx, on SQLite executions_lease, which covers the lease), never the rows of the other statuses.
+// index led by status (approvals_status_expires, inbox_events_due_order, executions_due or, on
+// SQLite, executions_lease, which covers the lease), never the rows of the other statuses.
 func (r Reads) Backlog(ctx context.Context) (approval.Backlog, error) {
 	b := approval.Backlog{
 		Approvals:  zeros(approval.BacklogStatuses),
