@@ -24,10 +24,7 @@ func TestBatchPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dsn := testdb.DSN(t, testdb.Postgres)
-	s := mustOpen(t, dsn)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	s := mustMigrated(t, dsn)
 	conn, err := s.BatchConn(ctx)
 	if err != nil {
 		t.Fatalf("acquire a batch connection: %v", err)
@@ -135,10 +132,7 @@ func TestExecutionClaimReadsItsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dsn := testdb.DSN(t, testdb.Postgres)
-	s := mustOpen(t, dsn)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	mustMigrated(t, dsn) // the schema; the claim runs on a connection of its own
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatalf("connect: %v", err)

@@ -130,10 +130,7 @@ func TestUnreachableServerIsUnavailable(t *testing.T) {
 
 func TestTextPostgresCannotHoldIsInvalid(t *testing.T) {
 	t.Parallel()
-	s := mustOpen(t, testdb.DSN(t, testdb.Postgres))
-	if err := s.Migrate(t.Context()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	s := mustMigrated(t, testdb.DSN(t, testdb.Postgres))
 	// SQLite stores a NUL byte; PostgreSQL text cannot. The input policy refuses it before
 	// any store (approval.NewApproval), so this is the driver's own safety net: text that
 	// reaches it anyway is the caller's error (400), not an internal one.
@@ -161,6 +158,16 @@ func mustOpen(tb testing.TB, dsn string) *postgres.Store {
 		tb.Fatalf("open: %v", err)
 	}
 	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// mustMigrated opens the store on dsn, as mustOpen does, and migrates it.
+func mustMigrated(tb testing.TB, dsn string) *postgres.Store {
+	tb.Helper()
+	s := mustOpen(tb, dsn)
+	if err := s.Migrate(context.Background()); err != nil {
+		tb.Fatalf("migrate: %v", err)
+	}
 	return s
 }
 
