@@ -305,9 +305,10 @@ func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, ap
 // executionClaimSQL claims up to $2 executions due at $1, leased until $3 (ExecutionClaimDue).
 // Each branch orders by its index alone (executions_due_idx on (status, next_attempt_at),
 // executions_lease_idx on (lease_expires_at) of the running), so that it reads its first rows
-// as the index gives them and stops after $2, however long the backlog; executions due at
-// the same instant come in any order. Only the merge of the two branches, at most 2*$2 rows,
-// is sorted, by due time and id (docs/query-plans.md, "The execution claim, session 15").
+// as the index gives them and stops after $2, however long the backlog; which of several
+// executions due at the same instant a branch takes is arbitrary. Only the merge of the two
+// branches, at most 2*$2 rows, is sorted, by due time and id (docs/query-plans.md, "The
+// execution claim, session 15").
 const executionClaimSQL = `
 		WITH queued AS (
 			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
