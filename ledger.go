@@ -26,26 +26,31 @@ import (
 // waits for another.
 func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error) {
 	return claimDue(ctx, s, lease, limit, func(tx Tx, leaseEnd time.Time) ([]*ExecutionClaim, error) {
-		claims, err := tx.ExecutionClaimDue(ctx, limit, leaseEnd)
-		if err != nil {
-			return nil, err
-		}
-		trail := make([]Event, 0, len(claims))
-		for _, c := range claims {
-			// A recovered claim's predecessor may have sent its call: from now on the
-			// outcome is uncertain, until an operator settles it.
-			if c.Recovered && !c.Record.Uncertain {
-				c.Record.Uncertain = true
-				if err := tx.ExecutionUpdateIfAttempt(ctx, c.Record, c.Attempt); err != nil {
-					return nil, err
-				}
-			}
-			trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
-				Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
-				Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
-		}
-		return claims, tx.EventInsertMany(ctx, trail)
+		return claimExecutions(ctx, tx, limit, leaseEnd)
 	})
+}
+
+// claimExecutions is the rule of ClaimExecutions in the transaction tx.
+func claimExecutions(ctx context.Context, tx Tx, limit int, leaseEnd time.Time) ([]*ExecutionClaim, error) {
+	claims, err := tx.ExecutionClaimDue(ctx, limit, leaseEnd)
+	if err != nil {
+		return nil, err
+	}
+	trail := make([]Event, 0, len(claims))
+	for _, c := range claims {
+		// A recovered claim's predecessor may have sent its call: from now on the
+		// outcome is uncertain, until an operator settles it.
+		if c.Recovered && !c.Record.Uncertain {
+			c.Record.Uncertain = true
+			if err := tx.ExecutionUpdateIfAttempt(ctx, c.Record, c.Attempt); err != nil {
+				return nil, err
+			}
+		}
+		trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
+			Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
+			Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
+	}
+	return claims, tx.EventInsertMany(ctx, trail)
 }
 
 // RenewExecution extends a running claim's lease to now+lease (EINVALID unless lease is
@@ -115,6 +120,25 @@ type AttemptFinished struct {
 // leaves its claims to run out and be recovered as uncertain, exactly as after a crash.
 // Several finishes of one execution in fs are EINVALID, all but the first.
 func (s *Service) FinishAttempts(ctx context.Context, fs []AttemptFinish) ([]AttemptFinished, error) {
+	done, _, err := s.finishAndClaim(ctx, fs, 0, 0)
+	return done, err
+}
+
+// FinishAndClaim records the outcomes fs under the rules of FinishAttempts and then, in the
+// same transaction, claims up to limit executions under the rules of ClaimExecutions
+// (EINVALID unless lease and limit are positive): a runner whose attempts ended has their
+// slots to fill, and one commit serves both. An execution whose outcome is a retry already
+// due may be among the claims. The answers come as from each alone; an error is the
+// transaction's: then nothing was recorded and nothing claimed.
+func (s *Service) FinishAndClaim(ctx context.Context, fs []AttemptFinish, lease time.Duration, limit int) ([]AttemptFinished, []*ExecutionClaim, error) {
+	if lease <= 0 || limit <= 0 {
+		return nil, nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	return s.finishAndClaim(ctx, fs, lease, limit)
+}
+
+// finishAndClaim is FinishAndClaim, and FinishAttempts when limit is 0.
+func (s *Service) finishAndClaim(ctx context.Context, fs []AttemptFinish, lease time.Duration, limit int) ([]AttemptFinished, []*ExecutionClaim, error) {
 	done := make([]AttemptFinished, len(fs))
 	events := make([]string, len(fs))
 	ids := make([]string, 0, len(fs))
@@ -129,18 +153,43 @@ func (s *Service) FinishAttempts(ctx context.Context, fs []AttemptFinish) ([]Att
 			ids = append(ids, f.ID)
 		}
 	}
-	if len(ids) == 0 {
-		return done, nil
+	if len(ids) == 0 && limit == 0 {
+		return done, nil, nil
 	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer tx.Rollback(ctx)
 
+	recorded := 0
+	if len(ids) > 0 {
+		if recorded, err = s.finish(ctx, tx, fs, ids, events, done); err != nil {
+			return nil, nil, err
+		}
+	}
+	var claims []*ExecutionClaim
+	if limit > 0 {
+		if claims, err = claimExecutions(ctx, tx, limit, tx.Now().Add(lease)); err != nil {
+			return nil, nil, err
+		}
+	}
+	if recorded == 0 && len(claims) == 0 {
+		return done, nil, nil // nothing written: the rollback ends the transaction
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, err
+	}
+	return done, claims, nil
+}
+
+// finish writes, in tx, the outcomes of fs whose ids are valid (the others have their
+// answer in done already; events[i] is fs[i]'s event), and fills in their answers. It
+// returns how many it wrote.
+func (s *Service) finish(ctx context.Context, tx Tx, fs []AttemptFinish, ids, events []string, done []AttemptFinished) (int, error) {
 	locked, err := tx.ExecutionGetForUpdateMany(ctx, ids)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	byID := make(map[string]*ExecutionRecord, len(locked))
 	for _, rec := range locked {
@@ -187,30 +236,27 @@ func (s *Service) FinishAttempts(ctx context.Context, fs []AttemptFinish) ([]Att
 		done[i].Record = rec
 	}
 	if len(recs) == 0 {
-		return done, nil
+		return 0, nil
 	}
 	if err := tx.ExecutionUpdateIfAttemptMany(ctx, recs, attempts); err != nil {
-		return nil, err
+		return 0, err
 	}
 	for _, rec := range recs {
 		if rec.Status == ExecutionNeedsReview {
 			if err := s.queueReview(ctx, tx, rec); err != nil {
-				return nil, err
+				return 0, err
 			}
 		}
 	}
 	if err := tx.EventInsertMany(ctx, trail); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if requeued {
 		if err := tx.Notify(ctx, TopicExecutions); err != nil {
-			return nil, err
+			return 0, err
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	return done, nil
+	return len(recs), nil
 }
 
 // attemptEvent is the event that records an attempt ending in o, or EINVALID for an outcome

@@ -453,6 +453,65 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 	})
 
+	// Outcomes and the next claim in one transaction: the outcomes are recorded as by
+	// FinishAttempts (a refused one alone), then the due executions are claimed as by
+	// ClaimExecutions, a retry recorded as due now among them, at its next attempt.
+	s.run(t, "FinishAndClaim", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		approvals, recs := claimedExecutions(t, f, 2)
+		_, next0 := mustApprovedExecution(t, f)
+		f.clock.Advance(time.Second)
+		_, next1 := mustApprovedExecution(t, f)
+		f.clock.Advance(time.Second)
+
+		for _, bad := range []struct {
+			lease time.Duration
+			limit int
+		}{{0, 3}, {workLease, 0}} {
+			_, _, err := f.service().FinishAndClaim(ctx, []approval.AttemptFinish{{ID: recs[0].ID, Attempt: 1,
+				Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded}}}, bad.lease, bad.limit)
+			wantCode(t, err, approval.EINVALID)
+		}
+		wantExecution(t, mustExecution(t, f.store, recs[0].ID), approval.ExecutionRunning, 0, "")
+
+		now := f.clock.Now()
+		done, claims, err := f.service().FinishAndClaim(ctx, []approval.AttemptFinish{
+			{ID: recs[0].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"ok": 1}`), Reason: "200 from target"}},
+			{ID: recs[1].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionQueued, RetryAt: &now, Error: "503", Reason: "503 from target"}},
+			{ID: "exe_unknown", Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded}},
+		}, workLease, 3)
+		if err != nil {
+			t.Fatalf("finish and claim: %v", err)
+		}
+		if len(done) != 3 {
+			t.Fatalf("finish and claim: got %d answers, want 3", len(done))
+		}
+		for i, code := range []string{"", "", approval.ENOTFOUND} {
+			wantCode(t, done[i].Err, code)
+		}
+		wantExecution(t, mustExecution(t, f.store, recs[0].ID), approval.ExecutionSucceeded, 0, `{"ok": 1}`)
+		wantExecutionEvents(t, f.store, approvals[0].ID, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
+
+		// Oldest due first: the two queued before the retry, then the retry at attempt 2.
+		wantClaims(t, "claimed with the outcomes", claims[:2], 1, next0, next1)
+		wantClaims(t, "claimed with the outcomes", claims[2:], 2, recs[1])
+		for _, c := range claims {
+			if c.Approval == nil || c.Approval.ID != c.Record.ApprovalID || c.Recovered {
+				t.Fatalf("claim of %s: got approval %+v, recovered %v; want its approval, not recovered", c.Record.ID, c.Approval, c.Recovered)
+			}
+			wantTime(t, "lease", *mustExecution(t, f.store, c.Record.ID).LeaseExpiresAt, now.Add(workLease))
+		}
+		evs := wantExecutionEvents(t, f.store, approvals[1].ID, approval.EventExecutionAttempt, approval.EventExecutionRetry, approval.EventExecutionAttempt)
+		wantWorkerCause(t, evs[2], 2)
+		wantExecutionEvents(t, f.store, next0.ApprovalID, approval.EventExecutionAttempt)
+
+		// Nothing to record and nothing due: no error, no claim.
+		done, claims, err = f.service().FinishAndClaim(ctx, nil, workLease, 3)
+		if err != nil || len(done) != 0 || len(claims) != 0 {
+			t.Fatalf("finish nothing and claim with nothing due: got %d answers, %d claims, %v; want none", len(done), len(claims), err)
+		}
+	})
+
 	s.run(t, "Renew", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		_, rec := mustApprovedExecution(t, f)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
@@ -33,6 +34,15 @@ func (l *heldLedger) FinishAttempts(ctx context.Context, fs []approval.AttemptFi
 		return nil, errors.New("the process died before the batch committed")
 	}
 	return l.Service.FinishAttempts(ctx, fs)
+}
+
+func (l *heldLedger) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
+	l.entered <- len(fs)
+	<-l.open
+	if l.died {
+		return nil, nil, errors.New("the process died before the batch committed")
+	}
+	return l.Service.FinishAndClaim(ctx, fs, lease, limit)
 }
 
 // A runner stopped while a batch of outcomes is being recorded returns only once it has

@@ -64,6 +64,9 @@ type Ledger interface {
 	// each fenced by its attempt: ECONFLICT in its answer when a newer attempt owns the
 	// execution.
 	FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error)
+	// FinishAndClaim records outcomes as FinishAttempts does and, in the same transaction,
+	// claims up to limit due executions as ClaimExecutions does.
+	FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error)
 	// ReleaseExecution gives back a claim whose call was never sent.
 	ReleaseExecution(ctx context.Context, id string, attempt int) error
 	// RenewExecution extends a claim's lease; ECONFLICT when the attempt no longer holds it.
@@ -130,9 +133,11 @@ const mayHaveReached = "may have reached the target"
 // at least minAhead) waiting for a slot, so that a slot that frees starts its next call at once instead of
 // waiting for a claim's commit, and the next claim overlaps the calls. It leaves the rest to
 // other replicas. It claims for all it may hold in one transaction, and again at once while
-// the store has work for every one of them. A claim waiting for a slot keeps its lease like
-// a running one (see execute), so it cannot run out unnoticed; one a crash abandons is taken
-// over once its lease has run out, as uncertain, like any claim whose call had not been sent.
+// the store has work for every one of them. It claims through its recorder: a claim asked
+// for while outcomes wait to be recorded shares their transaction (see recorder). A claim
+// waiting for a slot keeps its lease like a running one (see execute), so it cannot run out
+// unnoticed; one a crash abandons is taken over once its lease has run out, as uncertain,
+// like any claim whose call had not been sent.
 //
 // When ctx ends it stops claiming; claims whose call has not been sent are released; calls
 // in flight are allowed to finish (up to their timeout) and are recorded; then Run returns
@@ -160,7 +165,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		// in one transaction, rather than each in a transaction of its own.
 		running -= takeReady(finished)
 		if free := min(max(r.batch(), r.ahead()), r.holds()-running); free > 0 {
-			claims, claimedAt, err := r.claim(ctx, free)
+			claims, claimedAt, err := rec.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				r.logger().ErrorContext(ctx, "claim executions failed", "error", err)
 			}
@@ -530,6 +535,11 @@ func (a *attempt) record(o approval.AttemptOutcome, handed func()) {
 // batch's commit before anything treats its outcome as recorded; an outcome that has not
 // been committed when the process dies leaves its execution claimed, to be recovered as
 // uncertain once the lease runs out, as if the attempt had died before recording it.
+//
+// Run claims through the recorder too (claim): a claim asked for while outcomes wait, or
+// while a batch is being recorded, goes with the next batch in its transaction
+// (approval.Service.FinishAndClaim), so that a busy runner commits once for the attempts
+// that ended and the executions that take their slots, not once for each.
 type recorder struct {
 	r  *Runner
 	in chan recording
@@ -537,8 +547,9 @@ type recorder struct {
 	// most as many as the runner holds claims (Concurrency calls and a batch claimed ahead),
 	// so that an attempt ending while the last batch commits frees its slot at once even
 	// with one slot, and outcomes on their way to a batch stay bounded.
-	room chan struct{}
-	done chan struct{} // closed when the loop has recorded the last batch and returned
+	room   chan struct{}
+	claims chan claimRequest // Run's claims, one at a time
+	done   chan struct{}     // closed when the loop has recorded the last batch and returned
 }
 
 // recording is one outcome on its way to a batch, and where its answer goes.
@@ -547,17 +558,33 @@ type recording struct {
 	answer chan approval.AttemptFinished
 }
 
+// claimRequest is Run asking for up to limit claims, and where the answer goes.
+type claimRequest struct {
+	ctx    context.Context
+	limit  int
+	answer chan claimAnswer
+}
+
+// claimAnswer is what a claimRequest got: the claims, when they were asked for (see
+// Runner.claim), or why there are none.
+type claimAnswer struct {
+	claims []*approval.ExecutionClaim
+	asked  askedAt
+	err    error
+}
+
 // startRecorder starts a recorder's loop; stop ends it once every outcome sent to it has been
 // recorded.
 func (r *Runner) startRecorder() *recorder {
 	n := r.holds()
-	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n), done: make(chan struct{})}
+	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n),
+		claims: make(chan claimRequest), done: make(chan struct{})}
 	go rec.loop()
 	return rec
 }
 
-// stop waits for the batches still under way and ends the loop. No attempt may call finish
-// after it.
+// stop waits for the batches still under way and ends the loop. No attempt may call finish,
+// and Run may not call claim, after it.
 func (rec *recorder) stop() {
 	close(rec.in)
 	<-rec.done
@@ -575,11 +602,35 @@ func (rec *recorder) finish(f approval.AttemptFinish, handed func()) (*approval.
 	return res.Record, res.Err
 }
 
+// claim claims up to limit executions in the recorder's next transaction, with the
+// outcomes waiting then, if any, and returns them once it has committed, with when they
+// were asked for. Once asked, it waits for the answer even if ctx ends meanwhile: claims
+// committed must reach Run, which releases them.
+func (rec *recorder) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, askedAt, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, rec.r.askedAt(), err
+	}
+	answer := make(chan claimAnswer, 1)
+	rec.claims <- claimRequest{ctx: ctx, limit: limit, answer: answer}
+	a := <-answer
+	return a.claims, a.asked, a.err
+}
+
 func (rec *recorder) loop() {
 	defer close(rec.done)
 	limit := cap(rec.room)
-	for first := range rec.in {
-		batch := []recording{first}
+	for {
+		var batch []recording
+		var claim *claimRequest
+		select {
+		case first, ok := <-rec.in:
+			if !ok {
+				return
+			}
+			batch = append(batch, first)
+		case c := <-rec.claims:
+			claim = &c
+		}
 	more:
 		for len(batch) < limit {
 			select {
@@ -592,12 +643,32 @@ func (rec *recorder) loop() {
 				break more
 			}
 		}
-		rec.record(batch)
+		if claim == nil {
+			select {
+			case c := <-rec.claims:
+				claim = &c
+			default:
+			}
+		}
+		rec.record(batch, claim)
 	}
 }
 
-// record records one batch and answers each of its attempts.
-func (rec *recorder) record(batch []recording) {
+// record records one batch, possibly empty, and claims for claim, if any, in one
+// transaction, and answers each. Should the transaction fail with a claim in it, the batch
+// is recorded again alone: a claim that cannot be made must not cost the outcomes.
+func (rec *recorder) record(batch []recording, claim *claimRequest) {
+	if claim != nil && claim.ctx.Err() != nil {
+		claim.answer <- claimAnswer{asked: rec.r.askedAt(), err: claim.ctx.Err()} // Run has stopped
+		claim = nil
+	}
+	if len(batch) == 0 {
+		if claim != nil {
+			claims, asked, err := rec.r.claim(claim.ctx, claim.limit)
+			claim.answer <- claimAnswer{claims: claims, asked: asked, err: err}
+		}
+		return
+	}
 	// The attempts' work outlives the runner's context; so does the record of their outcome.
 	ctx, cancel := context.WithTimeout(context.Background(), rec.r.lease())
 	defer cancel()
@@ -605,7 +676,22 @@ func (rec *recorder) record(batch []recording) {
 	for i, b := range batch {
 		fs[i] = b.f
 	}
-	done, err := rec.r.Ledger.FinishAttempts(ctx, fs)
+	var (
+		done []approval.AttemptFinished
+		err  error
+	)
+	if claim != nil {
+		asked := rec.r.askedAt()
+		var claims []*approval.ExecutionClaim
+		done, claims, err = rec.r.Ledger.FinishAndClaim(ctx, fs, rec.r.lease(), claim.limit)
+		if err != nil {
+			err = fmt.Errorf("claim executions: %w", err)
+		}
+		claim.answer <- claimAnswer{claims: claims, asked: asked, err: err}
+	}
+	if claim == nil || err != nil {
+		done, err = rec.r.Ledger.FinishAttempts(ctx, fs)
+	}
 	for i, b := range batch {
 		switch {
 		case err != nil:

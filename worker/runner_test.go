@@ -584,7 +584,8 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 // them: the leases it renews, whether it ever holds more executions at once than slots
 // calls, a batch claimed ahead (slots, at least 4) and as many outcomes as both waiting for
 // their batch, and the size of each batch of
-// outcomes. It sees a claim end when FinishAttempts returns, after the runner freed its slot.
+// outcomes. It sees a claim end when FinishAttempts or FinishAndClaim returns, after the
+// runner freed its slot.
 type observedStore struct {
 	approval.Store
 	ledger *approval.Service
@@ -598,7 +599,7 @@ type observedStore struct {
 	claimed   int
 	finished  int
 	overdrawn []string
-	batches   []int // the size of each FinishAttempts
+	batches   []int // the size of each batch of outcomes
 }
 
 // observe watches s and the Service's ledger over it.
@@ -607,21 +608,30 @@ func observe(s approval.Store) *observedStore {
 }
 
 func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
-	s.mu.Lock()
-	// A slot is free again once its attempt's outcome is handed to the recorder, before the
-	// outcome's batch commits, and Run claims one batch ahead (Concurrency, at least 4): at
-	// most Concurrency calls, the claims ahead, and as many outcomes as both on their way to
-	// a batch are held at once.
-	if held := s.slots + max(s.slots, 4); s.slots > 0 && s.holding+limit > 2*held {
-		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
-	}
-	s.mu.Unlock()
+	s.claiming(limit)
 	claims, err := s.ledger.ClaimExecutions(ctx, lease, limit)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.claimedNow(claims)
+	return claims, err
+}
+
+// claiming checks a claim of up to limit before it is made. A slot is free again once its
+// attempt's outcome is handed to the recorder, before the outcome's batch commits, and Run
+// claims one batch ahead (Concurrency, at least 4): at most Concurrency calls, the claims
+// ahead, and as many outcomes as both on their way to a batch are held at once.
+func (s *observedStore) claiming(limit int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if held := s.slots + max(s.slots, 4); s.slots > 0 && s.holding+limit > 2*held {
+		s.overdrawn = append(s.overdrawn, fmt.Sprintf("%d claimed while %d held", limit, s.holding))
+	}
+}
+
+// claimedNow counts claims made; s.mu is held.
+func (s *observedStore) claimedNow(claims []*approval.ExecutionClaim) {
 	s.holding += len(claims)
 	s.claimed += len(claims)
-	return claims, err
 }
 
 func (s *observedStore) RenewExecution(ctx context.Context, id string, attempt int, lease time.Duration) error {
@@ -638,7 +648,26 @@ func (s *observedStore) FinishAttempts(ctx context.Context, fs []approval.Attemp
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.batches = append(s.batches, len(fs))
+	s.finishedNow(done)
+	return done, nil
+}
+
+func (s *observedStore) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
+	s.claiming(limit)
+	done, claims, err := s.ledger.FinishAndClaim(ctx, fs, lease, limit)
+	if err != nil {
+		return done, claims, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finishedNow(done)
+	s.claimedNow(claims)
+	return done, claims, nil
+}
+
+// finishedNow counts a batch of outcomes recorded; s.mu is held.
+func (s *observedStore) finishedNow(done []approval.AttemptFinished) {
+	s.batches = append(s.batches, len(done))
 	for _, d := range done {
 		if d.Err != nil {
 			continue
@@ -648,7 +677,6 @@ func (s *observedStore) FinishAttempts(ctx context.Context, fs []approval.Attemp
 			close(s.done)
 		}
 	}
-	return done, nil
 }
 
 func (s *observedStore) ReleaseExecution(ctx context.Context, id string, attempt int) error {
