@@ -79,8 +79,9 @@ func (s *Service) RenewExecution(ctx context.Context, id string, attempt int, le
 }
 
 // FinishAttempt records an attempt's outcome only if attempt is still the execution's
-// current attempt and it is running (ECONFLICT otherwise: a newer attempt owns it, or a
-// report or an operator settled it; ENOTFOUND for an unknown execution). The lease is
+// current attempt and it is running under its lease (ECONFLICT otherwise: a newer attempt
+// owns it, a report or an operator settled it, or the attempt already recorded an accepted
+// async call; ENOTFOUND for an unknown execution). The lease is
 // cleared in every case: a retry (status queued, due at o.RetryAt) waits for its time, and
 // status running records an asynchronous call the target accepted, which waits, never
 // claimed again, for ReportExecution. A nil o.Result keeps the result stored. o.Uncertain
@@ -299,9 +300,6 @@ func (s *Service) ReleaseExecution(ctx context.Context, id string, attempt int) 
 	}
 	if err := attemptHolds(rec, attempt); err != nil {
 		return err
-	}
-	if rec.LeaseExpiresAt == nil {
-		return lostClaim(id, attempt)
 	}
 	now := tx.Now()
 	rec.Status, rec.Attempts, rec.NextAttemptAt, rec.LeaseExpiresAt, rec.UpdatedAt = ExecutionQueued, attempt-1, &now, nil, now
@@ -546,10 +544,11 @@ func (s *Service) report(ctx context.Context, tx Tx, r ExecutionReport) (reporte
 }
 
 // attemptHolds is the fence of a runner's attempt on the execution rec, as read under its
-// lock: nil while attempt is its current attempt and it is running, the lost claim's
-// ECONFLICT otherwise.
+// lock: nil while attempt is its current attempt and it is running under a lease, the lost
+// claim's ECONFLICT otherwise. A running execution without a lease is an accepted async
+// call: no attempt holds it any more, only a report or an operator ends it.
 func attemptHolds(rec *ExecutionRecord, attempt int) error {
-	return holds("execution", rec.ID, attempt, rec.Attempts, rec.Status == ExecutionRunning)
+	return holds("execution", rec.ID, attempt, rec.Attempts, rec.Status == ExecutionRunning && rec.LeaseExpiresAt != nil)
 }
 
 // lostClaim is the answer to a runner whose attempt no longer holds the execution.

@@ -592,9 +592,16 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted)
 
-		// No attempt holds it: the attempt can neither renew it nor put it back in the queue.
+		// No attempt holds it: the attempt can neither renew it nor put it back in the queue,
+		// nor record an outcome again (as a runner would that retried a batch whose commit
+		// went unanswered).
 		wantCode(t, f.service().RenewExecution(ctx, rec.ID, 1, workLease), approval.ECONFLICT)
 		wantCode(t, f.service().ReleaseExecution(ctx, rec.ID, 1), approval.ECONFLICT)
+		for _, o := range []approval.AttemptOutcome{{Status: approval.ExecutionRunning, Reason: "accepted again"}, {Status: approval.ExecutionSucceeded, Reason: "200"}} {
+			_, err := f.service().FinishAttempt(ctx, rec.ID, 1, o)
+			wantCode(t, err, approval.ECONFLICT)
+		}
+		wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAccepted)
 		f.clock.Advance(24 * time.Hour)
 		wantClaims(t, "claim a day later", mustClaimExecutions(t, f.service(), 10), 0)
 		still := mustExecution(t, f.store, rec.ID)

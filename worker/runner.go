@@ -656,26 +656,20 @@ func (rec *recorder) loop() {
 
 // record records one batch, possibly empty, and claims for claim, if any, in one
 // transaction, and answers each. Should the transaction fail with a claim in it, the batch
-// is recorded again alone: a claim that cannot be made must not cost the outcomes.
+// is recorded again alone: a claim that cannot be made must not cost the outcomes. (If that
+// transaction did commit and only its answer was lost, each outcome's second record is
+// refused by its fence, ECONFLICT, and its claims run out and are recovered, as any claim
+// whose commit went unanswered.)
+//
+// Each transaction runs on a context of its own, a lease long: the attempts' work outlives
+// the runner's context, and so does the record of their outcome; a claim once asked for is
+// committed and handed to Run even if Run's context ends meanwhile (Run releases it).
 func (rec *recorder) record(batch []recording, claim *claimRequest) {
 	if claim != nil && claim.ctx.Err() != nil {
 		claim.answer <- claimAnswer{asked: rec.r.askedAt(), err: claim.ctx.Err()} // Run has stopped
 		claim = nil
 	}
-	if len(batch) == 0 {
-		if claim != nil {
-			claims, asked, err := rec.r.claim(claim.ctx, claim.limit)
-			claim.answer <- claimAnswer{claims: claims, asked: asked, err: err}
-		}
-		return
-	}
-	// The attempts' work outlives the runner's context; so does the record of their outcome.
-	ctx, cancel := context.WithTimeout(context.Background(), rec.r.lease())
-	defer cancel()
-	fs := make([]approval.AttemptFinish, len(batch))
-	for i, b := range batch {
-		fs[i] = b.f
-	}
+	lease := rec.r.lease()
 	var (
 		done []approval.AttemptFinished
 		err  error
@@ -683,14 +677,27 @@ func (rec *recorder) record(batch []recording, claim *claimRequest) {
 	if claim != nil {
 		asked := rec.r.askedAt()
 		var claims []*approval.ExecutionClaim
-		done, claims, err = rec.r.Ledger.FinishAndClaim(ctx, fs, rec.r.lease(), claim.limit)
+		err = rec.alone(func(ctx context.Context) (err error) {
+			if len(batch) == 0 {
+				claims, err = rec.r.Ledger.ClaimExecutions(ctx, lease, claim.limit)
+			} else {
+				done, claims, err = rec.r.Ledger.FinishAndClaim(ctx, finishes(batch), lease, claim.limit)
+			}
+			return err
+		})
 		if err != nil {
 			err = fmt.Errorf("claim executions: %w", err)
 		}
 		claim.answer <- claimAnswer{claims: claims, asked: asked, err: err}
 	}
+	if len(batch) == 0 {
+		return
+	}
 	if claim == nil || err != nil {
-		done, err = rec.r.Ledger.FinishAttempts(ctx, fs)
+		err = rec.alone(func(ctx context.Context) (err error) {
+			done, err = rec.r.Ledger.FinishAttempts(ctx, finishes(batch))
+			return err
+		})
 	}
 	for i, b := range batch {
 		switch {
@@ -699,9 +706,25 @@ func (rec *recorder) record(batch []recording, claim *claimRequest) {
 		case i < len(done):
 			b.answer <- done[i]
 		default:
-			b.answer <- approval.AttemptFinished{Err: fmt.Errorf("record attempts: %d answers for %d outcomes", len(done), len(fs))}
+			b.answer <- approval.AttemptFinished{Err: fmt.Errorf("record attempts: %d answers for %d outcomes", len(done), len(batch))}
 		}
 	}
+}
+
+// alone runs one ledger transaction on a context of its own that ends a lease from now.
+func (rec *recorder) alone(tx func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), rec.r.lease())
+	defer cancel()
+	return tx(ctx)
+}
+
+// finishes is the outcomes of batch.
+func finishes(batch []recording) []approval.AttemptFinish {
+	fs := make([]approval.AttemptFinish, len(batch))
+	for i, b := range batch {
+		fs[i] = b.f
+	}
+	return fs
 }
 
 // release gives back a claim whose call was never sent, at shutdown.
