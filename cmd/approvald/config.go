@@ -82,6 +82,15 @@ type Config struct {
 	People        []PersonConfig      `yaml:"people"`
 	Notifications NotificationsConfig `yaml:"notifications"`
 	Callbacks     CallbacksConfig     `yaml:"callbacks"`
+	Log           LogConfig           `yaml:"log"`
+}
+
+// LogConfig tunes serve's log (docs/operations.md, "Logs").
+type LogConfig struct {
+	// FlushInterval is how long a line below warning (the access lines, say) may be held
+	// before it is written, with the others of the moment; warnings and errors are written at
+	// once. 0 writes every line as it is logged.
+	FlushInterval time.Duration `yaml:"flush_interval"`
 }
 
 // WebConfig configures the approver's pages under /ui/ (docs/web.md).
@@ -220,6 +229,7 @@ func DefaultConfig() Config {
 		Retention:   RetentionConfig{Responses: DefaultResponseRetention, InboxIDs: DefaultInboxIDRetention},
 		Workers:     WorkersConfig{Lease: DefaultWorkerLease, Poll: DefaultWorkerPoll, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: DefaultIdempotencyLease},
+		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
 	}
 }
 
@@ -303,6 +313,7 @@ var envOverrides = []struct {
 	{name: "APPROVALD_WORKERS_POLL", duration: func(c *Config) *time.Duration { return &c.Workers.Poll }},
 	{name: "APPROVALD_WORKERS_CONCURRENCY", integer: func(c *Config) *int { return &c.Workers.Concurrency }},
 	{name: "APPROVALD_IDEMPOTENCY_LEASE", duration: func(c *Config) *time.Duration { return &c.Idempotency.Lease }},
+	{name: "APPROVALD_LOG_FLUSH_INTERVAL", duration: func(c *Config) *time.Duration { return &c.Log.FlushInterval }},
 }
 
 // ApplyEnv overrides settings with the APPROVALD_* variables that lookup finds (os.LookupEnv
@@ -360,6 +371,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention.InboxBodies < 0 {
 		return fmt.Errorf("retention.inbox_bodies: %w", ErrNegative)
+	}
+	if c.Log.FlushInterval < 0 {
+		return fmt.Errorf("log.flush_interval: %w", ErrNegative)
 	}
 	if c.Workers.Concurrency <= 0 {
 		return fmt.Errorf("workers.concurrency: %w", ErrNotPositive)

@@ -55,6 +55,7 @@ func TestParseConfig(t *testing.T) {
 		Retention:   RetentionConfig{Responses: 24 * time.Hour, InboxIDs: 720 * time.Hour},
 		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
+		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
 		Sources: []SourceConfig{{
 			Name:      "chat",
 			Scheme:    "standard-webhooks",
@@ -125,6 +126,7 @@ func TestParseConfig_DesignDefaults(t *testing.T) {
 		{"retention.inbox_ids", c.Retention.InboxIDs, 720 * time.Hour},
 		{"workers.lease", c.Workers.Lease, 30 * time.Second},
 		{"workers.poll", c.Workers.Poll, 1 * time.Second},
+		{"log.flush_interval", c.Log.FlushInterval, 100 * time.Millisecond},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
@@ -155,7 +157,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		name, text, want string
 	}{
 		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
-		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, callbacks, database_url, idempotency, listen, notifications, people, retention, smtp, sources, web, workers`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, callbacks, database_url, idempotency, listen, log, notifications, people, retention, smtp, sources, web, workers`},
 		{"unknown nested field", "retention: {response: 1h}\n", `line 1: unknown setting "response" in retention (did you mean "responses"?)`},
 		{"unknown field in a list item", "actions:\n  - name: a\n    url: http://x\n    timout: 5s\n", `line 4: unknown setting "timout" in actions[0] (did you mean "timeout"?)`},
 		{"duration without unit", "workers:\n  lease: 30\n", `line 2: workers.lease: "30" is not a duration; write 30s or 1m`},
@@ -230,6 +232,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		"APPROVALD_WORKERS_POLL":           "250ms",
 		"APPROVALD_WORKERS_CONCURRENCY":    "16",
 		"APPROVALD_IDEMPOTENCY_LEASE":      "10s",
+		"APPROVALD_LOG_FLUSH_INTERVAL":     "0s",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -244,6 +247,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		Retention:   RetentionConfig{Responses: time.Hour, InboxIDs: 48 * time.Hour, InboxBodies: 12 * time.Hour},
 		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond, Concurrency: 16},
 		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
+		Log:         LogConfig{FlushInterval: 0},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
@@ -284,6 +288,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"zero idempotency lease", func(c *Config) { c.Idempotency.Lease = 0 }, "idempotency.lease", ErrNotPositive},
 		{"negative body retention", func(c *Config) { c.Retention.InboxBodies = -time.Hour }, "retention.inbox_bodies", ErrNegative},
 		{"zero concurrency", func(c *Config) { c.Workers.Concurrency = 0 }, "workers.concurrency", ErrNotPositive},
+		{"negative log flush interval", func(c *Config) { c.Log.FlushInterval = -time.Millisecond }, "log.flush_interval", ErrNegative},
 
 		{"source without name", func(c *Config) { c.Sources[0].Name = "" }, "sources[0].name", ErrRequired},
 		{"source name with slash", func(c *Config) { c.Sources[0].Name = "a/b" }, "sources[0].name", ErrInvalidName},

@@ -61,6 +61,10 @@ type ServeCommand struct {
 	failpoints *failpoint.Set // from APPROVALD_FAILPOINTS; nil in production
 	logger     *slog.Logger
 	store      store
+	// logOut holds the log's lines below warning for up to log.flush_interval, flushed by
+	// logTicker; nil when the interval is 0 (every line written at once).
+	logOut    *logOutput
+	logTicker *time.Ticker
 
 	// connState, when set, is told of every connection state change, so that a test can
 	// know a request is in flight before it signals shutdown.
@@ -108,6 +112,12 @@ func (c *ServeCommand) ParseFlags(ctx context.Context, args []string) error {
 // calls in flight finish and be recorded); Close then closes the store both were using.
 func (c *ServeCommand) Run(ctx context.Context) error {
 	c.logger = newLogger(c.stderr)
+	if every := c.config.Log.FlushInterval; every > 0 {
+		c.logTicker = time.NewTicker(every)
+		c.logOut = newLogOutput(c.stderr, c.logTicker.C)
+		c.logger = newBufferedLogger(c.logOut)
+	}
+	defer c.flushLog() // what Run logged is written when it returns; Close ends the holding
 	if c.failpoints != nil {
 		c.logger.Warn("failpoints armed: this process may fail or kill itself on purpose", "failpoints", c.failpoints.String())
 	}
@@ -129,6 +139,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	}
 	// The real address, so that "listen: 127.0.0.1:0" can be found by whoever started us.
 	c.logger.Info("listening", "addr", ln.Addr().String())
+	c.flushLog() // whoever waits for the address should not wait for the interval too
 	return svc.serve(ctx, c.store, ln)
 }
 
@@ -220,13 +231,24 @@ func (c *ServeCommand) bootstrap(ctx context.Context) error {
 
 // Close closes the store.
 func (c *ServeCommand) Close() error {
-	if c.store == nil {
-		return nil
+	var err error
+	if c.store != nil {
+		if cerr := c.store.Close(); cerr != nil {
+			err = fmt.Errorf("close store: %w", cerr)
+		}
 	}
-	if err := c.store.Close(); err != nil {
-		return fmt.Errorf("close store: %w", err)
+	if c.logOut != nil {
+		c.logTicker.Stop()
+		c.logOut.Close() // the lines held, and from now on each line as it comes
 	}
-	return nil
+	return err
+}
+
+// flushLog writes the log lines serve holds (logOutput), if it holds any.
+func (c *ServeCommand) flushLog() {
+	if c.logOut != nil {
+		c.logOut.Flush()
+	}
 }
 
 // service is approvald's HTTP API and background workers (sweeper, inbox processor, execution
