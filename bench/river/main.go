@@ -19,6 +19,9 @@
 //  5. The clock stops when a count in the database (river_job completed, approvald
 //     executions succeeded) first reaches N, polled every 10 ms on both sides.
 //
+// Each run starts with a CHECKPOINT (checkpoint), so that no run's timed phase meets a
+// checkpoint the runs before it set off.
+//
 // Queueing is kept out of the timing because the two systems queue differently (a bulk
 // insert against an HTTP create and approve per unit); the question is how fast each turns a
 // backlog into downstream calls. The runs alternate (river, river-tuned, approvald, river,
@@ -165,14 +168,29 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
+// checkpoint asks PostgreSQL for a checkpoint before a run, so that every run starts alike:
+// none spends its timed phase beside a checkpoint begun by the WAL of the runs before it
+// (one of River's or approvald's runs at fifty workers writes hundreds of MB), and none
+// begins one on a timer (checkpoint_timeout counts from the last). It needs a superuser or
+// the pg_checkpoint role.
+func checkpoint(ctx context.Context, admin *pgx.Conn) error {
+	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("CHECKPOINT before a run (the benchmark's user needs superuser or pg_checkpoint): %w", err)
+	}
+	return nil
+}
+
 // runSweepStep runs every system rounds times, alternating, with cfg.Workers workers, prints
 // each run and the medians, and returns one summary line per system.
 func runSweepStep(ctx context.Context, cfg runConfig, admin *pgx.Conn, order []string, rounds int) ([]string, error) {
-	fmt.Printf("N=%d workers=%d rounds=%d, gate-held start, completion polled every %s\n\n", cfg.N, cfg.Workers, rounds, pollInterval)
+	fmt.Printf("N=%d workers=%d rounds=%d, a CHECKPOINT before each run, gate-held start, completion polled every %s\n\n", cfg.N, cfg.Workers, rounds, pollInterval)
 	printHeader()
 	results := make(map[string][]runResult)
 	for round := range rounds {
 		for _, system := range order {
+			if err := checkpoint(ctx, admin); err != nil {
+				return nil, err
+			}
 			var res runResult
 			var err error
 			switch system {
