@@ -45,7 +45,7 @@ func (c *MigrateCommand) ParseFlags(ctx context.Context, args []string) error {
 
 // Run opens the database, which applies the migrations.
 func (c *MigrateCommand) Run(ctx context.Context) error {
-	s, err := openStore(ctx, c.config.DatabaseURL, nil, approval.Routing{})
+	s, err := openStore(ctx, c.config.DatabaseURL, nil, approval.Routing{}, nil)
 	if err != nil {
 		return err
 	}

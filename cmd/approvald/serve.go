@@ -112,7 +112,9 @@ func (c *ServeCommand) ParseFlags(ctx context.Context, args []string) error {
 // calls in flight finish and be recorded); Close then closes the store both were using.
 func (c *ServeCommand) Run(ctx context.Context) error {
 	c.logger = newLogger(c.stderr)
-	if every := c.config.Log.FlushInterval; every > 0 {
+	// With failpoints armed the process may kill itself at any point: every line is written as
+	// it comes, so that the lines before the kill are there to read.
+	if every := c.config.Log.FlushInterval; every > 0 && c.failpoints == nil {
 		c.logTicker = time.NewTicker(every)
 		c.logOut = newLogOutput(c.stderr, c.logTicker.C)
 		c.logger = newBufferedLogger(c.logOut)
@@ -124,7 +126,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	tuneCollector(c.logger, os.LookupEnv)
 	svc := newService(c.config, c.logger, c.failpoints)
 	svc.connState = c.connState
-	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted, c.config.routing())
+	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted, c.config.routing(), c.logger)
 	if err != nil {
 		return err
 	}

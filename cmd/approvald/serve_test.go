@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +135,50 @@ func TestDefaultMemoryLimit(t *testing.T) {
 	set := func(k string) (string, bool) { return "256MiB", k == "GOMEMLIMIT" }
 	if limit, ok := defaultMemoryLimit(set); ok {
 		t.Errorf("GOMEMLIMIT=256MiB: got %d, true; want the runtime's own limit left alone", limit)
+	}
+}
+
+// TestServe_LogLinesHeld: with log.flush_interval set, serve writes the "listening" line at
+// once (whoever started it waits for the address), holds an access line, and writes it and
+// "stopped" by the time Run returns. The interval is an hour, and the configuration leaves
+// serve no warning to give (one would write the lines held), so only the flushes the test
+// names can have written anything.
+func TestServe_LogLinesHeld(t *testing.T) {
+	t.Parallel()
+	dsn := testdb.DSN(t, testdb.SQLite)
+	config := filepath.Join(t.TempDir(), "approvald.yaml")
+	if err := os.WriteFile(config, []byte("log: {flush_interval: 1h}\nweb: {session_key: 0123456789abcdef0123456789abcdef}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr := newLineWriter(), newLineWriter()
+	cmd := NewServeCommand(stdout, stderr)
+	if err := cmd.ParseFlags(context.Background(), []string{"--listen", "127.0.0.1:0", "--database-url", dsn, "--config", config}); err != nil {
+		t.Fatalf("parse flags: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- cmd.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-stopped
+		cmd.Close()
+	}()
+
+	srv := &server{addr: waitListening(t, stderr, nil), stdout: stdout, stderr: stderr, client: &http.Client{}}
+	srv.do(t, "GET", "/v1/approvals/apr_nothing", "", "", "").wantStatus(t, http.StatusUnauthorized)
+	const accessLine = `"msg":"request"`
+	if strings.Contains(stderr.String(), accessLine) {
+		t.Fatalf("the access line was written before the interval passed:\n%s", stderr)
+	}
+
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	stopped <- nil // for the deferred stop
+	log := stderr.String()
+	if !strings.Contains(log, accessLine) || !strings.Contains(log, `"msg":"stopped"`) {
+		t.Errorf("after Run returned: want the access line and \"stopped\" written:\n%s", log)
 	}
 }
