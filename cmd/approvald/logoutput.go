@@ -29,12 +29,20 @@ type logOutput struct {
 	buf    []byte
 	closed bool
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopTick func() // the ticker's Stop, for startLogOutput's output
 }
 
-// newLogOutput returns an output to w that flushes on every value of tick (a ticker's
-// channel in serve) until Close.
+// startLogOutput returns an output to w that flushes every interval until Close.
+func startLogOutput(w io.Writer, every time.Duration) *logOutput {
+	ticker := time.NewTicker(every)
+	o := newLogOutput(w, ticker.C)
+	o.stopTick = ticker.Stop
+	return o
+}
+
+// newLogOutput returns an output to w that flushes on every value of tick until Close.
 func newLogOutput(w io.Writer, tick <-chan time.Time) *logOutput {
 	o := &logOutput{w: w, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -96,6 +104,9 @@ func (o *logOutput) Close() error {
 	if !already {
 		close(o.stop)
 		<-o.done
+		if o.stopTick != nil {
+			o.stopTick()
+		}
 	}
 	return o.Flush()
 }

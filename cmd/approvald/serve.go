@@ -61,10 +61,9 @@ type ServeCommand struct {
 	failpoints *failpoint.Set // from APPROVALD_FAILPOINTS; nil in production
 	logger     *slog.Logger
 	store      store
-	// logOut holds the log's lines below warning for up to log.flush_interval, flushed by
-	// logTicker; nil when the interval is 0 (every line written at once).
-	logOut    *logOutput
-	logTicker *time.Ticker
+	// logOut holds the log's lines below warning for up to log.flush_interval; nil when the
+	// interval is 0 (every line written at once).
+	logOut *logOutput
 
 	// connState, when set, is told of every connection state change, so that a test can
 	// know a request is in flight before it signals shutdown.
@@ -111,13 +110,13 @@ func (c *ServeCommand) ParseFlags(ctx context.Context, args []string) error {
 // requests drained), then the workers (the runner gives back claims it has not sent, and lets
 // calls in flight finish and be recorded); Close then closes the store both were using.
 func (c *ServeCommand) Run(ctx context.Context) error {
-	c.logger = newLogger(c.stderr)
 	// With failpoints armed the process may kill itself at any point: every line is written as
 	// it comes, so that the lines before the kill are there to read.
 	if every := c.config.Log.FlushInterval; every > 0 && c.failpoints == nil {
-		c.logTicker = time.NewTicker(every)
-		c.logOut = newLogOutput(c.stderr, c.logTicker.C)
+		c.logOut = startLogOutput(c.stderr, every)
 		c.logger = newBufferedLogger(c.logOut)
+	} else {
+		c.logger = newLogger(c.stderr)
 	}
 	defer c.flushLog() // what Run logged is written when it returns; Close ends the holding
 	if c.failpoints != nil {
@@ -231,7 +230,8 @@ func (c *ServeCommand) bootstrap(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the store.
+// Close closes the store, then the log's output: the lines it holds are written, and any
+// logged afterwards are written as they come.
 func (c *ServeCommand) Close() error {
 	var err error
 	if c.store != nil {
@@ -240,8 +240,7 @@ func (c *ServeCommand) Close() error {
 		}
 	}
 	if c.logOut != nil {
-		c.logTicker.Stop()
-		c.logOut.Close() // the lines held, and from now on each line as it comes
+		c.logOut.Close()
 	}
 	return err
 }
