@@ -195,7 +195,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			rows[len(rows)-1] = append(rows[len(rows)-1], fmt.Sprintf("%.1f", float64(res.ServerPeakRSSBytes)/(1<<20)))
 		}
 	}
-	writeMarkdown(&b, rows, 2)
+	WriteMarkdown(&b, rows, 2)
 	b.WriteString("\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
@@ -204,10 +204,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return err
 }
 
-// writeMarkdown writes rows as a Markdown table whose first row is the header, padded so that
+// WriteMarkdown writes rows as a Markdown table whose first row is the header, padded so that
 // it also reads as a table in a terminal. Columns from firstRight on are numbers, aligned
 // right.
-func writeMarkdown(w io.Writer, rows [][]string, firstRight int) {
+func WriteMarkdown(w io.Writer, rows [][]string, firstRight int) {
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {
 		for i, cell := range row {
