@@ -17,14 +17,17 @@
 //
 //	go run ./bench/flat -approvald /tmp/approvald [-pairs 3] [-sizes 10000,1000000] [-- bench flags]
 //
-// The flags after -- go to every `approvald bench` run (default: --scenarios
-// create,replay,get,list,list-deep,intake --clients 8,32 --duration 5s); --database-url
-// among them runs the pairs on PostgreSQL. Each run's JSON is kept in -out.
+// Every `approvald bench` run gets --scenarios create,replay,get,list,list-deep,intake
+// --clients 8,32 --duration 5s, then the flags after --, which add to these or override them
+// (the last of a flag wins): --database-url among them runs the pairs on PostgreSQL. --seed,
+// --json and --server are this program's and refused after --. Each run's JSON is kept in
+// -out.
 package main
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,7 +42,7 @@ import (
 	"github.com/approvald/approval/internal/loadtest"
 )
 
-// defaultBenchArgs are the bench flags of a run when none follow --.
+// defaultBenchArgs are the bench flags every run starts with; those after -- come after them.
 var defaultBenchArgs = []string{"--scenarios", "create,replay,get,list,list-deep,intake", "--clients", "8,32", "--duration", "5s"}
 
 func main() {
@@ -69,15 +72,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	benchArgs := fs.Args()
-	if len(benchArgs) == 0 {
-		benchArgs = defaultBenchArgs
-	}
-	for _, a := range benchArgs {
-		if a == "--seed" || strings.HasPrefix(a, "--seed=") || a == "--json" || a == "--server" || strings.HasPrefix(a, "--server=") {
-			return fmt.Errorf("%s is this program's to set; it does not go after --", a)
+	for _, a := range fs.Args() {
+		if name, ok := flagName(a); ok && (name == "seed" || name == "json" || name == "server") {
+			return fmt.Errorf("%s: %w", a, errOwnFlag)
 		}
 	}
+	benchArgs := append(slices.Clone(defaultBenchArgs), fs.Args()...)
 	dir := *out
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "approvald-flat-"); err != nil {
@@ -116,6 +116,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "bench flags: %s\n\n", strings.Join(benchArgs, " "))
 	WriteTable(stdout, rows, small, large)
 	return nil
+}
+
+// errOwnFlag refuses a bench flag that this program sets itself.
+var errOwnFlag = errors.New("this program sets it; it does not go after --")
+
+// flagName returns the name of the flag arg is, as Go's flag package reads it (-name,
+// --name, -name=value, --name=value), and false when arg is not a flag.
+func flagName(arg string) (string, bool) {
+	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
+		return "", false
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+	name, _, _ = strings.Cut(name, "=")
+	return name, name != ""
 }
 
 func parseSizes(s string) (small, large int, err error) {
@@ -206,14 +220,14 @@ func Compare(runs [][2]*loadtest.Report) []Row {
 		for k, i := range at {
 			a, okA := s[k]
 			b, okB := l[k]
+			row := &rows[i]
+			row.Errors += a.Errors + b.Errors // a step missing from a run counts none
 			if !okA || !okB || a.RequestsPerSecond == 0 {
 				continue
 			}
-			row := &rows[i]
 			row.Small = append(row.Small, a.RequestsPerSecond)
 			row.Large = append(row.Large, b.RequestsPerSecond)
 			row.Raw = append(row.Raw, b.RequestsPerSecond/a.RequestsPerSecond)
-			row.Errors += a.Errors + b.Errors
 			if a.Ratio != nil && b.Ratio != nil && *a.Ratio > 0 {
 				row.Normalized = append(row.Normalized, *b.Ratio / *a.Ratio)
 			}
@@ -281,13 +295,14 @@ func joinRatios(xs []float64) string {
 	return strings.Join(s, " / ")
 }
 
-// count writes n for a column header: 10000 as "10 thousand", 1000000 as "1 million".
+// count writes n for a column header: 10000 as "10 thousand", 1000000 as "1 million",
+// 1500000 as "1,500,000".
 func count(n int) string {
 	switch {
 	case n%1_000_000 == 0:
 		return strconv.Itoa(n/1_000_000) + " million"
-	case n%1_000 == 0:
+	case n < 1_000_000 && n%1_000 == 0:
 		return strconv.Itoa(n/1_000) + " thousand"
 	}
-	return strconv.Itoa(n)
+	return thousands(float64(n))
 }

@@ -34,7 +34,7 @@ func TestCompare(t *testing.T) {
 				loadtest.Result{Scenario: "create", Clients: 8, RequestsPerSecond: 50, Ratio: ratio(0.1)}),
 			report(loadtest.Result{Scenario: "insert", Clients: 8, RequestsPerSecond: 400},
 				loadtest.Result{Scenario: "create", Clients: 8, RequestsPerSecond: 60, Ratio: ratio(0.15)},
-				loadtest.Result{Scenario: "get", Clients: 8, RequestsPerSecond: 12}),
+				loadtest.Result{Scenario: "get", Clients: 8, RequestsPerSecond: 12, Errors: 3}),
 		},
 	}
 	rows := Compare(runs)
@@ -56,6 +56,9 @@ func TestCompare(t *testing.T) {
 	}
 	if m, ok := create.Verdict(); !ok || abs(m-1.05) > 1e-9 {
 		t.Errorf("create verdict = %v %v, want 1.05 true", m, ok)
+	}
+	if get := rows[2]; get.Errors != 3 {
+		t.Errorf("get errors = %d, want 3 (a pair left out still counts its errors)", get.Errors)
 	}
 	if get := rows[2]; len(get.Raw) != 1 || abs(get.Raw[0]-1.2) > 1e-9 || len(get.Normalized) != 0 {
 		t.Errorf("get = %+v, want one pair at 1.2 and no baseline ratio", get)
@@ -85,17 +88,45 @@ func TestMedian(t *testing.T) {
 }
 
 func TestRefusesItsOwnFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"-approvald", "x", "--", "--seed", "5"},
-		{"-approvald", "x", "--", "--json"},
-		{"-approvald", "x", "-sizes", "100,10"},
-		{"-approvald", "x", "-sizes", "100"},
-		{"-approvald", "x", "-pairs", "0"},
-		{},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-approvald", "x", "--", "--seed", "5"}, errOwnFlag.Error()},
+		{[]string{"-approvald", "x", "--", "-seed=5"}, errOwnFlag.Error()},
+		{[]string{"-approvald", "x", "--", "--json"}, errOwnFlag.Error()},
+		{[]string{"-approvald", "x", "--", "-json=false"}, errOwnFlag.Error()},
+		{[]string{"-approvald", "x", "--", "--server", "http://127.0.0.1:1"}, errOwnFlag.Error()},
+		{[]string{"-approvald", "x", "-sizes", "100,10"}, "the first size must be the smaller"},
+		{[]string{"-approvald", "x", "-sizes", "100"}, "want two sizes"},
+		{[]string{"-approvald", "x", "-pairs", "0"}, "-pairs must be at least 1"},
+		{nil, "-approvald is required"},
 	} {
+		out := t.TempDir() // must stay empty: a refusal runs nothing
 		var stdout, stderr bytes.Buffer
-		if err := run(args, &stdout, &stderr); err == nil {
-			t.Errorf("run(%q) = nil, want an error", args)
+		err := run(append([]string{"-out", out}, tc.args...), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run(%q) = %v, want an error saying %q", tc.args, err, tc.want)
+		}
+		if entries, _ := os.ReadDir(out); len(entries) != 0 {
+			t.Errorf("run(%q) wrote %d files", tc.args, len(entries))
+		}
+	}
+}
+
+func TestFlagName(t *testing.T) {
+	for arg, want := range map[string]string{"-seed": "seed", "--seed": "seed", "--seed=5": "seed", "-json=false": "json", "5": "", "-": "", "--": ""} {
+		got, ok := flagName(arg)
+		if got != want || ok != (want != "") {
+			t.Errorf("flagName(%q) = %q %v, want %q", arg, got, ok, want)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{10_000: "10 thousand", 1_000_000: "1 million", 1_500_000: "1,500,000", 20: "20", 2_000_000: "2 million"} {
+		if got := count(n); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
 		}
 	}
 }
