@@ -89,23 +89,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	started := time.Now().UTC()
 	var runs [][2]*loadtest.Report // per pair: small, large
+	seeds := [2]int{small, large}
 	for p := range *pairs {
-		order := []int{small, large}
+		order := []int{0, 1} // indices into seeds and into a pair
 		if p%2 == 1 {
-			order = []int{large, small}
+			order = []int{1, 0}
 		}
 		var pair [2]*loadtest.Report
-		for _, n := range order {
+		for _, side := range order {
+			n := seeds[side]
 			path := filepath.Join(dir, fmt.Sprintf("pair%d-%d.json", p+1, n))
 			fmt.Fprintf(stderr, "flat: pair %d of %d, seed %d (%s)\n", p+1, *pairs, n, time.Now().UTC().Format("15:04:05"))
-			r, err := benchOnce(*bin, n, benchArgs, path, stderr)
-			if err != nil {
+			if pair[side], err = benchOnce(*bin, n, benchArgs, path, stderr); err != nil {
 				return fmt.Errorf("pair %d, seed %d: %w", p+1, n, err)
-			}
-			if n == small {
-				pair[0] = r
-			} else {
-				pair[1] = r
 			}
 		}
 		runs = append(runs, pair)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,16 +56,16 @@ func TestCompare(t *testing.T) {
 	if create.Errors != 2 {
 		t.Errorf("create errors = %d, want 2", create.Errors)
 	}
-	if m, ok := create.Verdict(); !ok || abs(m-1.05) > 1e-9 {
+	if m, ok := create.Verdict(); !ok || math.Abs(m-1.05) > 1e-9 {
 		t.Errorf("create verdict = %v %v, want 1.05 true", m, ok)
 	}
 	if get := rows[2]; get.Errors != 3 {
 		t.Errorf("get errors = %d, want 3 (a pair left out still counts its errors)", get.Errors)
 	}
-	if get := rows[2]; len(get.Raw) != 1 || abs(get.Raw[0]-1.2) > 1e-9 || len(get.Normalized) != 0 {
+	if get := rows[2]; len(get.Raw) != 1 || math.Abs(get.Raw[0]-1.2) > 1e-9 || len(get.Normalized) != 0 {
 		t.Errorf("get = %+v, want one pair at 1.2 and no baseline ratio", get)
 	}
-	if m, ok := rows[0].Verdict(); !ok || abs(m-0.85) > 1e-9 { // insert: 0.9 and 0.8
+	if m, ok := rows[0].Verdict(); !ok || math.Abs(m-0.85) > 1e-9 { // insert: 0.9 and 0.8
 		t.Errorf("insert verdict = %v %v, want 0.85 within", m, ok)
 	}
 	for _, tc := range []struct {
@@ -131,8 +133,9 @@ func TestCount(t *testing.T) {
 	}
 }
 
-// TestRun builds approvald and runs two small pairs end to end on SQLite: the table must have
-// a row per step, every run's JSON kept.
+// TestRun builds approvald and runs two small pairs end to end on SQLite: the runs must
+// alternate, the flags after -- follow the defaults, the table must have a row per step and
+// every run's JSON must be kept.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds approvald")
@@ -159,6 +162,20 @@ func TestRun(t *testing.T) {
 	if n := strings.Count(table, "\n| "); n != 2+3*2 { // header, rule, three steps at two client counts
 		t.Errorf("table has %d rows, want 8:\n%s", n, table)
 	}
+	// The flags after -- follow the defaults, so that they override them.
+	if want := "bench flags: " + strings.Join(defaultBenchArgs, " ") + " --scenarios get,list"; !strings.Contains(table, want) {
+		t.Errorf("table lacks %q:\n%s", want, table)
+	}
+	// The order flips from pair to pair: 20 then 40, then 40 then 20.
+	var order []string
+	for line := range strings.SplitSeq(stderr.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "flat: pair "); ok {
+			order = append(order, rest[:strings.Index(rest, " (")])
+		}
+	}
+	if want := []string{"1 of 2, seed 20", "1 of 2, seed 40", "2 of 2, seed 40", "2 of 2, seed 20"}; !slices.Equal(order, want) {
+		t.Errorf("runs in the order %q, want %q", order, want)
+	}
 	files, _ := filepath.Glob(filepath.Join(out, "*.json"))
 	if len(files) != 4 {
 		t.Errorf("kept %d runs, want 4: %v", len(files), files)
@@ -173,18 +190,11 @@ func near(a, b []float64) bool {
 		return false
 	}
 	for i := range a {
-		if abs(a[i]-b[i]) > 1e-9 {
+		if math.Abs(a[i]-b[i]) > 1e-9 {
 			return false
 		}
 	}
 	return true
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 func TestThousands(t *testing.T) {
