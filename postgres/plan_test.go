@@ -126,9 +126,8 @@ func TestJITFromTheURLWins(t *testing.T) {
 // more than twice the batch from it, counting the rows it dropped: under the generic plan
 // made on the empty tables and kept, and once the tables are analyzed under a custom plan
 // and a generic one. (A custom plan on tables never analyzed may still sort the backlog: see
-// docs/query-plans.md.) Reading the whole backlog and sorting it made every claim linear in
-// the backlog (32-70 ms a claim with 15,000 queued; docs/query-plans.md, "The execution
-// claim, session 15").
+// docs/query-plans.md.) A claim that read the whole backlog and sorted it would be linear in
+// the backlog (docs/query-plans.md, "The execution claim").
 func TestExecutionClaimReadsItsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -308,7 +308,7 @@ func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, ap
 // as the index gives them and stops after $2, however long the backlog; which of several
 // executions due at the same instant a branch takes is arbitrary. Only the merge of the two
 // branches, at most 2*$2 rows, is sorted, by due time and id (docs/query-plans.md, "The
-// execution claim, session 15").
+// execution claim").
 const executionClaimSQL = `
 		WITH queued AS (
 			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at

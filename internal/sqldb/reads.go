@@ -76,7 +76,7 @@ func ApprovalByID(ctx context.Context, q Querier, d Dialect, id string) (*approv
 // carry their approval's created_at, migration 0009) or the requesters'. Visibility, requester
 // or approver, is the union of the two, each read no further than a page. The page's ids are
 // then read whole. So a page costs what it holds, however many approvals the subject has
-// (docs/query-plans.md, "Listings by approver and by visibility"); the other filters are
+// (docs/query-plans.md, "Listings"); the other filters are
 // applied to each row as the index gives it.
 func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*approval.Approval, string, error) {
 	limit, err := f.Check()
@@ -95,9 +95,9 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 	// Pending approvals are the backlog: their range of approvals_status_created is as long
 	// as what waits, where a subject's range is as long as its history. So a listing of
 	// pending ones ("waiting for me") reads that range, with the subject as a filter: a
-	// subject's range read newest first for its few pending rows went through its whole
-	// history past the last one, and PostgreSQL's parallel plan of it did so on the first
-	// page too (5.7 s at a million approvals; docs/query-plans.md).
+	// subject's range read newest first for its few pending rows would go through its whole
+	// history past the last one, and PostgreSQL's parallel plan of it would do so on the first
+	// page too (docs/query-plans.md, "Listings").
 	pending := f.Status == approval.StatusPending
 	switch {
 	case f.Approver != "" && !pending:
@@ -111,16 +111,15 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 			") mine UNION SELECT id FROM (" + approverRange(&q, f.VisibleTo, c, f, limit, "visible") + ") listing_me)")
 	case f.Status != "":
 		// By status, the ids of the page from approvals_status_created alone (a covering
-		// read), then their rows. As one statement PostgreSQL read approvals_created newest
-		// first and dropped every row of another status: a listing of approved ones went
-		// through the whole pending backlog first (5,817 rows, 15 ms at a million;
-		// docs/query-plans.md, "Listings by status, session 8").
+		// read), then their rows. As one statement PostgreSQL reads approvals_created newest
+		// first and drops every row of another status: a listing of approved ones would go
+		// through the whole pending backlog first (docs/query-plans.md, "Listings").
 		q.And("a.id IN (" + approvalsRange(&q, "status", string(f.Status), c, f, limit) + ")")
 	default:
 		// By action, the range of approvals_action_created (migration 0013) from the cursor:
 		// an action with few approvals or none is a short read, where approvals_created with
-		// a filter read the whole table to find no page (docs/query-plans.md, "At a million,
-		// session 6").
+		// a filter would read the whole table to find no page (docs/query-plans.md,
+		// "Listings").
 		filter(&q, f, "")
 		if c != nil {
 			q.And(c.before(&q, "a.created_at", "a.id"))

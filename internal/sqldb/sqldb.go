@@ -77,8 +77,8 @@ type Dialect struct {
 	// (InboxClearBodyHandled): the order of the dialect's index of the events that still have
 	// a body (migration 0005), so that a batch reads only the rows it clears. PostgreSQL's
 	// index holds the handled events in (received_at, id) order; SQLite's leads with the
-	// status, and ordered by received_at alone SQLite sorted every due row of the three
-	// statuses to take a batch (docs/query-plans.md, "At a million, session 6").
+	// status, and ordered by received_at alone SQLite would sort every due row of the three
+	// statuses to take a batch (docs/query-plans.md, "The sweeper and the purges").
 	InboxBodyPurgeOrder string
 }
 

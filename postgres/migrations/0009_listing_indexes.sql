@@ -1,5 +1,5 @@
 -- 0009_listing_indexes: listings by approver and by visibility read a page's worth of rows
--- whatever the data (docs/query-plans.md, "Listings by approver and by visibility").
+-- whatever the data (docs/query-plans.md, "Listings").
 --
 -- Each approver row carries its approval's created_at, so that "the approvals listing me,
 -- newest first, after this cursor" is one ordered range of an index. created_at never

@@ -1,5 +1,5 @@
 -- 0014_inbox_claim_order: the inbox's claim reads its few due events in index order, however
--- long the pending backlog (docs/query-plans.md, "The inbox's claim, session 7").
+-- long the pending backlog (docs/query-plans.md, "The inbox's claim").
 --
 -- The claim took the due pending events oldest first by received_at, which no index of the
 -- pending ones gives: it read every due pending event through inbox_events_due_idx and sorted
