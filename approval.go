@@ -63,8 +63,9 @@ type Approval struct {
 	CallbackURL string `json:"callback_url,omitempty"`
 
 	// Fingerprint identifies the create request that made the approval (see Fingerprint).
-	// It is kept for ever so that a retry after the response record has been purged can
-	// still be told apart from a different request under the same key.
+	// It is kept for ever, with the approval, so that a retry under the same key is told
+	// apart from a different request under it however late it comes: within the Service's
+	// Retention a retry is answered as the create was, after it with the approval as it is.
 	Fingerprint string `json:"-"`
 }
 

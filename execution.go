@@ -93,11 +93,12 @@ type ExecutionFilter struct {
 	Cursor string
 }
 
-// ExecutionStore is the durable half of the execution ledger (docs/invariants.md, invariant 5):
-// the renewal of a runner's lease, and the reads. The rules of what a claim, an attempt's
-// outcome, a release, an operator's action and a report do are the Service's
-// (ClaimExecutions, FinishAttempt, FinishAndClaim, ReleaseExecution, RetryExecution,
-// ResolveExecution, CancelExecution, ReportExecution), written once over the statements of Tx. Every change
+// ExecutionStore is the read side of the execution ledger (docs/invariants.md, invariant 5):
+// one execution, the listing and the counts. The rules of what a claim, a lease's renewal, an
+// attempt's outcome, a release, an operator's action and a report do are the Service's
+// (ClaimExecutions, RenewExecution, FinishAttempt, FinishAttempts, FinishAndClaim,
+// ReleaseExecution, RetryExecution, ResolveExecution, CancelExecution, ReportExecution),
+// written once over the statements of Tx. Every change
 // appends an event to the approval's audit trail with its cause (the worker attempt, the
 // operator, the report).
 //

@@ -44,7 +44,7 @@ var canonicalSeeds = []string{
 
 // FuzzCanonicalJSON holds CanonicalJSON to canonicalDecoded, the canonical form's
 // definition: the same bytes for every document, the same error for every non-document.
-// Fingerprints stored by earlier versions depend on it.
+// Fingerprints already stored with approvals depend on it.
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, s := range canonicalSeeds {
 		f.Add([]byte(s))

@@ -182,8 +182,9 @@ func (s *apiSpec) check(req *http.Request, reqBody []byte, resp *http.Response, 
 	}
 	if resp.StatusCode/100 == 2 {
 		r, _ := rebuild()
-		// The server reads an empty query parameter (?status=&limit=) as one not given
-		// (docs/http-api.md, "Lists"); the document describes given values only.
+		// The server reads an empty query parameter (?status=&limit=) as one not given (the
+		// listings' q.Get("status") == "" is any status); the document describes given values
+		// only, so the request is checked without them.
 		if q := r.URL.Query(); len(q) > 0 {
 			for name, values := range q {
 				if len(values) == 1 && values[0] == "" {

@@ -14,12 +14,12 @@ const stmtCacheSize = 128
 // cachingConnector opens connections that keep the statements they prepared
 // (docs/architecture.md, "Inside the SQLite driver"). The driver prepares a statement for
 // every call not made on a prepared statement and finalizes it after: parsing and planning
-// SQL was a fifth of a create's CPU samples and a third of a GET's (BENCHMARKS.md, session
-// 13). A cachingConnector's connections keep their statements by text and run each call on
-// the one already prepared, as PostgreSQL's driver does with its statement cache.
+// SQL would be a large share of a create's and a GET's CPU. A cachingConnector's connections
+// keep their statements by text and run each call on the one already prepared, as
+// PostgreSQL's driver does with its statement cache.
 //
 // Only statements with arguments are kept: those are the ones the store runs over and over;
-// one without (a migration's script, a pragma, a ping) runs as before, prepared and finalized.
+// one without (a migration's script, a pragma, a ping) is prepared and finalized each time.
 //
 // The cache lives in the connection, below database/sql, because a SQLite statement belongs
 // to its connection, and because database/sql can only prepare a statement for a pool by

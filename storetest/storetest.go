@@ -1,14 +1,15 @@
 // Package storetest is the conformance suite every approval.Store implementation must pass.
 // It is the executable form of the doc comments on approval.Store and of the invariants in
-// docs/invariants.md that rest on the store: one terminal decision (1), one approval per operation (2),
-// one intake per event (3), no step backwards (4), one effect per approved action (5), durable
-// state only (6) and every transition explaining itself (7).
+// docs/invariants.md that rest on the store: one terminal decision (1), one approval per
+// operation (2), one intake per event (3), no step backwards (4), one effect per approved
+// action (5), durable state only (6), every transition explaining itself (7) and every
+// message sent, a crash costing at most one resend with the same identity (8).
 //
 // A store package wires it in one test:
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
-//			return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now, Targeted: o.Targeted})
+//			return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now, Targeted: o.Targeted, Routing: o.Routing})
 //		})
 //	}
 //

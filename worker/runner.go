@@ -79,8 +79,8 @@ type Ledger interface {
 // a crash is known afterwards, and every outcome is written only while the attempt still
 // owns the execution. Every replica runs one.
 type Runner struct {
-	Store   approval.Store    // signals and lease renewals
-	Ledger  Ledger            // claims, outcomes and releases (an *approval.Service); required
+	Store   approval.Store    // the executions signal it subscribes to; required
+	Ledger  Ledger            // claims, outcomes, releases and lease renewals (an *approval.Service); required
 	Logger  *slog.Logger      // slog.Default() when nil
 	Targets map[string]Target // by action
 

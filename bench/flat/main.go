@@ -5,8 +5,8 @@
 // smaller's.
 //
 // One pair of runs minutes apart does not settle the question on a shared two-core machine:
-// between two runs the baselines themselves (tables the seed does not touch) have moved by up
-// to 2x (BENCHMARKS.md, Journal, session 18). Here the sizes alternate, the order flipping
+// between two runs the baselines themselves (tables the seed does not touch) move by up to
+// 2x. Here the sizes alternate, the order flipping
 // from pair to pair (small-large, large-small, ...) so that a drift of the machine weighs on
 // both sizes alike, and each pair's ratio is taken between two runs next to each other. The
 // verdict is the median of those ratios, fixed before any run: within 20% when it is from

@@ -10,8 +10,7 @@ import (
 
 // DefaultLogFlushInterval is how long serve may hold a log line below warning before writing
 // it (docs/operations.md, "Logs"): one write for all the access lines of a busy moment, where
-// one write each held creates at 32 clients to 0.63-0.72 of the plain INSERT instead of
-// 0.72-0.81 (BENCHMARKS.md, Journal, session 17).
+// one write each costs every request a write to stderr and its reader a wake-up.
 const DefaultLogFlushInterval = 100 * time.Millisecond
 
 // logBufferSize is what the log output holds at most before it writes whatever the interval.

@@ -184,9 +184,9 @@ func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
 // DefaultGCPercent is the collector's GOGC that serve sets when GOGC is not in its
 // environment (docs/operations.md, "Memory"): a collection when the heap has grown by four
 // times what is live, not by once (Go's default, 100). A server's live heap is small (a few
-// MiB of pools, caches and requests in flight), so at 100 it collected every few hundred
-// requests, and the collector's work beside the requests was the tail of a replay's latency
-// (p99 at 8 clients 6.5 ms at 100, 4.3-4.7 ms at 400; BENCHMARKS.md, session 7). The memory
+// MiB of pools, caches and requests in flight), so at 100 it would collect every few hundred
+// requests, and the collector's work beside the requests would be the tail of a short
+// request's latency, such as a replay's. The memory
 // limit bounds what the larger growth may cost: as the heap nears DefaultMemoryLimit the
 // collector runs as often as it must, whatever GOGC says.
 const DefaultGCPercent = 400
