@@ -14,8 +14,9 @@ import (
 	"github.com/approvald/approval/worker"
 )
 
-// designYAML sets every section of the configuration file, as the example in README.md,
-// "Configuration" does, plus the idempotency lease.
+// designYAML is the core of the example in docs/configuration.md, "The file": the server,
+// retention, workers, a source and an action, with an idempotency lease and an action timeout
+// of its own so that they are seen to be read.
 const designYAML = `
 listen: 127.0.0.1:8080
 database_url: file:approvald.db        # or postgres://user@host:5432/db
@@ -107,7 +108,7 @@ func TestParseConfig_Defaults(t *testing.T) {
 	}
 }
 
-// TestParseConfig_DesignDefaults pins the documented defaults (README.md, "Configuration") as
+// TestParseConfig_DesignDefaults pins the documented defaults (docs/configuration.md) as
 // literals, so changing a Default* constant fails here (TestParseConfig_Defaults compares with
 // DefaultConfig and would follow it). An empty file has no sources, so a source's default
 // tolerance is read from a second file that names one without a tolerance.
