@@ -125,7 +125,8 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Approval, e
 
 // Approve votes approve, as the token's subject, with an optional comment. Retrying is safe:
 // the server answers a repeat of the same vote with the approval and changes nothing
-// (docs/http-api.md, "approve and /reject"), so a vote whose answer was lost is sent again.
+// (docs/http-api.md, "POST /v1/approvals/{id}/approve and /reject"), so a vote whose answer
+// was lost is sent again.
 func (c *Client) Approve(ctx context.Context, id, comment string) (*Approval, error) {
 	return c.vote(ctx, id, "approve", comment)
 }
