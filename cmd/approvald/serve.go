@@ -479,7 +479,7 @@ const serveUsage = `Usage: approvald serve [flags]
 Runs the HTTP API and the background workers (sweeper, inbox processor, execution runner).
 With no configuration it uses SQLite at ./approvald.db and listens on 127.0.0.1:8080. On a new
 database it prints a bootstrap admin token, once, on stdout. SIGINT or SIGTERM stops it
-gracefully. APPROVALD_FAILPOINTS arms failure points for crash tests (see the README).
+gracefully. APPROVALD_FAILPOINTS arms failure points for crash tests (docs/operations.md, "Failpoints").
 
 Flags:
 `

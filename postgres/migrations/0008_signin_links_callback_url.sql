@@ -1,5 +1,5 @@
 -- 0008_signin_links_callback_url: e-mailed sign-in links (docs/web.md, "Sign-in links") and
--- the callback URL a create may name (docs/notifications.md, "Callbacks").
+-- the callback URL a create may name (docs/notifications.md, "Channels").
 
 -- A sign-in link: only the SHA-256 of its token. used_at is set once, by the one use that
 -- finds it unused and unexpired.
