@@ -16,9 +16,8 @@ type ExecutionRecord struct {
 	ApprovalID   string `json:"approval_id"`
 	OperationKey string `json:"operation_key"`
 	// DownstreamKey is the target's Idempotency-Key (DownstreamKey), fixed when the execution
-	// is created so that every attempt, and every lookup, names the operation the same way.
-	// "" on a row created by a version that sent the bare operation key: such a row keeps
-	// that key (see IdempotencyKey).
+	// is created so that every attempt, and every lookup, names the operation the same way;
+	// "" on a row the target may know by the bare operation key (see IdempotencyKey).
 	DownstreamKey string `json:"downstream_key"`
 	Action        string `json:"action"`
 	// Targeted says the action had a downstream target when the execution was created, so
@@ -47,8 +46,8 @@ type ExecutionRecord struct {
 }
 
 // IdempotencyKey is the key the target is called and looked up under: DownstreamKey, or the
-// bare operation key for a row that has none, whose earlier attempts (on a replica of an
-// older version) may have reached the target under it.
+// bare operation key for a row without one, which an attempt may have sent under that key
+// (migration 0017 leaves rows already called so; a replica not yet upgraded inserts rows so).
 func (r *ExecutionRecord) IdempotencyKey() string {
 	if r.DownstreamKey != "" {
 		return r.DownstreamKey
