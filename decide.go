@@ -2,7 +2,6 @@ package approval
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -241,45 +240,27 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 }
 
 // queueExecution creates the execution of an approval being approved in tx: queued and due
-// now when its action has a target, not_configured otherwise; in needs_review when another
-// approval's execution has the same action and operation key, since the target, which sees
-// the bare key, could not tell the two apart.
+// now when its action has a target, not_configured otherwise. Its downstream key names the
+// requester and the operation key, which together name one approval, so no other
+// approval's execution can be mistaken for it by the target.
 func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor string, cause Cause) (*ExecutionRecord, error) {
 	now := tx.Now()
 	rec := &ExecutionRecord{
-		ID: NewID("exe"), ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action,
+		ID: NewID("exe"), ApprovalID: a.ID, OperationKey: a.OperationKey,
+		DownstreamKey: DownstreamKey(a.Requester, a.OperationKey), Action: a.Action,
 		Status: ExecutionNotConfigured, CreatedAt: now, UpdatedAt: now,
 	}
-	var otherID string
 	if s.Store.HasTarget(a.Action) {
 		rec.Targeted, rec.Status, rec.NextAttemptAt = true, ExecutionQueued, &now
-		other, requester, err := tx.ExecutionGetByOperationKey(ctx, a.Action, a.OperationKey, a.ID)
-		switch {
-		case err == nil:
-			otherID = other
-			rec.Status, rec.NextAttemptAt = ExecutionNeedsReview, nil
-			rec.LastError = fmt.Sprintf("operation key %s is also used by approval %s of requester %s for the same action; the target cannot tell them apart, so approvald will not call it: an operator must decide", a.OperationKey, other, requester)
-		case ErrorCode(err) != ENOTFOUND:
-			return nil, err
-		}
 	}
 	if err := tx.ExecutionInsert(ctx, rec); err != nil {
 		return nil, err
 	}
-	switch rec.Status {
-	case ExecutionQueued:
+	if rec.Status == ExecutionQueued {
 		if err := tx.EventInsert(ctx, a.ID, EventExecutionQueued, actor, cause, map[string]any{"execution_id": rec.ID}); err != nil {
 			return nil, err
 		}
 		if err := tx.Notify(ctx, TopicExecutions); err != nil {
-			return nil, err
-		}
-	case ExecutionNeedsReview:
-		detail := map[string]any{"execution_id": rec.ID, "reason": rec.LastError, "other_approval_id": otherID}
-		if err := tx.EventInsert(ctx, a.ID, EventExecutionNeedsReview, actor, cause, detail); err != nil {
-			return nil, err
-		}
-		if err := s.queueReview(ctx, tx, rec); err != nil {
 			return nil, err
 		}
 	}

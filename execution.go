@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -14,7 +15,11 @@ type ExecutionRecord struct {
 	ID           string `json:"id"`
 	ApprovalID   string `json:"approval_id"`
 	OperationKey string `json:"operation_key"`
-	Action       string `json:"action"`
+	// DownstreamKey is the target's Idempotency-Key (DownstreamKey), fixed when the execution
+	// is created so that every attempt, and every lookup, names the operation the same way;
+	// "" on a row the target may know by the bare operation key (see IdempotencyKey).
+	DownstreamKey string `json:"downstream_key"`
+	Action        string `json:"action"`
 	// Targeted says the action had a downstream target when the execution was created, so
 	// approvald calls it and records the outcome itself; false for one created
 	// not_configured, whose outcome only reports give. It never changes.
@@ -38,6 +43,40 @@ type ExecutionRecord struct {
 	AttemptBase int       `json:"attempt_base"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// IdempotencyKey is the key the target is called and looked up under: DownstreamKey, or the
+// bare operation key for a row without one, which an attempt may have sent under that key
+// (migration 0017 leaves rows already called so; a replica not yet upgraded inserts rows so).
+func (r *ExecutionRecord) IdempotencyKey() string {
+	if r.DownstreamKey != "" {
+		return r.DownstreamKey
+	}
+	return r.OperationKey
+}
+
+// DownstreamKey is the Idempotency-Key of the operation that requester asked for under
+// operationKey (docs/http-api.md, "The call"): the requester with every byte outside
+// A-Z a-z 0-9 - . _ ~ written as %XX (upper-case hex), a "/", then the operation key as it is.
+// Operation keys are unique per requester only; the escaped requester holds no "/", so the
+// first "/" splits the pair back and two requesters never share a key.
+func DownstreamKey(requester, operationKey string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(requester) + 1 + len(operationKey))
+	for i := 0; i < len(requester); i++ {
+		switch c := requester[i]; {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	b.WriteByte('/')
+	b.WriteString(operationKey)
+	return b.String()
 }
 
 // Public returns the execution as it is shown inside an approval.
@@ -108,14 +147,9 @@ type ExecutionFilter struct {
 // executes it and may report the outcome with Service.ReportExecution). Approval and
 // Approvals fill Approval.Execution from that row (nil before approval).
 //
-// Operation keys are unique per requester only, but the runner sends the bare key as the
-// target's Idempotency-Key. So when another approval's execution already has the same
-// operation key and action, a targeted execution is created in needs_review instead of
-// queued, with LastError "operation key K is also used by approval A of requester R for the
-// same action; the target cannot tell them apart, so approvald will not call it: an operator
-// must decide" and an EventExecutionNeedsReview event; the runner never claims it, and only
-// an operator's Service.RetryExecution sends it. Approvals racing to approve under one key
-// see each other: at most one of them is queued.
+// Operation keys are unique per requester only, so the target is called under
+// DownstreamKey, which names the requester too: two requesters' approvals under one
+// operation key are two operations to the target, and each execution is queued.
 type ExecutionStore interface {
 	// Execution returns one execution, or ENOTFOUND.
 	Execution(ctx context.Context, id string) (*ExecutionRecord, error)

@@ -3,9 +3,12 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -149,26 +152,61 @@ type Routing struct {
 	// keeps (Service.RecordEmail). Emails wins where it names one. Set when there is both an
 	// SMTP server and OIDC sign-in.
 	ProviderEmails bool
-	// CallbackHosts are the hosts a callback_url given on create may name: an exact host
-	// name, or "*.example.com" for any name below example.com. Empty: no callback_url is
-	// accepted.
-	CallbackHosts []string
+	// CallbackOrigins are the origins a callback_url given on create may name, each
+	// "scheme://host:port" as CallbackOrigin writes it; a callback_url must match one on all
+	// three. Empty: no callback_url is accepted.
+	CallbackOrigins []string
 	// CallbackHTTPLoopback lets a callback_url use plain http when its host is loopback
 	// (localhost, 127.0.0.0/8, ::1); any other callback_url must be https.
 	CallbackHTTPLoopback bool
 }
 
-// CheckCallbackURL checks a callback_url given on create against the operators' allow-list,
-// so that approvald cannot be made to POST to an address the operators did not open to it
-// (an internal service, a metadata endpoint). EINVALID names what is wrong.
-func (r Routing) CheckCallbackURL(raw string) error {
+// CallbackOrigin returns the origin of an absolute http or https URL as the allow-list
+// compares it: "scheme://host:port", the scheme and host in lower case, the host without a
+// trailing dot, the port in decimal, the scheme's default (80, 443) when the URL names none.
+// It refuses a port that is not 1 to 65535, and a URL with a user name or password.
+func CallbackOrigin(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || !u.IsAbs() || u.Host == "" || u.Opaque != "" {
-		return Errorf(EINVALID, "callback_url %q is not an absolute URL such as https://ci.example.com/approvald", raw)
+		return "", fmt.Errorf("%q is not an absolute URL such as https://ci.example.com/approvald", raw)
 	}
 	if u.User != nil {
-		return Errorf(EINVALID, "callback_url must not carry a user name or password")
+		return "", errors.New("it must not carry a user name or password")
 	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	switch {
+	case scheme != "http" && scheme != "https":
+		return "", fmt.Errorf("it has the scheme %q; it must be https", u.Scheme)
+	case port == "" && strings.HasSuffix(u.Host, ":"):
+		return "", errors.New("its port is empty; name one from 1 to 65535, or none for the scheme's default")
+	case port == "" && scheme == "https":
+		port = "443"
+	case port == "":
+		port = "80"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("its port %q is not a port from 1 to 65535", port)
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "" {
+		return "", fmt.Errorf("%q has no host", raw)
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(n)), nil
+}
+
+// CheckCallbackURL checks a callback_url given on create against the operators' allow-list,
+// so that approvald cannot be made to POST to an address the operators did not open to it
+// (an internal service, a metadata endpoint, another port of an allowed host). Where the
+// allowed name resolves to is checked again when the callback is sent (notify.Callback).
+// EINVALID names what is wrong.
+func (r Routing) CheckCallbackURL(raw string) error {
+	origin, err := CallbackOrigin(raw)
+	if err != nil {
+		return Errorf(EINVALID, "callback_url: %v", err)
+	}
+	u, _ := url.Parse(raw) // CallbackOrigin parsed it
 	if u.Fragment != "" {
 		return Errorf(EINVALID, "callback_url must not have a fragment")
 	}
@@ -177,26 +215,13 @@ func (r Routing) CheckCallbackURL(raw string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		loopback = true
 	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !loopback || !r.CallbackHTTPLoopback {
-			return Errorf(EINVALID, "callback_url must use https (plain http is allowed only to a loopback host, when callbacks.allow_http_loopback is set)")
-		}
-	default:
-		return Errorf(EINVALID, "callback_url has the scheme %q; it must be https", u.Scheme)
+	if strings.EqualFold(u.Scheme, "http") && (!loopback || !r.CallbackHTTPLoopback) {
+		return Errorf(EINVALID, "callback_url must use https (plain http is allowed only to a loopback host, when callbacks.allow_http_loopback is set)")
 	}
-	for _, allowed := range r.CallbackHosts {
-		allowed = strings.ToLower(allowed)
-		if suffix, ok := strings.CutPrefix(allowed, "*."); ok {
-			if strings.HasSuffix(host, "."+suffix) {
-				return nil
-			}
-		} else if host == allowed {
-			return nil
-		}
+	if !slices.Contains(r.CallbackOrigins, origin) {
+		return Errorf(EINVALID, "callback_url's origin %s is not in callbacks.allowed_origins (scheme, host and port must match an entry); ask an operator to allow it", origin)
 	}
-	return Errorf(EINVALID, "callback_url's host %q is not in callbacks.allowed_hosts; ask an operator to allow it", host)
+	return nil
 }
 
 // notices returns the notification messages of n for the recipients, one per recipient and

@@ -68,13 +68,8 @@ type Tx interface {
 	// Notify signals topic to every subscriber once the transaction commits.
 	Notify(ctx context.Context, topic string) error
 
-	// ExecutionGetByOperationKey returns the approval id and requester of the oldest other
-	// execution (not approvalID's) with the same action and operation key, or ENOTFOUND.
-	// Approvals racing to approve under one pair see each other: PostgreSQL serializes them
-	// with a transaction-scoped lock on the pair, SQLite's single writer does by itself.
-	ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (otherApprovalID, otherRequester string, err error)
-	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey, Action,
-	// Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
+	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey,
+	// DownstreamKey, Action, Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
 	ExecutionInsert(ctx context.Context, rec *ExecutionRecord) error
 	// ExecutionClaimDue claims up to limit due executions, oldest due first: queued ones
 	// whose next attempt is due (next_attempt_at <= Now), and running ones whose lease has

@@ -164,7 +164,7 @@ func ExampleClient_List() {
 }
 
 // A target of an action checks that a call comes from approvald before acting on it, and
-// uses the operation key to do the operation once.
+// uses the Idempotency-Key (the requester and its operation key) to do the operation once.
 func ExampleVerifyExecution() {
 	const secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD" // the action's secret
 	target := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -178,21 +178,21 @@ func ExampleVerifyExecution() {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		fmt.Println("deploying", call.OperationKey, "approved as", call.Approval.ID)
+		fmt.Println("deploying", call.Key, "approved as", call.Approval.ID)
 		w.Write([]byte(`{"deploy_id": "d-77"}`))
 	})
 
 	// approvald's runner sends this; here it is made by hand.
-	body := []byte(`{"approval": {"id": "apr_1", "operation_key": "deploy-prod-1042", "status": "approved"}}`)
+	body := []byte(`{"approval": {"id": "apr_1", "operation_key": "deploy-prod-1042", "requester": "ci-bot", "status": "approved"}}`)
 	h, _ := webhook.SignStandard(secret, "exe_1-1", time.Now(), body)
-	h.Set("Idempotency-Key", "deploy-prod-1042")
+	h.Set("Idempotency-Key", "ci-bot/deploy-prod-1042")
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/deploy", bytesReader(body))
 	req.Header = h
 	target.ServeHTTP(rec, req)
 	fmt.Println(rec.Code)
 	// Output:
-	// deploying deploy-prod-1042 approved as apr_1
+	// deploying ci-bot/deploy-prod-1042 approved as apr_1
 	// 200
 }
 

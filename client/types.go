@@ -68,7 +68,7 @@ type CreateRequest struct {
 	// ExpiresIn is sent as a Go duration string; 0 is the server's default (24h).
 	ExpiresIn time.Duration `json:"-"`
 	// CallbackURL, when set, receives the decision, expiry or cancellation as a signed POST.
-	// Its host must be in the server's callbacks.allowed_hosts.
+	// Its scheme, host and port must equal an entry of the server's callbacks.allowed_origins.
 	CallbackURL string `json:"callback_url,omitempty"`
 }
 

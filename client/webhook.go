@@ -22,9 +22,12 @@ func SignStandardWebhook(secret, id string, timestamp time.Time, body []byte) (h
 
 // ExecutionCall is a verified call from approvald's execution runner to a target.
 type ExecutionCall struct {
-	// OperationKey is the Idempotency-Key, the same on every attempt of the execution: a
-	// target that has already done the operation under this key must not do it again.
-	OperationKey string
+	// Key is the Idempotency-Key, the same on every attempt of the execution: a target that
+	// has already done the operation under this key must not do it again. It names the
+	// requester and the operation key ("ci-bot/deploy-prod-1042"; docs/http-api.md, "The
+	// call"), since two requesters may use one operation key for two operations: deduplicate
+	// on Key, not on Approval.OperationKey.
+	Key string
 	// MessageID is the webhook-id: the execution id and attempt number, different per
 	// attempt.
 	MessageID string
@@ -60,9 +63,9 @@ func VerifyExecution(secret string, header http.Header, body []byte) (*Execution
 		return nil, fmt.Errorf("verify execution: the body is not {\"approval\": {...}}")
 	}
 	return &ExecutionCall{
-		OperationKey: header.Get("Idempotency-Key"),
-		MessageID:    d.EventID,
-		Timestamp:    d.Timestamp,
-		Approval:     msg.Approval,
+		Key:       header.Get("Idempotency-Key"),
+		MessageID: d.EventID,
+		Timestamp: d.Timestamp,
+		Approval:  msg.Approval,
 	}, nil
 }

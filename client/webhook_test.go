@@ -52,12 +52,12 @@ func TestVerifyExecution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Set("Idempotency-Key", "deploy-1")
+	h.Set("Idempotency-Key", "ci-bot/deploy-1")
 	call, err := client.VerifyExecution(secret, h, body)
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	if call.OperationKey != "deploy-1" || call.MessageID != "exe_1-1" || call.Approval.ID != "apr_1" || call.Approval.Status != "approved" {
+	if call.Key != "ci-bot/deploy-1" || call.MessageID != "exe_1-1" || call.Approval.ID != "apr_1" || call.Approval.Status != "approved" {
 		t.Errorf("got %+v, want the call's key, message id and approval", call)
 	}
 

@@ -206,6 +206,11 @@ func TestCreateRefusedStoresNothing(t *testing.T) {
 		{name: "callback_url relative", status: 400, body: with("callback_url", `"/hook"`)},
 		{name: "callback_url user info", status: 400, body: with("callback_url", `"https://u:p@callbacks.example.com/hook"`)},
 		{name: "callback_url a number", status: 400, body: with("callback_url", `7`)},
+		{name: "callback_url port not allowed", status: 400, body: with("callback_url", `"https://callbacks.example.com:8443/hook"`)},
+		{name: "callback_url port 0", status: 400, body: with("callback_url", `"https://callbacks.example.com:0/hook"`)},
+		{name: "callback_url port 99999", status: 400, body: with("callback_url", `"https://callbacks.example.com:99999/hook"`)},
+		{name: "callback_url port not a number", status: 400, body: with("callback_url", `"https://callbacks.example.com:https/hook"`)},
+		{name: "callback_url empty port", status: 400, body: with("callback_url", `"https://callbacks.example.com:/hook"`)},
 	}
 
 	testdb.Each(t, func(t *testing.T, kind string) {

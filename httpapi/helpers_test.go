@@ -65,11 +65,12 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 		Now:      f.clock.Now,
 		Targeted: func(action string) bool { return action == targetedAction },
 		// alice is notified by e-mail, so that approvals fill the outbox operators read; a
-		// create may name a callback_url on callbacks.example.com and below ci.example.com.
+		// create may name a callback_url on callbacks.example.com and build.ci.example.com,
+		// https on 443.
 		Routing: approval.Routing{
-			Channels:      map[string][]string{"alice": {approval.ChannelEmail}},
-			Emails:        map[string]string{"alice": "alice@example.com"},
-			CallbackHosts: []string{"callbacks.example.com", "*.ci.example.com"},
+			Channels:        map[string][]string{"alice": {approval.ChannelEmail}},
+			Emails:          map[string]string{"alice": "alice@example.com"},
+			CallbackOrigins: []string{"https://callbacks.example.com:443", "https://build.ci.example.com:443"},
 		},
 	})
 	cfg := httpapi.Config{

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/approvald/approval"
@@ -65,12 +67,22 @@ func slackEscape(s string) string {
 
 // Callback POSTs a decision to the URL its message names, signed the Standard Webhooks way:
 // webhook-id is the event's id, the same on every resend, so a receiver deduplicates.
+//
+// Its client checks every address it connects to after the name is resolved
+// (guardedClient): a callback whose host resolves to a loopback, private, link-local,
+// unspecified, multicast or reserved address fails for good, unless AllowPrivate is set. It
+// follows no redirects and uses no proxy.
 type Callback struct {
 	// Secret returns the "whsec_" secret a requester's callbacks are signed with; "" sends
 	// them unsigned.
 	Secret func(requester string) string
-	Client *http.Client     // nil: a client with a 30s timeout
-	Now    func() time.Time // the signature's timestamp; time.Now when nil
+	// AllowPrivate lets callbacks reach non-public addresses (callbacks.allow_private): a
+	// receiver on the same host or network, or tests on loopback.
+	AllowPrivate bool
+	Now          func() time.Time // the signature's timestamp; time.Now when nil
+
+	clientOnce sync.Once
+	client     *http.Client
 }
 
 // CallbackBody is what a callback POSTs.
@@ -114,7 +126,12 @@ func (c *Callback) Send(ctx context.Context, m *approval.OutboxMessage) error {
 	} else {
 		req.Header.Set("webhook-id", n.EventID)
 	}
-	return post(client(c.Client), req)
+	c.clientOnce.Do(func() { c.client = guardedClient(c.AllowPrivate) })
+	err = post(c.client, req)
+	if errors.Is(err, ErrAddressRefused) {
+		return worker.Permanent(err)
+	}
+	return err
 }
 
 func (c *Callback) secret(requester string) string {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
@@ -292,8 +294,9 @@ func (h *harness) outbox(fp *failpoint.Set) outboxT {
 				From: "approvald <approvals@example.com>", PublicURL: publicURL,
 				Address: func(_ context.Context, p string) (string, error) { return p + "@example.com", nil },
 			},
+			// The receivers are on loopback: the tests opt in, as callbacks.allow_private does.
 			approval.ChannelCallback: &notify.Callback{
-				Secret: func(string) string { return callbackKey }, Now: h.clock.Now,
+				Secret: func(string) string { return callbackKey }, Now: h.clock.Now, AllowPrivate: true,
 			},
 		},
 	}}
@@ -401,8 +404,8 @@ func TestCallback_URLOnCreate(t *testing.T) {
 		clock := func() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
 		own, configured := newReceiver(t, clock), newReceiver(t, clock)
 		h := newHarness(t, kind, approval.Routing{
-			Callbacks:     map[string]string{"ci-bot": configured.srv.URL + "/hook"},
-			CallbackHosts: []string{"127.0.0.1"}, CallbackHTTPLoopback: true,
+			Callbacks:       map[string]string{"ci-bot": configured.srv.URL + "/hook"},
+			CallbackOrigins: []string{mustOrigin(t, own.srv.URL)}, CallbackHTTPLoopback: true,
 		})
 		svc := h.service()
 		createWith := func(key, callback string) (string, error) {
@@ -466,6 +469,105 @@ func TestCallback_URLOnCreate(t *testing.T) {
 			t.Fatalf("the requester's configured callback received %d deliveries, want 0: callback_url overrides it", n)
 		}
 	})
+}
+
+// createCallback creates an approval of ci-bot under key whose create names callback as its
+// callback_url, and returns its id.
+func (h *harness) createCallback(t *testing.T, key, callback string) (string, error) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"action": "deploy", "title": approvalTitle,
+		"approvers": []string{"alice", "bob"}, "callback_url": callback})
+	var req approval.CreateRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.service().Create(t.Context(), approval.CreateCommand{
+		Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
+			return approval.StoredResponse{StatusCode: 201}, nil
+		},
+	})
+	if err != nil {
+		return "", err
+	}
+	return res.Approval.ID, nil
+}
+
+// TestCallback_PortAndAddress: a callback_url must name an allowed origin, port included,
+// and a valid port; a name allowed in the list that resolves to loopback (localhost) is
+// refused when the callback is dialled, for good and with the reason in the outbox, and
+// nothing reaches the local port.
+func TestCallback_PortAndAddress(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		clock := func() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
+		recv := newReceiver(t, clock)
+		port := recv.srv.Listener.Addr().(*net.TCPAddr).Port
+		h := newHarness(t, kind, approval.Routing{
+			CallbackOrigins: []string{fmt.Sprintf("http://127.0.0.1:%d", port), fmt.Sprintf("http://localhost:%d", port)}, CallbackHTTPLoopback: true,
+		})
+
+		// Refused at create: ports that are none, and a loopback port the list does not name.
+		other := port + 1
+		if other > 65535 {
+			other = port - 1
+		}
+		for _, bad := range []string{"http://127.0.0.1:0/hook", "http://127.0.0.1:99999/hook", "http://127.0.0.1:x/hook", "http://127.0.0.1:-1/hook",
+			"http://127.0.0.1/hook", fmt.Sprintf("http://127.0.0.1:%d/hook", other), fmt.Sprintf("http://user@127.0.0.1:%d/hook", port)} {
+			_, err := h.createCallback(t, "bad", bad)
+			if approval.ErrorCode(err) != approval.EINVALID || !strings.Contains(err.Error(), "callback_url") {
+				t.Errorf("create with callback_url %s: got %v, want EINVALID naming callback_url", bad, err)
+			}
+		}
+		if list, _, err := h.store.Approvals(t.Context(), approval.ApprovalFilter{}); err != nil || len(list) != 0 {
+			t.Fatalf("after refused creates: got %d approvals (%v), want none", len(list), err)
+		}
+
+		id, err := h.createCallback(t, "op-localhost", fmt.Sprintf("http://localhost:%d/hook", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.service().Decide(t.Context(), approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+			t.Fatal(err)
+		}
+		// Sent without the opt-in, as callbacks are by default.
+		guarded := outboxT{&worker.Outbox{
+			Store: h.store, Mailbox: h.service(), Lease: lease, Now: h.clock.Now, Rand: func() float64 { return 0.5 },
+			Senders: map[string]worker.Sender{approval.ChannelCallback: &notify.Callback{
+				Secret: func(string) string { return callbackKey }, Now: h.clock.Now,
+			}},
+		}}
+		guarded.RunOnceT(t)
+		if n := len(recv.deliveries()); n != 0 {
+			t.Fatalf("the loopback port received %d callbacks, want none", n)
+		}
+		msgs := h.list(t, approval.OutboxCallback)
+		if len(msgs) != 1 || msgs[0].Status != approval.OutboxFailed || msgs[0].Attempts != 1 || !strings.Contains(msgs[0].LastError, "loopback") {
+			t.Fatalf("callback messages: got %+v, want one failed after one attempt, its error naming the loopback address", msgs)
+		}
+		if n := guarded.RunOnceT(t); n != 0 {
+			t.Fatalf("a refused callback was claimed again: %d messages", n)
+		}
+
+		// The same callback with the opt-in is delivered once an operator retries it.
+		svc := h.service()
+		if _, err := svc.RetryOutbox(t.Context(), msgs[0].ID); err != nil {
+			t.Fatalf("retry the refused callback: %v", err)
+		}
+		h.outbox(nil).RunOnceT(t)
+		if n := len(recv.deliveries()); n != 1 {
+			t.Fatalf("with allow_private: the receiver got %d callbacks, want 1", n)
+		}
+	})
+}
+
+func mustOrigin(t *testing.T, raw string) string {
+	t.Helper()
+	o, err := approval.CallbackOrigin(raw)
+	if err != nil {
+		t.Fatalf("origin of %s: %v", raw, err)
+	}
+	return o
 }
 
 // TestMail_SigninLink: a sign-in link goes out by e-mail, text and HTML, holding the link to

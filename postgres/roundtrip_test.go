@@ -185,8 +185,8 @@ func TestRoundTrips(t *testing.T) {
 		}
 	}
 	t.Logf("decide: %d round trips", decideTrips)
-	if decideTrips > 3 {
-		t.Errorf("decide: got %d round trips, want at most 3", decideTrips)
+	if decideTrips > 2 {
+		t.Errorf("decide: got %d round trips, want at most 2", decideTrips)
 	}
 
 	// A claim of one execution and its attempt's record, each counted alone: a success, and a

@@ -288,20 +288,6 @@ func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	return nil
 }
 
-// operationKeyLock is the first key of the pg_advisory_xact_lock that
-// ExecutionGetByOperationKey takes on an (action, operation key) pair ("opky" in ASCII); the
-// second is a hash of the pair (docs/architecture.md, "Locks").
-const operationKeyLock int32 = 0x6f706b79
-
-// ExecutionGetByOperationKey locks the (action, key) pair first, in the same round trip, so
-// that of two approvals under one key approved at once the second waits for the first and
-// then sees its execution (docs/architecture.md, "Locks").
-func (t *ruleTx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
-	t.enqueue("lock operation key", `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
-		operationKeyLock, action+"\n"+key)
-	return t.Tx.ExecutionGetByOperationKey(ctx, action, key, approvalID)
-}
-
 // executionClaimSQL claims up to $2 executions due at $1, leased until $3 (ExecutionClaimDue).
 // Each branch orders by its index alone (executions_due_idx on (status, next_attempt_at),
 // executions_lease_idx on (lease_expires_at) of the running), so that it reads its first rows

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/approvald/approval"
@@ -174,6 +175,65 @@ func TestMigrate_BackfillsExecutionTargeted(t *testing.T) {
 		}
 		if rec.Targeted != want {
 			t.Errorf("execution %s after the upgrade: got targeted %v, want %v", id, rec.Targeted, want)
+		}
+	}
+}
+
+// A database upgraded past 0017 calls a targeted execution that was never called under the
+// requester's downstream key, escaped as approval.DownstreamKey escapes it, and keeps the
+// bare operation key for one that was called, whose target may know it under that key.
+func TestMigrate_BackfillsDownstreamKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "approvald.db")
+	execRaw(t, path, `PRAGMA journal_mode = WAL`)
+	execRaw(t, path, `CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT`)
+	names, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
+	if err != nil {
+		t.Fatalf("list migrations: %v", err)
+	}
+	for _, file := range names {
+		name := strings.TrimSuffix(filepath.Base(file), ".sql")
+		if name >= "0017" {
+			break
+		}
+		script, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		execRaw(t, path, string(script))
+		execRaw(t, path, `INSERT INTO schema_migrations (name, applied_at) VALUES (?, 0)`, name)
+	}
+	for _, x := range []struct {
+		id, requester string
+		targeted      bool
+		attempts      int
+	}{
+		{"exe_queued", "ops/ci%é ~x", true, 0},
+		{"exe_called", "ci-bot", true, 2},
+		{"exe_untargeted", "ci-bot", false, 0},
+	} {
+		approvalID := "apr_" + x.id
+		execRaw(t, path, `INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title,
+			required_approvals, status, expires_at, created_at, version)
+			VALUES (?, ?, ?, 'fp', 'deploy', 'old', 1, 'approved', 9000000000000000, 0, 2)`, approvalID, x.requester, x.id)
+		execRaw(t, path, `INSERT INTO executions (id, approval_id, operation_key, action, targeted, status, attempts,
+			created_at, updated_at)
+			VALUES (?, ?, ?, 'deploy', ?, 'queued', ?, 0, 0)`, x.id, approvalID, x.id, x.targeted, x.attempts)
+	}
+
+	s := MustOpen(t, path)
+	for id, want := range map[string]string{
+		"exe_queued":     approval.DownstreamKey("ops/ci%é ~x", "exe_queued"),
+		"exe_called":     "exe_called",
+		"exe_untargeted": "exe_untargeted",
+	} {
+		rec, err := s.Execution(ctx, id)
+		if err != nil {
+			t.Fatalf("execution %s: %v", id, err)
+		}
+		if got := rec.IdempotencyKey(); got != want {
+			t.Errorf("execution %s after the upgrade: got idempotency key %q (downstream key %q), want %q", id, got, rec.DownstreamKey, want)
 		}
 	}
 }

@@ -134,57 +134,38 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 	})
 
-	// Operation keys are unique per requester, but the bare key is the target's
-	// Idempotency-Key: a second requester's approval under the same key and action would look
-	// like the first operation to a target that honours keys, so approvald does not call it.
-	s.run(t, "OperationKeyCollision", func(t *testing.T, f *fixture) {
+	// Operation keys are unique per requester, and the target's Idempotency-Key names the
+	// requester too: approvals of several requesters under one key and action are separate
+	// operations, each queued under its own downstream key, kept on the row as created.
+	s.run(t, "OperationKeySharedByRequesters", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
-		approve := func(requester, key, action string) (*approval.Approval, *approval.ExecutionRecord) {
+		approve := func(requester, key, action string) *approval.ExecutionRecord {
 			t.Helper()
 			a := PendingApproval(t, f.clock.Now())
 			a.Requester, a.OperationKey, a.Fingerprint, a.Action = requester, key, "fp-"+requester+"-"+key, action
 			MustCreate(t, f.store, a)
 			mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
-			return a, mustExecution(t, f.store, mustApproval(t, f.store, a.ID).Execution.ID)
+			rec := mustExecution(t, f.store, mustApproval(t, f.store, a.ID).Execution.ID)
+			if want := approval.DownstreamKey(requester, key); rec.DownstreamKey != want || rec.IdempotencyKey() != want {
+				t.Fatalf("%s's execution: got downstream key %q (idempotency key %q), want %q", requester, rec.DownstreamKey, rec.IdempotencyKey(), want)
+			}
+			return rec
 		}
-		first, firstRec := approve("ci-bot", "payout-order-9281", TargetedAction)
-		wantExecution(t, firstRec, approval.ExecutionQueued, 0, "")
-
+		first := approve("ci-bot", "payout-order-9281", TargetedAction)
+		wantExecution(t, first, approval.ExecutionQueued, 0, "")
 		f.clock.Advance(time.Second)
-		second, secondRec := approve("deployer", "payout-order-9281", TargetedAction)
-		wantExecution(t, secondRec, approval.ExecutionNeedsReview, 0, "")
-		wantMsg := fmt.Sprintf("operation key payout-order-9281 is also used by approval %s of requester ci-bot for the same action; the target cannot tell them apart, so approvald will not call it: an operator must decide", first.ID)
-		if secondRec.LastError != wantMsg || !secondRec.Targeted || secondRec.NextAttemptAt != nil || secondRec.Attempts != 0 {
-			t.Fatalf("colliding execution: got last error %q, targeted %v, next attempt %v, %d attempts; want %q, targeted, none, 0",
-				secondRec.LastError, secondRec.Targeted, secondRec.NextAttemptAt, secondRec.Attempts, wantMsg)
+		second := approve("ops/ci", "payout-order-9281", TargetedAction)
+		wantExecution(t, second, approval.ExecutionQueued, 0, "")
+		if first.DownstreamKey == second.DownstreamKey {
+			t.Fatalf("two requesters' executions share the downstream key %q", first.DownstreamKey)
 		}
-		if pub := mustApproval(t, f.store, second.ID).Execution; pub.Status != approval.ExecutionNeedsReview || pub.LastError != wantMsg {
-			t.Fatalf("approval's execution: got %s, %q; want needs_review with the reason", pub.Status, pub.LastError)
-		}
-		evs := wantEventTypes(t, f.store, second.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved, approval.EventExecutionNeedsReview)
-		wantEvent(t, evs[3], "alice", voteCause("alice"), f.clock.Now())
-		if !strings.Contains(fmt.Sprint(evs[3].Detail), wantMsg) {
-			t.Fatalf("needs_review event: got detail %v, want the reason %q", evs[3].Detail, wantMsg)
-		}
-
-		// Another action under the same key, and an action without a target, are other
-		// operations to their targets (or have none).
-		_, otherAction := approve("auditor", "payout-order-9281", otherTargetedAction)
-		wantExecution(t, otherAction, approval.ExecutionQueued, 0, "")
-		_, untargeted := approve("mailer", "payout-order-9281", "deploy")
+		untargeted := approve("mailer", "payout-order-9281", "deploy")
 		wantExecution(t, untargeted, approval.ExecutionNotConfigured, 0, "")
 
-		// The runner never takes the colliding one; an operator who decides it is a separate
-		// operation re-queues it.
 		f.clock.Advance(time.Second)
-		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, firstRec, otherAction)
-		if _, err := f.service().RetryExecution(ctx, secondRec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
-			t.Fatalf("operator retry of the colliding execution: %v", err)
-		}
-		wantClaims(t, "claim after the operator's retry", mustClaimExecutions(t, f.service(), 10), 1, secondRec)
+		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, first, second)
 
-		// Two requesters' approvals under one key approved at the same moment: one is queued,
-		// the other sees it.
+		// Two requesters' approvals under one key approved at the same moment: both queued.
 		for round := range 10 {
 			var pair [2]*approval.Approval
 			key := fmt.Sprintf("payout-race-%d", round)
@@ -197,15 +178,13 @@ func exerciseExecutions(t *testing.T, s suite) {
 			race(2, func(i int) {
 				_, errs[i] = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 			})
-			statuses := map[approval.ExecutionStatus]int{}
 			for i := range pair {
 				if errs[i] != nil {
 					t.Fatalf("round %d: approve %s: %v", round, pair[i].ID, errs[i])
 				}
-				statuses[mustApproval(t, f.store, pair[i].ID).Execution.Status]++
-			}
-			if statuses[approval.ExecutionQueued] != 1 || statuses[approval.ExecutionNeedsReview] != 1 {
-				t.Fatalf("round %d: got executions %v, want one queued and one in needs_review", round, statuses)
+				if got := mustApproval(t, f.store, pair[i].ID).Execution.Status; got != approval.ExecutionQueued {
+					t.Fatalf("round %d: %s's execution: got %s, want queued", round, pair[i].Requester, got)
+				}
 			}
 		}
 	})

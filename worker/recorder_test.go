@@ -141,7 +141,7 @@ func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 			if !rec.Uncertain {
 				t.Errorf("execution of %s: got certain, want uncertain (attempt 1 was interrupted)", a.OperationKey)
 			}
-			if got := env.ds.Effects(fmt.Sprintf("deploy-%d", i)); got != 1 {
+			if got := env.ds.Effects(approval.DownstreamKey(requester, fmt.Sprintf("deploy-%d", i))); got != 1 {
 				t.Errorf("downstream: got %d effects under deploy-%d, want 1", got, i)
 			}
 		}

@@ -36,10 +36,11 @@ type Target struct {
 	// Secret is the Standard Webhooks secret ("whsec_...") each call is signed with; empty
 	// sends the call unsigned.
 	Secret string
-	// Idempotent says the target honours the Idempotency-Key: a repeated call has no second
-	// effect, so a call whose outcome is uncertain may be sent again.
+	// Idempotent says the target honours the Idempotency-Key (the execution's
+	// approval.ExecutionRecord.IdempotencyKey): a repeated call has no second effect, so a
+	// call whose outcome is uncertain may be sent again.
 	Idempotent bool
-	// LookupURL, when set, answers GET ?key=<operation_key> with 200 and the result when the
+	// LookupURL, when set, answers GET ?key=<Idempotency-Key> with 200 and the result when the
 	// operation happened and 404 when it did not, so an uncertain call can be reconciled.
 	LookupURL string
 	// Timeout bounds one call or lookup (DefaultTimeout when zero). A call is also cut short
@@ -358,7 +359,7 @@ func (a *attempt) cannotAsk() approval.AttemptOutcome {
 // settled=false when the lookup found nothing and attempts remain, so the call is to be made.
 func (a *attempt) reconcile(t Target, policy Policy) (o approval.AttemptOutcome, settled bool) {
 	ctx, release := a.deadline.bind(a.work)
-	found, result, err := a.r.lookup(ctx, t, a.c.Record.OperationKey)
+	found, result, err := a.r.lookup(ctx, t, a.c.Record.IdempotencyKey())
 	release()
 	n := a.number()
 	switch {
@@ -913,7 +914,7 @@ func (r *Runner) call(ctx context.Context, t Target, c *approval.ExecutionClaim)
 		req.ContentLength = int64(len(body))
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", c.Record.OperationKey)
+	req.Header.Set("Idempotency-Key", c.Record.IdempotencyKey())
 	if t.Secret != "" {
 		// The message id stays the same for one attempt and differs between attempts, which
 		// are distinct messages even though they carry one operation key.

@@ -105,10 +105,11 @@ func (env *runnerEnv) want(t *testing.T, a *approval.Approval, status approval.E
 	return rec
 }
 
-// wantEffects checks what the downstream saw: effects under key, and requests in all.
+// wantEffects checks what the downstream saw: effects under the requester's operation key,
+// and requests in all.
 func (env *runnerEnv) wantEffects(t *testing.T, key string, effects, requests int) {
 	t.Helper()
-	if got := env.ds.Effects(key); got != effects {
+	if got := env.ds.Effects(approval.DownstreamKey(requester, key)); got != effects {
 		t.Errorf("downstream: got %d effects under %s, want %d", got, key, effects)
 	}
 	if got := env.ds.Requests(); got != requests {
@@ -148,13 +149,13 @@ func TestRunner_Succeeds(t *testing.T) {
 
 		rec := env.want(t, a, approval.ExecutionSucceeded, 1)
 		env.wantEffects(t, "deploy-1", 1, 1)
-		want, _ := json.Marshal(downstream.Result{Key: "deploy-1", Effect: 1})
+		want, _ := json.Marshal(downstream.Result{Key: approval.DownstreamKey(requester, "deploy-1"), Effect: 1})
 		if !jsonEqual(rec.Result, string(want)) {
 			t.Errorf("result: got %s, want %s", rec.Result, want)
 		}
-		// The target received the approval, signed (it checks), under the operation key.
+		// The target received the approval, signed (it checks), under the downstream key.
 		var sent struct{ Approval approval.Approval }
-		if err := json.Unmarshal(env.ds.Body("deploy-1"), &sent); err != nil {
+		if err := json.Unmarshal(env.ds.Body(approval.DownstreamKey(requester, "deploy-1")), &sent); err != nil {
 			t.Fatalf("decode the body the target received: %v", err)
 		}
 		if sent.Approval.ID != a.ID || sent.Approval.Status != approval.StatusApproved {
@@ -346,7 +347,7 @@ func TestRunner_DropAfterEffect(t *testing.T) {
 			if got := env.ds.Lookups(); got != 1 {
 				t.Errorf("got %d lookups, want 1", got)
 			}
-			want, _ := json.Marshal(downstream.Result{Key: "deploy-1", Effect: 1})
+			want, _ := json.Marshal(downstream.Result{Key: approval.DownstreamKey(requester, "deploy-1"), Effect: 1})
 			if !jsonEqual(rec.Result, string(want)) {
 				t.Errorf("result: got %s, want the lookup's %s", rec.Result, want)
 			}
@@ -1038,7 +1039,7 @@ func TestRunner_RacingRunners(t *testing.T) {
 
 		for _, a := range approvals {
 			env.want(t, a, approval.ExecutionSucceeded, 1)
-			if got := env.ds.Effects(a.OperationKey); got != 1 {
+			if got := env.ds.Effects(approval.DownstreamKey(a.Requester, a.OperationKey)); got != 1 {
 				t.Errorf("downstream: got %d effects under %s, want 1", got, a.OperationKey)
 			}
 		}
@@ -1227,7 +1228,7 @@ func postDirect(t *testing.T, env *runnerEnv, c *approval.ExecutionClaim) {
 		t.Fatalf("request: %v", err)
 	}
 	req.Header = h
-	req.Header.Set("Idempotency-Key", c.Record.OperationKey)
+	req.Header.Set("Idempotency-Key", c.Record.IdempotencyKey())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("post: %v", err)
@@ -1258,4 +1259,61 @@ func lastReason(tb testing.TB, s approval.Store, approvalID string) string {
 	}
 	tb.Fatalf("approval %s: no execution event with a reason", approvalID)
 	return ""
+}
+
+// Two requesters may use one operation key: each gets its own approval, and the target must
+// see two operations. The downstream key names the requester, escaped so that no other pair
+// of requester and key gives the same header ("ops/ci%" and "ops%2Fci%25" differ). The
+// first call of each is dropped after its effect, so the second attempt is a resend under the
+// same key (idempotent) or a lookup of it (lookup): either must find its own operation, never
+// the other requester's.
+func TestRunner_RequestersShareAnOperationKey(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		for _, tk := range []targetKind{idempotentTarget, lookupTarget} {
+			t.Run(tk.String(), func(t *testing.T) {
+				t.Parallel()
+				env := newRunnerEnv(t, kind, tk)
+				const key = "payout-order-9281"
+				want := map[string]string{"ci-bot": "ci-bot/" + key, "ops/ci%": "ops%2Fci%25/" + key}
+				var approvals []*approval.Approval
+				for _, requester := range []string{"ci-bot", "ops/ci%"} {
+					a := newApproval(env.clk, key, time.Hour)
+					a.Requester, a.Fingerprint = requester, "fp-"+requester
+					if h, err := env.s.InsertApproval(context.Background(), a, approval.HTTPCause("req-"+requester), nil); err != nil || h != nil {
+						t.Fatalf("create %s's approval: got holder %+v, error %v, want neither", requester, h, err)
+					}
+					a = mustApprove(t, env.s, a)
+					if a.Execution == nil || a.Execution.Status != approval.ExecutionQueued {
+						t.Fatalf("approve %s's approval: got execution %+v, want a queued one", requester, a.Execution)
+					}
+					approvals = append(approvals, a)
+				}
+				env.ds.DropAfterEffect(2)
+				r := env.runner()
+				mustRun(t, r, 2)
+				env.clk.Add(time.Second)
+				mustRun(t, r, 2)
+
+				for _, a := range approvals {
+					rec := env.want(t, a, approval.ExecutionSucceeded, 2)
+					var res downstream.Result
+					if err := json.Unmarshal(rec.Result, &res); err != nil || res.Key != want[a.Requester] {
+						t.Errorf("%s's result: got %s (%v), want the effect under %q", a.Requester, rec.Result, err, want[a.Requester])
+					}
+					if got := env.ds.Effects(want[a.Requester]); got != 1 {
+						t.Errorf("downstream: got %d effects under %q, want 1", got, want[a.Requester])
+					}
+					for _, other := range approvals {
+						if other.ID != a.ID && strings.Contains(rec.LastError, other.ID) {
+							t.Errorf("%s's execution: last error %q names %s's approval", a.Requester, rec.LastError, other.Requester)
+						}
+					}
+				}
+				if got, wantKeys := env.ds.Keys(), []string{want["ci-bot"], want["ops/ci%"]}; strings.Join(got, " ") != strings.Join(wantKeys, " ") || env.ds.TotalEffects() != 2 {
+					t.Errorf("downstream: got effects under %q, %d in all; want one under each of %q", got, env.ds.TotalEffects(), wantKeys)
+				}
+			})
+		}
+	})
 }

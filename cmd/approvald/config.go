@@ -58,6 +58,9 @@ var (
 	ErrInvalidMode    = errors.New("must be required, opportunistic or none")
 	ErrInvalidPort    = errors.New("must be 1 to 65535")
 	ErrInvalidPrefix  = errors.New("must be an IP address or a CIDR prefix such as 10.0.0.0/8")
+	ErrInvalidOrigin  = errors.New("must be a scheme, a host and an optional port, such as https://ci.example.com or https://hooks.example.com:8443")
+	ErrHTTPOrigin     = errors.New("plain http is allowed only to a loopback host, with callbacks.allow_http_loopback")
+	ErrAllowedHosts   = errors.New("entries must name scheme, host and port: list them in callbacks.allowed_origins, such as https://ci.example.com:443")
 )
 
 // Webhook schemes a source may use.

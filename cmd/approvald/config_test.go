@@ -319,8 +319,15 @@ func TestConfig_Validate(t *testing.T) {
 			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
 			c.Web.SigninLinks = &SigninLinksConfig{TrustedProxies: []string{"10.0.0.0/8", "proxy.internal"}}
 		}, "web.signin_links.trusted_proxies[1]", ErrInvalidPrefix},
-		{"callback host wildcard", func(c *Config) { c.Callbacks.AllowedHosts = []string{"ci.example.com", "*"} }, "callbacks.allowed_hosts[1]", ErrInvalidDomain},
-		{"callback host url", func(c *Config) { c.Callbacks.AllowedHosts = []string{"https://ci.example.com"} }, "callbacks.allowed_hosts[0]", ErrInvalidDomain},
+		{"callback allowed_hosts", func(c *Config) { c.Callbacks.AllowedHosts = []string{"ci.example.com"} }, "callbacks.allowed_hosts", ErrAllowedHosts},
+		{"callback origin bare host", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://ci.example.com", "ci.example.com"} }, "callbacks.allowed_origins[1]", ErrInvalidOrigin},
+		{"callback origin wildcard", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://*.example.com"} }, "callbacks.allowed_origins[0]", ErrInvalidOrigin},
+		{"callback origin path", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://ci.example.com/hooks"} }, "callbacks.allowed_origins[0]", ErrInvalidOrigin},
+		{"callback origin port 0", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://ci.example.com:0"} }, "callbacks.allowed_origins[0]", ErrInvalidOrigin},
+		{"callback origin port 99999", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://ci.example.com:99999"} }, "callbacks.allowed_origins[0]", ErrInvalidOrigin},
+		{"callback origin user", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://u@ci.example.com"} }, "callbacks.allowed_origins[0]", ErrInvalidOrigin},
+		{"callback origin http", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"http://ci.example.com"} }, "callbacks.allowed_origins[0]", ErrHTTPOrigin},
+		{"callback origin http loopback without opt-in", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"http://127.0.0.1:8080"} }, "callbacks.allowed_origins[0]", ErrHTTPOrigin},
 
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},

@@ -195,8 +195,8 @@ func TestCrash_CallbackOncePerEvent(t *testing.T) {
 		recv := newCallbackReceiver(t)
 		config := fmt.Sprintf(`
 workers: {lease: %s, poll: %s}
-callbacks: {secret: %q, allowed_hosts: [127.0.0.1], allow_http_loopback: true}
-`, crashLease, crashPoll, callbackSecret)
+callbacks: {secret: %q, allowed_origins: [%q], allow_http_loopback: true, allow_private: true}
+`, crashLease, crashPoll, callbackSecret, recv.srv.URL)
 		armed := serveOptions{config: config, env: []string{failpoint.EnvVar + "=outbox.after-send=crash"}}
 		healthy := serveOptions{config: config}
 		requester := createToken(t, dsn, "ci-bot", "requester")

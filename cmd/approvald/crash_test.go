@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/internal/downstream"
 	"github.com/approvald/approval/internal/testdb"
@@ -212,7 +213,7 @@ func checkCrashOutcome(t *testing.T, point string, target targetKind, ds *downst
 	statuses := make(map[string]int)
 	for i, r := range results {
 		statuses[r.status]++
-		effects := ds.Effects(r.key)
+		effects := ds.Effects(approval.DownstreamKey("billing", r.key))
 		if inReview[r.executionID] != (r.status == "needs_review") {
 			t.Errorf("round %d: execution %s is %s, but GET /v1/executions?status=needs_review lists it: %t", i, r.executionID, r.status, inReview[r.executionID])
 		}

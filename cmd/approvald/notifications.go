@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/mail"
+	"net/url"
 	"strings"
 
 	"github.com/approvald/approval"
@@ -38,11 +40,18 @@ type NotificationsConfig struct {
 type CallbacksConfig struct {
 	Secret     string            `yaml:"secret"` // whsec_...; per requester overrides it
 	Requesters []RequesterConfig `yaml:"requesters"`
-	// AllowedHosts are the hosts a create's callback_url may name: "ci.example.com", or
-	// "*.example.com" for any name below example.com. Empty: callback_url is refused.
+	// AllowedOrigins are the origins a create's callback_url may name, each a scheme, a host
+	// and an optional port ("https://ci.example.com", "https://hooks.example.com:8443"; no
+	// port is the scheme's default): a callback_url must match one on all three. Empty:
+	// callback_url is refused.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// AllowedHosts is refused: entries name a port too, in AllowedOrigins.
 	AllowedHosts []string `yaml:"allowed_hosts"`
 	// AllowHTTPLoopback lets a callback_url use plain http to a loopback host.
 	AllowHTTPLoopback bool `yaml:"allow_http_loopback"`
+	// AllowPrivate lets callbacks connect to loopback, private, link-local and other
+	// non-public addresses, which are refused by default wherever the name resolves to.
+	AllowPrivate bool `yaml:"allow_private"`
 }
 
 // RequesterConfig is one requester's callback.
@@ -108,12 +117,12 @@ func (c *Config) validateNotifications() error {
 			return err
 		}
 	}
-	for i, h := range c.Callbacks.AllowedHosts {
-		// A host name, or *. and a domain: no scheme, port, path or bare wildcard, which
-		// would open every address to a caller's callback_url.
-		name := strings.TrimPrefix(h, "*.")
-		if name == "" || strings.ContainsAny(name, "*@/: ") {
-			return fmt.Errorf("callbacks.allowed_hosts[%d]: %w", i, ErrInvalidDomain)
+	if len(c.Callbacks.AllowedHosts) > 0 {
+		return fmt.Errorf("callbacks.allowed_hosts: %w", ErrAllowedHosts)
+	}
+	for i, o := range c.Callbacks.AllowedOrigins {
+		if err := checkOrigin(o, c.Callbacks.AllowHTTPLoopback); err != nil {
+			return fmt.Errorf("callbacks.allowed_origins[%d]: %w", i, err)
 		}
 	}
 	seen = map[string]bool{}
@@ -151,7 +160,11 @@ func (c *Config) routing() approval.Routing {
 	for _, q := range c.Callbacks.Requesters {
 		r.Callbacks[q.Name] = q.URL
 	}
-	r.CallbackHosts, r.CallbackHTTPLoopback = c.Callbacks.AllowedHosts, c.Callbacks.AllowHTTPLoopback
+	for _, o := range c.Callbacks.AllowedOrigins {
+		origin, _ := approval.CallbackOrigin(o) // checked by validateNotifications
+		r.CallbackOrigins = append(r.CallbackOrigins, origin)
+	}
+	r.CallbackHTTPLoopback = c.Callbacks.AllowHTTPLoopback
 	// The addresses OIDC providers verified are used only while both are configured: without
 	// SMTP there is nothing to send them, and without OIDC nothing keeps them current.
 	r.ProviderEmails = c.SMTP != nil && c.Web.OIDC != nil
@@ -170,7 +183,7 @@ func (c *Config) senders(rules *approval.Service) map[string]worker.Sender {
 			URL:       func(p string) string { return people[p].Chat },
 			PublicURL: c.Web.PublicURL,
 		},
-		approval.ChannelCallback: &notify.Callback{Secret: func(requester string) string {
+		approval.ChannelCallback: &notify.Callback{AllowPrivate: c.Callbacks.AllowPrivate, Secret: func(requester string) string {
 			for _, q := range c.Callbacks.Requesters {
 				if q.Name == requester && q.Secret != "" {
 					return q.Secret
@@ -191,4 +204,25 @@ func (c *Config) senders(rules *approval.Service) map[string]worker.Sender {
 		}
 	}
 	return senders
+}
+
+// checkOrigin checks an entry of callbacks.allowed_origins: a scheme, a host and an optional
+// port, nothing else, and plain http only to a loopback host when allowHTTPLoopback.
+func checkOrigin(entry string, allowHTTPLoopback bool) error {
+	origin, err := approval.CallbackOrigin(entry)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidOrigin, err)
+	}
+	u, _ := url.Parse(entry) // CallbackOrigin parsed it
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || strings.Contains(u.Host, "*") {
+		return ErrInvalidOrigin
+	}
+	if strings.HasPrefix(origin, "http:") {
+		host := u.Hostname()
+		ip := net.ParseIP(host)
+		if !allowHTTPLoopback || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			return ErrHTTPOrigin
+		}
+	}
+	return nil
 }

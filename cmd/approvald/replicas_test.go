@@ -15,6 +15,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/downstream"
 	"github.com/approvald/approval/internal/testdb"
 )
@@ -95,7 +96,7 @@ func TestReplicas_OneEffectEach(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for i := range approvals {
-		if n := ds.Effects(fmt.Sprintf("payout-%d", i)); n != 1 {
+		if n := ds.Effects(approval.DownstreamKey("billing", fmt.Sprintf("payout-%d", i))); n != 1 {
 			t.Errorf("payout-%d: got %d effects, want 1", i, n)
 		}
 	}
@@ -194,7 +195,7 @@ func TestPausedWorker_Fenced(t *testing.T) {
 		if a.Execution.Status != "succeeded" || a.Execution.Attempts != 2 || string(a.Execution.Result) != string(taken.Result) {
 			t.Errorf("after the paused replica resumed: got execution %+v, want it unchanged: %+v", a.Execution, taken)
 		}
-		if n := ds.Effects("payout-1"); n != 1 {
+		if n := ds.Effects(approval.DownstreamKey("billing", "payout-1")); n != 1 {
 			t.Errorf("got %d effects, want 1", n)
 		}
 		var trail struct {

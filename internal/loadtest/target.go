@@ -3,6 +3,7 @@ package loadtest
 import (
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -14,8 +15,8 @@ type Source struct {
 }
 
 // Target is the downstream system the execute scenario's action calls: it answers every
-// call 200 at once and wakes whoever waits for the call's Idempotency-Key (the approval's
-// operation key). It does not check signatures: the runner's tests do; here it only marks
+// call 200 at once and wakes whoever waits for the call's operation key, the part of its
+// Idempotency-Key after the escaped requester (approval.DownstreamKey). It does not check signatures: the runner's tests do; here it only marks
 // the moment the effect reached the target.
 type Target struct {
 	mu      sync.Mutex
@@ -52,7 +53,8 @@ func (t *Target) Expect(key string) (<-chan struct{}, func()) {
 // ServeHTTP answers a call of the runner.
 func (t *Target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
-	key := r.Header.Get("Idempotency-Key")
+	// The escaped requester holds no "/": the operation key is what follows the first one.
+	_, key, _ := strings.Cut(r.Header.Get("Idempotency-Key"), "/")
 	t.mu.Lock()
 	if ch, ok := t.waiting[key]; ok {
 		close(ch)

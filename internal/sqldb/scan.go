@@ -16,7 +16,7 @@ const (
 	a.fingerprint, COALESCE(a.callback_url, '')`
 	ExecutionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.targeted, x.status,
 	x.attempts, x.last_error, x.result, x.next_attempt_at, x.lease_expires_at,
-	x.applied_version, x.uncertain, x.attempt_base, x.created_at, x.updated_at`
+	x.applied_version, x.uncertain, x.attempt_base, x.created_at, x.updated_at, x.downstream_key`
 	// InboxColumns are followed in every statement by the body, or NULL for listings.
 	InboxColumns = `i.id, i.source, i.event_id, i.type, i.headers, i.received_at, i.status,
 	i.attempts, i.last_error, i.next_attempt_at, i.processed_at, i.outcome, i.approval_id,
@@ -113,7 +113,7 @@ func ScanExecution(row Row, extra ...any) (*approval.ExecutionRecord, error) {
 	dest := append([]any{&r.ID, &r.ApprovalID, &r.OperationKey, &r.Action, &r.Targeted, &status,
 		&r.Attempts, &r.LastError, Bytes((*[]byte)(&r.Result)), NullTime(&r.NextAttemptAt),
 		NullTime(&r.LeaseExpiresAt), &r.AppliedVersion, &r.Uncertain, &r.AttemptBase,
-		Time(&r.CreatedAt), Time(&r.UpdatedAt)}, extra...)
+		Time(&r.CreatedAt), Time(&r.UpdatedAt), &r.DownstreamKey}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("scan execution: %w", err)
 	}

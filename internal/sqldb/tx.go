@@ -179,27 +179,13 @@ func (t Tx) EventInsertMany(ctx context.Context, events []approval.Event) error 
 	return nil
 }
 
-// ExecutionGetByOperationKey finds the oldest other execution under (action, key). It takes
-// no lock: PostgreSQL takes one on the pair first, SQLite's writer orders every approval.
-func (t Tx) ExecutionGetByOperationKey(ctx context.Context, action, key, approvalID string) (string, string, error) {
-	type other struct{ id, requester string }
-	list, err := query(ctx, t, `
-		SELECT x.approval_id, a.requester FROM executions x JOIN approvals a ON a.id = x.approval_id
-		WHERE x.operation_key = $1 AND x.action = $2 AND x.approval_id <> $3
-		ORDER BY x.created_at, x.id LIMIT 1`,
-		func(row Row) (o other, err error) { return o, row.Scan(&o.id, &o.requester) },
-		key, action, approvalID)
-	o, err := first(list, err)("no other execution under operation key %q", key)
-	return o.id, o.requester, t.Translate("find executions under the operation key", err)
-}
-
 func (t Tx) ExecutionInsert(ctx context.Context, rec *approval.ExecutionRecord) error {
 	return t.write(ctx, "insert execution", `
 		INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
-			last_error, next_attempt_at, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+			last_error, next_attempt_at, created_at, updated_at, downstream_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10)`,
 		rec.ID, rec.ApprovalID, rec.OperationKey, rec.Action, rec.Targeted, string(rec.Status),
-		rec.LastError, t.Dialect.NullTime(rec.NextAttemptAt), t.Dialect.Time(t.At))
+		rec.LastError, t.Dialect.NullTime(rec.NextAttemptAt), t.Dialect.Time(t.At), rec.DownstreamKey)
 }
 
 // ExecutionSetLeaseIfAttempt runs at once, not queued: the Service needs its answer.
