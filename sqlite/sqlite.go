@@ -387,9 +387,6 @@ func (r rows) Close() { r.Rows.Close() }
 // micros is the stored form of a time.
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
-// fromMicros is the inverse of micros.
-func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
 // classify is sqldb.Classify with SQLite's meanings of its errors (class).
 func classify(err error) error { return sqldb.Classify(err, class) }
 
