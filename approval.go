@@ -142,8 +142,8 @@ type Execution struct {
 	UpdatedAt *time.Time      `json:"updated_at"`
 }
 
-// Timestamps are kept to the microsecond: both stores hold that precision, so a value
-// read back equals the value written.
+// Precision is the precision timestamps are kept to: both stores hold microseconds, so a
+// value read back equals the value written.
 const Precision = time.Microsecond
 
 // Now returns the current time at store precision, in UTC.

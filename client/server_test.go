@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +225,3 @@ func (f *fixture) approvalsWithKey(key string) []*client.Approval {
 	}
 	return out
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -387,26 +387,6 @@ func (r rows) Close() { r.Rows.Close() }
 // micros is the stored form of a time.
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
-// fromMicros is the inverse of micros.
-func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
-// nullMicros is the stored form of an optional time.
-func nullMicros(t *time.Time) sql.NullInt64 {
-	if t == nil {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: micros(*t), Valid: true}
-}
-
-// fromNullMicros is the inverse of nullMicros.
-func fromNullMicros(v sql.NullInt64) *time.Time {
-	if !v.Valid {
-		return nil
-	}
-	t := fromMicros(v.Int64)
-	return &t
-}
-
 // classify is sqldb.Classify with SQLite's meanings of its errors (class).
 func classify(err error) error { return sqldb.Classify(err, class) }
 

@@ -42,7 +42,7 @@ var (
 	ErrDuplicateName  = errors.New("name already used")
 	ErrInvalidListen  = errors.New("must be host:port")
 	ErrInvalidURL     = errors.New("must be an http or https URL with a host")
-	ErrInvalidDBURL   = errors.New("must be file:PATH, a bare path, or postgres://...")
+	ErrInvalidDBURL   = errors.New("must be file:PATH, a bare path, or a postgres:// URL")
 	ErrNotPositive    = errors.New("must be greater than zero")
 	ErrNegative       = errors.New("must not be negative")
 	ErrInvalidScheme  = errors.New("must be one of standard-webhooks, stripe, github")

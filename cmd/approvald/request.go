@@ -38,7 +38,6 @@ type RequestCommand struct {
 	key       string
 	req       client.CreateRequest
 	wait      time.Duration
-	retry     client.Retry
 	approvers stringList
 }
 

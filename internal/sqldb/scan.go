@@ -28,17 +28,6 @@ const (
 	ApprovalDetailColumns = `x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at`
 )
 
-// ScanApproval reads ApprovalColumns, then any extra destinations the query selects after them.
-func ScanApproval(row Row, extra ...any) (*approval.Approval, error) {
-	var a approval.Approval
-	var status string
-	if err := row.Scan(append(approvalDest(&a, &status), extra...)...); err != nil {
-		return nil, fmt.Errorf("scan approval: %w", err)
-	}
-	a.Status = approval.Status(status)
-	return &a, nil
-}
-
 // approvalDest are the destinations of ApprovalColumns; status is the approval's, to convert.
 func approvalDest(a *approval.Approval, status *string) []any {
 	return []any{&a.ID, &a.OperationKey, &a.Action, &a.Title, Bytes((*[]byte)(&a.Context)), &a.Requester,

@@ -142,7 +142,8 @@ func (t Tx) ApprovalSetStatusIfPending(ctx context.Context, id string, status ap
 		id, string(status), t.Dialect.NullTime(decidedAt), t.Dialect.Time(t.At))
 }
 
-// ApprovalIDsDueForUpdate: SKIP LOCKED lets several PostgreSQL replicas sweep at once without
+// ApprovalIDsDueForUpdate returns up to limit pending approvals that are due to expire,
+// locked, the earliest first. SKIP LOCKED lets several PostgreSQL replicas sweep at once without
 // waiting on each other or on a vote in progress (which expires the approval itself if it is
 // due). Under read committed a row that a vote changed and committed since the statement
 // began is read again once locked, and left out if no longer pending.
@@ -349,8 +350,9 @@ func (t Tx) InboxSetPendingIfFailed(ctx context.Context, id string) (*approval.I
 	return e, t.Translate("read inbox event", err)
 }
 
-// OutboxInsert: ON CONFLICT DO NOTHING on the natural key; a racing insert of the same key
-// waits for the other transaction (or, on SQLite, for the write lock) and inserts nothing.
+// OutboxInsert queues a message unless one with its natural key exists: ON CONFLICT DO
+// NOTHING, so a racing insert of the same key waits for the other transaction (or, on
+// SQLite, for the write lock) and inserts nothing.
 func (t Tx) OutboxInsert(ctx context.Context, m *approval.OutboxMessage) error {
 	var approvalID any
 	if m.ApprovalID != "" {
