@@ -10,9 +10,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
 )
 
@@ -172,4 +174,38 @@ func TestSignInLinkPerAddress(t *testing.T) {
 	}
 	must(t, ask("[2001:db8:1:2::ffff]:443", "nobody").Code == http.StatusTooManyRequests, "another address of the same /64: want 429")
 	must(t, ask("[2001:db8:1:3::1]:443", "nobody").Code == http.StatusOK, "another /64: want 200")
+}
+
+// TestSignInFormExpires: the sign-in form's token carries the time it was issued and is
+// refused once web.PreSignInTTL has passed on the server's clock, even with its pre-sign-in
+// cookie: a page loaded once cannot be replayed for ever.
+func TestSignInFormExpires(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock(approval.Now())
+	f := setupRouted(t, testdb.SQLite, linkRouting, func(cfg *web.Config, base string) {
+		cfg.Now = clock.Now
+		cfg.Links = &web.LinksConfig{}
+	})
+	// Three browsers load the sign-in page at once; every answer renders a new form, so
+	// each posts the form it loaded once.
+	early, late, byToken := f.browser(), f.browser(), f.browser()
+	forms := map[*browser]string{}
+	for _, b := range []*browser{early, late, byToken} {
+		forms[b] = field(t, b.get("/ui/signin").body, "csrf")
+	}
+	ask := func(b *browser) page {
+		t.Helper()
+		return b.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {forms[b]}, "who": {"nobody"}})
+	}
+	clock.Advance(web.PreSignInTTL - time.Second)
+	must(t, ask(early).status == http.StatusOK, "the form just before its expiry is refused")
+	clock.Advance(time.Second)
+	p := ask(late)
+	must(t, p.status == http.StatusForbidden, "the form at its expiry: status %d, want 403", p.status)
+	must(t, strings.Contains(p.body, "reload the sign-in page"), "the refusal says %s", p.body)
+	tok := byToken.do(http.MethodPost, "/ui/signin/token", url.Values{"csrf": {forms[byToken]}, "token": {f.token("ana", approval.RoleApprover)}})
+	must(t, tok.status == http.StatusForbidden, "the token form at its expiry: status %d, want 403", tok.status)
+	// Reloading the page gives a form that works again.
+	fresh := field(t, late.get("/ui/signin").body, "csrf")
+	must(t, late.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {fresh}, "who": {"nobody"}}).status == http.StatusOK, "a fresh form is refused")
 }
