@@ -19,6 +19,10 @@ type LinksConfig struct {
 	// when counting requests per client address (LinksPerAddress); empty, the connection's
 	// peer is the client.
 	TrustedProxies []netip.Prefix
+	// TrackedAddresses bounds how many client addresses the per-address count remembers;
+	// 0 = DefaultTrackedAddresses. When it is full, the address whose window began first is
+	// forgotten to make room.
+	TrackedAddresses int
 }
 
 // role is the role of a person signed in by a link.

@@ -209,3 +209,42 @@ func TestSignInFormExpires(t *testing.T) {
 	fresh := field(t, late.get("/ui/signin").body, "csrf")
 	must(t, late.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {fresh}, "who": {"nobody"}}).status == http.StatusOK, "a fresh form is refused")
 }
+
+// TestSignInLinkAddressTableFull: when as many addresses have asked as the per-address table
+// holds, a new address is still counted, from its first ask to its limit, by forgetting the
+// address whose window began first; a full table never refuses an address that has not asked.
+func TestSignInLinkAddressTableFull(t *testing.T) {
+	t.Parallel()
+	const tracked = 4
+	f := setupRouted(t, testdb.SQLite, linkRouting, func(cfg *web.Config, base string) {
+		cfg.Links = &web.LinksConfig{TrackedAddresses: tracked}
+	})
+	h := f.srv.Config.Handler
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/signin", nil))
+	cookies, csrf := rec.Result().Cookies(), field(t, rec.Body.String(), "csrf")
+	ask := func(remote string) int {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/ui/signin/email", strings.NewReader(url.Values{"csrf": {csrf}, "who": {"nobody"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "text/html")
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// The table fills, then many more addresses than it holds ask, each once.
+	for i := range 3 * tracked {
+		code := ask(fmt.Sprintf("198.51.100.%d:1000", i+1))
+		must(t, code == http.StatusOK, "address %d's first ask with the table full: status %d, want 200", i+1, code)
+	}
+	// The newest address is counted: it reaches its limit like any other.
+	const newest = "203.0.113.9:2000"
+	for i := range web.LinksPerAddress {
+		must(t, ask(newest) == http.StatusOK, "the newest address's ask %d refused", i+1)
+	}
+	must(t, ask(newest) == http.StatusTooManyRequests, "the newest address past its limit: want 429")
+}

@@ -318,6 +318,10 @@ func TestConfig_Validate(t *testing.T) {
 			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
 			c.Web.SigninLinks = &SigninLinksConfig{TrustedProxies: []string{"10.0.0.0/8", "proxy.internal"}}
 		}, "web.signin_links.trusted_proxies[1]", ErrInvalidPrefix},
+		{"tracked addresses negative", func(c *Config) {
+			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
+			c.Web.SigninLinks = &SigninLinksConfig{TrackedAddresses: -1}
+		}, "web.signin_links.tracked_addresses", ErrNegative},
 		{"callback host wildcard", func(c *Config) { c.Callbacks.AllowedHosts = []string{"ci.example.com", "*"} }, "callbacks.allowed_hosts[1]", ErrInvalidDomain},
 		{"callback host url", func(c *Config) { c.Callbacks.AllowedHosts = []string{"https://ci.example.com"} }, "callbacks.allowed_hosts[0]", ErrInvalidDomain},
 

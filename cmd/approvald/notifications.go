@@ -107,6 +107,9 @@ func (c *Config) validateNotifications() error {
 		if _, err := l.trustedProxies(); err != nil {
 			return err
 		}
+		if l.TrackedAddresses < 0 {
+			return fmt.Errorf("web.signin_links.tracked_addresses: %w", ErrNegative)
+		}
 	}
 	for i, h := range c.Callbacks.AllowedHosts {
 		// A host name, or *. and a domain: no scheme, port, path or bare wildcard, which
