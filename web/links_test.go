@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,4 +249,173 @@ func TestSignInLinkAddressTableFull(t *testing.T) {
 		must(t, ask(newest) == http.StatusOK, "the newest address's ask %d refused", i+1)
 	}
 	must(t, ask(newest) == http.StatusTooManyRequests, "the newest address past its limit: want 429")
+}
+
+// askFrom asks for a sign-in link for who through the sign-in page, as the client at addr
+// behind the trusted loopback proxy of setupProxied.
+func (b *browser) askFrom(who, addr string) page {
+	b.f.tb.Helper()
+	p := b.do(http.MethodGet, "/ui/signin", nil, "X-Forwarded-For", addr)
+	return b.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {field(b.f.tb, p.body, "csrf")}, "who": {who}}, "X-Forwarded-For", addr)
+}
+
+// setupProxied is setupLinks behind a trusted proxy on loopback, so that a test names each
+// request's client address in X-Forwarded-For.
+func setupProxied(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string)) *fixture {
+	return setupRouted(tb, kind, linkRouting, append([]func(*web.Config, string){func(cfg *web.Config, base string) {
+		cfg.Links = &web.LinksConfig{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	}}, opts...)...)
+}
+
+// TestSignInLinkStrangerCannotLockOut: a stranger asking for alice, from one address and then
+// from many, spends its own allowance, not hers: alice asking from her own address can still
+// sign in, by a link made for her request or, when strangers have just had one made, by that
+// fresh one in her mailbox. Every answer is the same.
+func TestSignInLinkStrangerCannotLockOut(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		f := setupProxied(t, kind)
+		stranger, alice := f.browser(), f.browser()
+		want := textOf(stranger.askFrom("nobody", "192.0.2.1").body)
+		answer := func(p page) {
+			t.Helper()
+			must(t, p.status == http.StatusOK && textOf(p.body) == want, "an ask answered %d %q, want 200 %q", p.status, textOf(p.body), want)
+		}
+
+		// One stranger's client spends all it can on alice.
+		for range 2 * approval.SigninLimit {
+			answer(stranger.askFrom("alice", "203.0.113.66"))
+		}
+		before := len(f.linkTokens())
+		must(t, before < approval.SigninLimit, "one client had %d links made for alice, the limit of everyone", before)
+		answer(alice.askFrom("alice@example.com", "198.51.100.7"))
+		tokens := f.linkTokens()
+		must(t, len(tokens) == before+1, "alice's own ask after a stranger's: mails %d, want %d (a link for her)", len(tokens), before+1)
+		alice.useLink(tokens[0], "alice")
+
+		// Many strangers' clients together: alice's next ask may be dropped, but a link made
+		// just now is in her mailbox and works.
+		for i := range 3 * approval.SigninLimit {
+			answer(stranger.askFrom("alice", fmt.Sprintf("203.0.113.%d", 100+i)))
+		}
+		answer(alice.askFrom("alice", "198.51.100.7"))
+		f.browser().useLink(f.linkTokens()[0], "alice")
+	})
+}
+
+// useLink signs in with a sign-in link's token through its page and checks that the session
+// is person's.
+func (b *browser) useLink(token, person string) {
+	b.f.tb.Helper()
+	p := b.get(web.SigninLinkPath(token))
+	used := b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(b.f.tb, p.body, "csrf")}, "t": {token}})
+	must(b.f.tb, used.status == http.StatusSeeOther && used.header.Get("Location") == "/ui/", "use %s's link: status %d to %q", person, used.status, used.header.Get("Location"))
+	home := b.get("/ui/")
+	must(b.f.tb, home.status == http.StatusOK && strings.Contains(home.body, person), "after %s's link: status %d", person, home.status)
+}
+
+// storeCalls records the store calls of the rules that tell a request for a sign-in link
+// that made a link from one that made none.
+type storeCalls struct {
+	approval.Store
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *storeCalls) add(call string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, call)
+}
+
+// take returns the calls recorded since the last take.
+func (s *storeCalls) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	calls := s.calls
+	s.calls = nil
+	return calls
+}
+
+func (s *storeCalls) Begin(ctx context.Context) (approval.Tx, error) {
+	s.add("Begin")
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &txCalls{Tx: tx, s: s}, nil
+}
+
+type txCalls struct {
+	approval.Tx
+	s *storeCalls
+}
+
+func (t *txCalls) SigninAskCountsForUpdate(ctx context.Context, p approval.SigninCountParams) (approval.SigninCounts, error) {
+	t.s.add("SigninAskCountsForUpdate")
+	return t.Tx.SigninAskCountsForUpdate(ctx, p)
+}
+
+func (t *txCalls) SigninAskInsert(ctx context.Context, subject, client string) error {
+	t.s.add("SigninAskInsert")
+	return t.Tx.SigninAskInsert(ctx, subject, client)
+}
+
+func (t *txCalls) SigninTokenInsert(ctx context.Context, hash []byte, subject string, expiresAt time.Time) error {
+	t.s.add("SigninTokenInsert")
+	return t.Tx.SigninTokenInsert(ctx, hash, subject, expiresAt)
+}
+
+func (t *txCalls) OutboxInsert(ctx context.Context, m *approval.OutboxMessage) error {
+	t.s.add("OutboxInsert")
+	return t.Tx.OutboxInsert(ctx, m)
+}
+
+func (t *txCalls) Notify(ctx context.Context, topic string) error {
+	t.s.add("Notify")
+	return t.Tx.Notify(ctx, topic)
+}
+
+func (t *txCalls) Commit(ctx context.Context) error {
+	t.s.add("Commit")
+	return t.Tx.Commit(ctx)
+}
+
+// TestSignInLinkSameWork: a request for a name nobody has does the same store calls as one
+// for a person, but for the link and its mail: the same write transaction, committed, so
+// that how long the answer takes does not tell whether the name exists. A request a limit
+// holds back does the same as one for nobody.
+func TestSignInLinkSameWork(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		var rec *storeCalls
+		f := setupProxied(t, kind, func(cfg *web.Config, base string) {
+			rec = &storeCalls{Store: cfg.Store}
+			cfg.Service = &approval.Service{Store: rec}
+		})
+		b := f.browser()
+		ask := func(who string) []string {
+			t.Helper()
+			rec.take()
+			b.askFrom(who, "192.0.2.9")
+			return rec.take()
+		}
+		link := []string{"SigninTokenInsert", "OutboxInsert", "Notify"}
+		hit := ask("alice")
+		must(t, len(f.linkTokens()) == 1, "alice's ask made no link")
+		withoutLink := slices.DeleteFunc(slices.Clone(hit), func(c string) bool { return slices.Contains(link, c) })
+		must(t, len(withoutLink) == len(hit)-len(link), "a link made with calls %v, want %v among them", hit, link)
+		must(t, slices.Equal(withoutLink, []string{"Begin", "SigninAskCountsForUpdate", "SigninAskInsert", "Commit"}),
+			"a link made with calls %v, want the request counted and recorded in one committed transaction", hit)
+		for _, who := range []string{"mallory", "mallory@example.com", "nobody.at.all@example.org"} {
+			miss := ask(who)
+			must(t, slices.Equal(miss, withoutLink), "an ask for %q made the calls %v; one for alice %v (%v without the link)", who, miss, hit, withoutLink)
+		}
+		// The same client asking for alice past its allowance: held back, the same calls.
+		for range 2 * approval.SigninLimit {
+			if got := ask("alice"); !slices.Contains(got, "SigninTokenInsert") {
+				must(t, slices.Equal(got, withoutLink), "a held-back ask made the calls %v, want %v", got, withoutLink)
+			}
+		}
+	})
 }
