@@ -30,12 +30,19 @@ func (s *Service) PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Durat
 }
 
 // PurgeSigninTokens deletes up to limit sign-in links made more than keep ago whose expiry has
-// passed, used or not, and returns how many (the sweeper passes SigninKeep).
+// passed, used or not, and with what is left of limit the requests for links made more than
+// keep ago, and returns how many rows in all (the sweeper passes SigninKeep).
 func (s *Service) PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error) {
 	if limit <= 0 || keep < 0 {
 		return 0, Errorf(EINVALID, "limit must be positive and keep not negative")
 	}
 	return inTx(ctx, s, func(tx Tx) (int, error) {
-		return tx.SigninTokenDeleteExpired(ctx, tx.Now().Add(-keep), limit)
+		before := tx.Now().Add(-keep)
+		links, err := tx.SigninTokenDeleteExpired(ctx, before, limit)
+		if err != nil || links == limit {
+			return links, err
+		}
+		asks, err := tx.SigninAskDeleteBefore(ctx, before, limit-links)
+		return links + asks, err
 	})
 }

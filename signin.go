@@ -16,13 +16,21 @@ import (
 // in the outbox message's payload until the mail is sent, then is removed (FinishOutbox).
 const (
 	SigninTTL = 15 * time.Minute // how long a link works
-	// SigninLimit links per person per SigninWindow: more requests are dropped silently, so
-	// that nobody can bomb a mailbox with links.
-	SigninLimit  = 5
-	SigninWindow = time.Hour
-	// SigninKeep is how long a sign-in link is kept after it was made, used or not: past its
-	// expiry, and past the window of the per-person limit, which counts the links made in it.
-	// The sweeper deletes older ones (Service.PurgeSigninTokens).
+	// SigninLimit links per person per SigninWindow are made at once, whoever asks, and
+	// SigninPerClient of them per requesting client: past either, a request gets a link only
+	// when the person has no unused link made in the last SigninSpacing. A request that gets
+	// none is dropped silently, so that nobody can bomb a mailbox with links: a person gets
+	// at most SigninLimit + SigninWindow/SigninSpacing links a window, however many clients
+	// ask. And nobody can lock a person out by asking for them: a request dropped because
+	// others asked finds a link made less than SigninSpacing ago, good for at least
+	// SigninTTL - SigninSpacing more, already on its way to the person's mailbox.
+	SigninLimit     = 5
+	SigninPerClient = 3
+	SigninWindow    = time.Hour
+	SigninSpacing   = 3 * time.Minute
+	// SigninKeep is how long a sign-in link and a request for one are kept after they were
+	// made, used or not: past the link's expiry, and past the window of the limits, which
+	// count them. The sweeper deletes older ones (Service.PurgeSigninTokens).
 	SigninKeep = max(SigninTTL, SigninWindow)
 	// SigninTokenPrefix starts every sign-in token.
 	SigninTokenPrefix = "lnk_"
@@ -35,18 +43,40 @@ const (
 type SigninRequest struct {
 	Person string // whom the link was made for; "" when nobody matched
 	// Queued reports that a link was made and its mail queued; false when nobody matched,
-	// the person has no e-mail address, or their limit was reached (Limited).
+	// the person has no e-mail address, or their limits were reached (Limited).
 	Queued  bool
 	Limited bool
 }
 
+// SigninCountParams names what Tx.SigninAskCountsForUpdate counts.
+type SigninCountParams struct {
+	Subject string // the person asked for; "" when the request matched nobody
+	Client  string // the requesting client; "" when unknown
+	// Since starts the window of the limits; RecentSince the spacing of the links past them.
+	Since, RecentSince time.Time
+}
+
+// SigninCounts are the counts a request for a sign-in link is judged by.
+type SigninCounts struct {
+	ClientAsks int // requests from the client for the subject made since Since
+	Links      int // links made for the subject since Since
+	// RecentUnused is the subject's links made after RecentSince and not used yet.
+	RecentUnused int
+}
+
 // RequestSignin makes a sign-in link for the person named by who (their name in the
-// configuration, or their e-mail address there) and queues its mail in the same transaction,
-// unless
-// nobody with an e-mail address matches or they asked for SigninLimit links in the last
-// SigninWindow. Neither of those is an error: the caller must answer the same whatever
-// happened, so that the answer tells nobody who has an account.
-func (s *Service) RequestSignin(ctx context.Context, who string) (SigninRequest, error) {
+// configuration, or their e-mail address there), asked for by client (the requesting
+// client as the caller counts it, such as its address; "" when unknown), and queues its mail
+// in the same transaction, unless nobody with an e-mail address matches or the limits hold
+// it back (SigninLimit). Neither of those is an error: the caller must answer the same
+// whatever happened, so that the answer tells nobody who has an account.
+//
+// Every request, matched or not, does the same work up to the link itself: it makes a token
+// and its hash, and in one write transaction counts and records the request. Only a link
+// made adds its two inserts (the link, its mail) to that transaction, so that how long the
+// answer takes tells little about whether the name exists (docs/security.md, "Sign-in
+// links").
+func (s *Service) RequestSignin(ctx context.Context, who, client string) (SigninRequest, error) {
 	who = strings.TrimSpace(who)
 	if err := CheckName("name or e-mail address", who, 254); err != nil {
 		return SigninRequest{}, err
@@ -55,46 +85,60 @@ func (s *Service) RequestSignin(ctx context.Context, who string) (SigninRequest,
 	// verified signs in through that provider, so that removing them there ends their access
 	// (a link mailed to a stored address would outlive it).
 	person := s.Store.Routes().emailPerson(who)
-	if person == "" {
-		return SigninRequest{}, nil
-	}
+	token := newSigninToken()
+	hash := HashToken(token)
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return SigninRequest{}, err
 	}
 	defer tx.Rollback(ctx)
 	now := tx.Now()
-	n, err := tx.SigninTokenCountSinceForUpdate(ctx, person, now.Add(-SigninWindow))
+	c, err := tx.SigninAskCountsForUpdate(ctx, SigninCountParams{
+		Subject: person, Client: client, Since: now.Add(-SigninWindow), RecentSince: now.Add(-SigninSpacing),
+	})
 	if err != nil {
 		return SigninRequest{}, err
 	}
-	if n >= SigninLimit {
-		return SigninRequest{Person: person, Limited: true}, nil
+	if err := tx.SigninAskInsert(ctx, person, client); err != nil {
+		return SigninRequest{}, err
 	}
-	token := newSigninToken()
-	hash := HashToken(token)
+	res := SigninRequest{Person: person}
+	switch {
+	case person == "":
+		// Nobody: the request is recorded, as any, and nothing more.
+	case c.ClientAsks < SigninPerClient && c.Links < SigninLimit, c.RecentUnused == 0:
+		if err := s.queueSignin(ctx, tx, person, token, hash); err != nil {
+			return SigninRequest{}, err
+		}
+		res.Queued = true
+	default:
+		res.Limited = true
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return SigninRequest{}, err
+	}
+	return res, nil
+}
+
+// queueSignin stores a sign-in link for person and queues its mail in tx.
+func (s *Service) queueSignin(ctx context.Context, tx Tx, person, token string, hash []byte) error {
+	now := tx.Now()
 	expires := now.Add(SigninTTL)
 	if err := tx.SigninTokenInsert(ctx, hash, person, expires); err != nil {
-		return SigninRequest{}, err
+		return err
 	}
 	payload, err := json.Marshal(Signin{Token: token, ExpiresAt: expires})
 	if err != nil {
-		return SigninRequest{}, Errorf(EINTERNAL, "encode sign-in link: %v", err)
+		return Errorf(EINTERNAL, "encode sign-in link: %v", err)
 	}
 	if err := tx.OutboxInsert(ctx, &OutboxMessage{
 		ID: NewID("sig"), NaturalKey: "signin\x1f" + hex.EncodeToString(hash), Kind: OutboxSignin,
 		Recipient: person, Channel: ChannelEmail, Event: EventSignin, Payload: payload,
 		Status: OutboxPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
 	}); err != nil {
-		return SigninRequest{}, err
+		return err
 	}
-	if err := tx.Notify(ctx, TopicOutbox); err != nil {
-		return SigninRequest{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return SigninRequest{}, err
-	}
-	return SigninRequest{Person: person, Queued: true}, nil
+	return tx.Notify(ctx, TopicOutbox)
 }
 
 // UseSignin consumes a sign-in link and returns the person it was made for. Of any number

@@ -196,11 +196,19 @@ type Tx interface {
 	// OutboxAttemptFinish records the outcome and error of one attempt of a message.
 	OutboxAttemptFinish(ctx context.Context, id string, attempt int, outcome, errText string) error
 
-	// SigninTokenCountSinceForUpdate returns how many sign-in links were made for subject at
-	// or after since, and holds the subject's links against other transactions' requests
-	// until this one ends (PostgreSQL: a transaction-scoped advisory lock on the subject;
-	// SQLite's single writer does by itself), so the count and the insert after it are exact.
-	SigninTokenCountSinceForUpdate(ctx context.Context, subject string, since time.Time) (int, error)
+	// SigninAskCountsForUpdate returns the counts a request for a sign-in link is judged by
+	// (SigninCounts), and holds p.Subject's links against other transactions' requests until
+	// this one ends, so that the counts and the inserts after them are exact. PostgreSQL
+	// takes a transaction-scoped advisory lock on the subject, or on the client when the
+	// subject is "" (a request that matched nobody then queues behind nobody else's);
+	// SQLite's single writer orders every request by itself.
+	SigninAskCountsForUpdate(ctx context.Context, p SigninCountParams) (SigninCounts, error)
+	// SigninAskInsert records a request for a sign-in link for subject ("" for nobody) from
+	// client, made at Now.
+	SigninAskInsert(ctx context.Context, subject, client string) error
+	// SigninAskDeleteBefore deletes up to limit requests made before createdBefore and
+	// returns how many.
+	SigninAskDeleteBefore(ctx context.Context, createdBefore time.Time, limit int) (int, error)
 	// SigninTokenInsert stores a sign-in link's hash for subject, made at Now and expiring at
 	// expiresAt.
 	SigninTokenInsert(ctx context.Context, hash []byte, subject string, expiresAt time.Time) error

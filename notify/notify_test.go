@@ -579,7 +579,7 @@ func TestMail_SigninLink(t *testing.T) {
 			Channels: map[string][]string{"alice": {approval.ChannelEmail}},
 			Emails:   map[string]string{"alice": "alice@example.com"},
 		})
-		res, err := h.service().RequestSignin(t.Context(), "alice@example.com")
+		res, err := h.service().RequestSignin(t.Context(), "alice@example.com", "")
 		if err != nil || !res.Queued {
 			t.Fatalf("request a link: got %+v, %v", res, err)
 		}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,28 +18,36 @@ import (
 const (
 	LinksPerAddress    = 20
 	LinksAddressWindow = time.Hour
-	// maxTrackedAddresses bounds the memory of the counts: when that many addresses have
-	// asked within the window, further new addresses are refused until the window moves on.
-	maxTrackedAddresses = 100_000
+	// DefaultTrackedAddresses is LinksConfig.TrackedAddresses when it is 0.
+	DefaultTrackedAddresses = 100_000
 )
 
 // addrLimiter counts requests per client address in fixed windows. IPv6 addresses are counted
-// by their /64, which one client usually holds whole.
+// by their /64, which one client usually holds whole. It remembers at most size addresses:
+// when full, it forgets the address whose window began first, so that a new address is
+// always counted and never refused only because others filled the table. The price is that
+// an address forgotten early may ask again sooner; the per-person rules (approval.
+// RequestSignin) bound what reaches any one person whatever this table forgets.
 type addrLimiter struct {
 	limit  int
 	window time.Duration
+	size   int
 
 	mu     sync.Mutex
-	counts map[netip.Prefix]*addrCount
+	counts map[netip.Prefix]*list.Element // of *addrCount, in order
+	// order holds the counts by the start of their window, the earliest first.
+	order *list.List
 }
 
 type addrCount struct {
+	key   netip.Prefix
 	n     int
 	start time.Time
 }
 
-func newAddrLimiter(limit int, window time.Duration) *addrLimiter {
-	return &addrLimiter{limit: limit, window: window, counts: make(map[netip.Prefix]*addrCount)}
+func newAddrLimiter(limit int, window time.Duration, size int) *addrLimiter {
+	return &addrLimiter{limit: limit, window: window, size: max(size, 1),
+		counts: make(map[netip.Prefix]*list.Element), order: list.New()}
 }
 
 // allow counts one request from addr at now and reports whether it is within the limit, and
@@ -47,31 +56,25 @@ func (l *addrLimiter) allow(addr netip.Addr, now time.Time) (bool, time.Time) {
 	key := addrKey(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.counts[key]
-	if c == nil || !now.Before(c.start.Add(l.window)) {
-		if c == nil && len(l.counts) >= maxTrackedAddresses {
-			l.forget(now)
-			if len(l.counts) >= maxTrackedAddresses {
-				return false, now.Add(l.window)
-			}
+	e := l.counts[key]
+	switch {
+	case e == nil:
+		for l.order.Len() >= l.size {
+			delete(l.counts, l.order.Remove(l.order.Front()).(*addrCount).key)
 		}
-		c = &addrCount{start: now}
-		l.counts[key] = c
+		e = l.order.PushBack(&addrCount{key: key, start: now})
+		l.counts[key] = e
+	case !now.Before(e.Value.(*addrCount).start.Add(l.window)):
+		// A new window: the count starts again and goes to the back of the order.
+		*e.Value.(*addrCount) = addrCount{key: key, start: now}
+		l.order.MoveToBack(e)
 	}
+	c := e.Value.(*addrCount)
 	if c.n >= l.limit {
 		return false, c.start.Add(l.window)
 	}
 	c.n++
 	return true, time.Time{}
-}
-
-// forget drops the counts whose window has ended.
-func (l *addrLimiter) forget(now time.Time) {
-	for k, c := range l.counts {
-		if !now.Before(c.start.Add(l.window)) {
-			delete(l.counts, k)
-		}
-	}
 }
 
 // addrKey is the address counted: an IPv4 address itself, an IPv6 address's /64.

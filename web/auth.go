@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,12 +142,16 @@ func (s *Server) renderSignIn(w http.ResponseWriter, r *http.Request, status int
 	s.renderSignInPage(w, r, status, signInPage{Problem: problem})
 }
 
+// PreSignInTTL is how long a sign-in page's form may be posted: its token and the browser's
+// pre-sign-in cookie both end then.
+const PreSignInTTL = 30 * time.Minute
+
 // renderSignInPage renders the sign-in page p with a fresh form token bound to a fresh
 // pre-sign-in cookie.
 func (s *Server) renderSignInPage(w http.ResponseWriter, r *http.Request, status int, p signInPage) {
 	pre := randomString(18)
-	s.setCookie(w, r, preCookie, pre, 30*time.Minute)
-	p.Next, p.Token, p.OIDC, p.Links = safeNext(r.FormValue("next")), s.sign("signin", []byte(pre)), s.oidc != nil, s.links != nil
+	s.setCookie(w, r, preCookie, pre, PreSignInTTL)
+	p.Next, p.Token, p.OIDC, p.Links = safeNext(r.FormValue("next")), s.preSignInToken(pre), s.oidc != nil, s.links != nil
 	s.render(w, r, status, "signin", nil, p)
 }
 
@@ -184,10 +189,23 @@ func (s *Server) checkPreSignIn(r *http.Request) error {
 		return refuse
 	}
 	value, ok := s.verify("signin", r.PostFormValue("csrf"))
-	if !ok || string(value) != c.Value {
+	pre, issued, _ := strings.Cut(string(value), ".")
+	if !ok || pre != c.Value {
+		return refuse
+	}
+	// The cookie's Max-Age binds only a browser that honours it: the token's own time is
+	// what stops a page loaded once from being posted for ever.
+	secs, err := strconv.ParseInt(issued, 10, 64)
+	if err != nil || !s.now().Before(time.Unix(secs, 0).Add(PreSignInTTL)) {
 		return refuse
 	}
 	return nil
+}
+
+// preSignInToken is the sign-in form's token: the pre-sign-in cookie's value and the time
+// it was issued, signed.
+func (s *Server) preSignInToken(pre string) string {
+	return s.sign("signin", []byte(pre+"."+strconv.FormatInt(s.now().Unix(), 10)))
 }
 
 // handleSignOut is POST /ui/signout: the session cookie is cleared.

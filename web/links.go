@@ -19,6 +19,10 @@ type LinksConfig struct {
 	// when counting requests per client address (LinksPerAddress); empty, the connection's
 	// peer is the client.
 	TrustedProxies []netip.Prefix
+	// TrackedAddresses bounds how many client addresses the per-address count remembers;
+	// 0 = DefaultTrackedAddresses. When it is full, the address whose window began first is
+	// forgotten to make room.
+	TrackedAddresses int
 }
 
 // role is the role of a person signed in by a link.
@@ -48,7 +52,9 @@ func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
 	// Counted per client address before anything is looked up, so that the answer, 429 or
 	// not, says nothing about who has an account.
 	addr, ok := clientAddr(r, s.links.TrustedProxies)
+	client := ""
 	if ok {
+		client = addrKey(addr).String()
 		if allowed, retry := s.linkAddrs.allow(addr, s.now()); !allowed {
 			s.log.Warn("sign-in links limited for a client address", "addr", addr.String())
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(retry.Sub(s.now()).Seconds()+0.5))))
@@ -56,7 +62,9 @@ func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.svc.RequestSignin(r.Context(), r.PostFormValue("who"))
+	// The rules count a person's links per client too, by the same address, so that a
+	// stranger asking for someone does not spend the allowance of that person's own client.
+	res, err := s.svc.RequestSignin(r.Context(), r.PostFormValue("who"), client)
 	if approval.ErrorCode(err) == approval.EINVALID {
 		s.renderSignIn(w, r, http.StatusBadRequest, "Enter your name or e-mail address, on one line.")
 		return

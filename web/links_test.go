@@ -8,11 +8,15 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
 )
 
@@ -172,4 +176,246 @@ func TestSignInLinkPerAddress(t *testing.T) {
 	}
 	must(t, ask("[2001:db8:1:2::ffff]:443", "nobody").Code == http.StatusTooManyRequests, "another address of the same /64: want 429")
 	must(t, ask("[2001:db8:1:3::1]:443", "nobody").Code == http.StatusOK, "another /64: want 200")
+}
+
+// TestSignInFormExpires: the sign-in form's token carries the time it was issued and is
+// refused once web.PreSignInTTL has passed on the server's clock, even with its pre-sign-in
+// cookie: a page loaded once cannot be replayed for ever.
+func TestSignInFormExpires(t *testing.T) {
+	t.Parallel()
+	clock := storetest.NewClock(approval.Now())
+	f := setupRouted(t, testdb.SQLite, linkRouting, func(cfg *web.Config, base string) {
+		cfg.Now = clock.Now
+		cfg.Links = &web.LinksConfig{}
+	})
+	// Three browsers load the sign-in page at once; every answer renders a new form, so
+	// each posts the form it loaded once.
+	early, late, byToken := f.browser(), f.browser(), f.browser()
+	forms := map[*browser]string{}
+	for _, b := range []*browser{early, late, byToken} {
+		forms[b] = field(t, b.get("/ui/signin").body, "csrf")
+	}
+	ask := func(b *browser) page {
+		t.Helper()
+		return b.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {forms[b]}, "who": {"nobody"}})
+	}
+	clock.Advance(web.PreSignInTTL - time.Second)
+	must(t, ask(early).status == http.StatusOK, "the form just before its expiry is refused")
+	clock.Advance(time.Second)
+	p := ask(late)
+	must(t, p.status == http.StatusForbidden, "the form at its expiry: status %d, want 403", p.status)
+	must(t, strings.Contains(p.body, "reload the sign-in page"), "the refusal says %s", p.body)
+	tok := byToken.do(http.MethodPost, "/ui/signin/token", url.Values{"csrf": {forms[byToken]}, "token": {f.token("ana", approval.RoleApprover)}})
+	must(t, tok.status == http.StatusForbidden, "the token form at its expiry: status %d, want 403", tok.status)
+	// Reloading the page gives a form that works again.
+	fresh := field(t, late.get("/ui/signin").body, "csrf")
+	must(t, late.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {fresh}, "who": {"nobody"}}).status == http.StatusOK, "a fresh form is refused")
+}
+
+// TestSignInLinkAddressTableFull: when as many addresses have asked as the per-address table
+// holds, a new address is still counted, from its first ask to its limit, by forgetting the
+// address whose window began first; a full table never refuses an address that has not asked.
+func TestSignInLinkAddressTableFull(t *testing.T) {
+	t.Parallel()
+	const tracked = 4
+	f := setupRouted(t, testdb.SQLite, linkRouting, func(cfg *web.Config, base string) {
+		cfg.Links = &web.LinksConfig{TrackedAddresses: tracked}
+	})
+	h := f.srv.Config.Handler
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/signin", nil))
+	cookies, csrf := rec.Result().Cookies(), field(t, rec.Body.String(), "csrf")
+	ask := func(remote string) int {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/ui/signin/email", strings.NewReader(url.Values{"csrf": {csrf}, "who": {"nobody"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "text/html")
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// The table fills, then many more addresses than it holds ask, each once.
+	for i := range 3 * tracked {
+		code := ask(fmt.Sprintf("198.51.100.%d:1000", i+1))
+		must(t, code == http.StatusOK, "address %d's first ask with the table full: status %d, want 200", i+1, code)
+	}
+	// The newest address is counted: it reaches its limit like any other.
+	const newest = "203.0.113.9:2000"
+	for i := range web.LinksPerAddress {
+		must(t, ask(newest) == http.StatusOK, "the newest address's ask %d refused", i+1)
+	}
+	must(t, ask(newest) == http.StatusTooManyRequests, "the newest address past its limit: want 429")
+}
+
+// askFrom asks for a sign-in link for who through the sign-in page, as the client at addr
+// behind the trusted loopback proxy of setupProxied.
+func (b *browser) askFrom(who, addr string) page {
+	b.f.tb.Helper()
+	p := b.do(http.MethodGet, "/ui/signin", nil, "X-Forwarded-For", addr)
+	return b.do(http.MethodPost, "/ui/signin/email", url.Values{"csrf": {field(b.f.tb, p.body, "csrf")}, "who": {who}}, "X-Forwarded-For", addr)
+}
+
+// setupProxied is setupLinks behind a trusted proxy on loopback, so that a test names each
+// request's client address in X-Forwarded-For.
+func setupProxied(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string)) *fixture {
+	return setupRouted(tb, kind, linkRouting, append([]func(*web.Config, string){func(cfg *web.Config, base string) {
+		cfg.Links = &web.LinksConfig{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	}}, opts...)...)
+}
+
+// TestSignInLinkStrangerCannotLockOut: a stranger asking for alice, from one address and then
+// from many, spends its own allowance, not hers: alice asking from her own address can still
+// sign in, by a link made for her request or, when strangers have just had one made, by that
+// fresh one in her mailbox. Every answer is the same.
+func TestSignInLinkStrangerCannotLockOut(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		f := setupProxied(t, kind)
+		stranger, alice := f.browser(), f.browser()
+		want := textOf(stranger.askFrom("nobody", "192.0.2.1").body)
+		answer := func(p page) {
+			t.Helper()
+			must(t, p.status == http.StatusOK && textOf(p.body) == want, "an ask answered %d %q, want 200 %q", p.status, textOf(p.body), want)
+		}
+
+		// One stranger's client spends all it can on alice.
+		for range 2 * approval.SigninLimit {
+			answer(stranger.askFrom("alice", "203.0.113.66"))
+		}
+		before := len(f.linkTokens())
+		must(t, before < approval.SigninLimit, "one client had %d links made for alice, the limit of everyone", before)
+		answer(alice.askFrom("alice@example.com", "198.51.100.7"))
+		tokens := f.linkTokens()
+		must(t, len(tokens) == before+1, "alice's own ask after a stranger's: mails %d, want %d (a link for her)", len(tokens), before+1)
+		alice.useLink(tokens[0], "alice")
+
+		// Many strangers' clients together: alice's next ask may be dropped, but a link made
+		// just now is in her mailbox and works.
+		for i := range 3 * approval.SigninLimit {
+			answer(stranger.askFrom("alice", fmt.Sprintf("203.0.113.%d", 100+i)))
+		}
+		answer(alice.askFrom("alice", "198.51.100.7"))
+		f.browser().useLink(f.linkTokens()[0], "alice")
+	})
+}
+
+// useLink signs in with a sign-in link's token through its page and checks that the session
+// is person's.
+func (b *browser) useLink(token, person string) {
+	b.f.tb.Helper()
+	p := b.get(web.SigninLinkPath(token))
+	used := b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(b.f.tb, p.body, "csrf")}, "t": {token}})
+	must(b.f.tb, used.status == http.StatusSeeOther && used.header.Get("Location") == "/ui/", "use %s's link: status %d to %q", person, used.status, used.header.Get("Location"))
+	home := b.get("/ui/")
+	must(b.f.tb, home.status == http.StatusOK && strings.Contains(home.body, person), "after %s's link: status %d", person, home.status)
+}
+
+// storeCalls records the store calls of the rules that tell a request for a sign-in link
+// that made a link from one that made none.
+type storeCalls struct {
+	approval.Store
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *storeCalls) add(call string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, call)
+}
+
+// take returns the calls recorded since the last take.
+func (s *storeCalls) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	calls := s.calls
+	s.calls = nil
+	return calls
+}
+
+func (s *storeCalls) Begin(ctx context.Context) (approval.Tx, error) {
+	s.add("Begin")
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &txCalls{Tx: tx, s: s}, nil
+}
+
+type txCalls struct {
+	approval.Tx
+	s *storeCalls
+}
+
+func (t *txCalls) SigninAskCountsForUpdate(ctx context.Context, p approval.SigninCountParams) (approval.SigninCounts, error) {
+	t.s.add("SigninAskCountsForUpdate")
+	return t.Tx.SigninAskCountsForUpdate(ctx, p)
+}
+
+func (t *txCalls) SigninAskInsert(ctx context.Context, subject, client string) error {
+	t.s.add("SigninAskInsert")
+	return t.Tx.SigninAskInsert(ctx, subject, client)
+}
+
+func (t *txCalls) SigninTokenInsert(ctx context.Context, hash []byte, subject string, expiresAt time.Time) error {
+	t.s.add("SigninTokenInsert")
+	return t.Tx.SigninTokenInsert(ctx, hash, subject, expiresAt)
+}
+
+func (t *txCalls) OutboxInsert(ctx context.Context, m *approval.OutboxMessage) error {
+	t.s.add("OutboxInsert")
+	return t.Tx.OutboxInsert(ctx, m)
+}
+
+func (t *txCalls) Notify(ctx context.Context, topic string) error {
+	t.s.add("Notify")
+	return t.Tx.Notify(ctx, topic)
+}
+
+func (t *txCalls) Commit(ctx context.Context) error {
+	t.s.add("Commit")
+	return t.Tx.Commit(ctx)
+}
+
+// TestSignInLinkSameWork: a request for a name nobody has does the same store calls as one
+// for a person, but for the link and its mail: the same write transaction, committed, so
+// that how long the answer takes does not tell whether the name exists. A request a limit
+// holds back does the same as one for nobody.
+func TestSignInLinkSameWork(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		var rec *storeCalls
+		f := setupProxied(t, kind, func(cfg *web.Config, base string) {
+			rec = &storeCalls{Store: cfg.Store}
+			cfg.Service = &approval.Service{Store: rec}
+		})
+		b := f.browser()
+		ask := func(who string) []string {
+			t.Helper()
+			rec.take()
+			b.askFrom(who, "192.0.2.9")
+			return rec.take()
+		}
+		link := []string{"SigninTokenInsert", "OutboxInsert", "Notify"}
+		hit := ask("alice")
+		must(t, len(f.linkTokens()) == 1, "alice's ask made no link")
+		withoutLink := slices.DeleteFunc(slices.Clone(hit), func(c string) bool { return slices.Contains(link, c) })
+		must(t, len(withoutLink) == len(hit)-len(link), "a link made with calls %v, want %v among them", hit, link)
+		must(t, slices.Equal(withoutLink, []string{"Begin", "SigninAskCountsForUpdate", "SigninAskInsert", "Commit"}),
+			"a link made with calls %v, want the request counted and recorded in one committed transaction", hit)
+		for _, who := range []string{"mallory", "mallory@example.com", "nobody.at.all@example.org"} {
+			miss := ask(who)
+			must(t, slices.Equal(miss, withoutLink), "an ask for %q made the calls %v; one for alice %v (%v without the link)", who, miss, hit, withoutLink)
+		}
+		// The same client asking for alice past its allowance: held back, the same calls.
+		for range 2 * approval.SigninLimit {
+			if got := ask("alice"); !slices.Contains(got, "SigninTokenInsert") {
+				must(t, slices.Equal(got, withoutLink), "a held-back ask made the calls %v, want %v", got, withoutLink)
+			}
+		}
+	})
 }

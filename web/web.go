@@ -118,10 +118,15 @@ func New(cfg Config) (*Server, error) {
 		links:      cfg.Links,
 		mux:        http.NewServeMux(),
 		forms:      newSubmitted(),
-		linkAddrs:  newAddrLimiter(LinksPerAddress, LinksAddressWindow),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Links != nil {
+		if cfg.Links.TrackedAddresses < 0 {
+			return nil, fmt.Errorf("links: tracked addresses %d, want 0 (the default) or more", cfg.Links.TrackedAddresses)
+		}
+		s.linkAddrs = newAddrLimiter(LinksPerAddress, LinksAddressWindow, cmp.Or(cfg.Links.TrackedAddresses, DefaultTrackedAddresses))
 	}
 	if s.now == nil {
 		s.now = approval.Now

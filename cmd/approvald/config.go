@@ -123,6 +123,10 @@ type SigninLinksConfig struct {
 	// are counted per client address. Empty: the connection's peer is the client, and
 	// X-Forwarded-For is ignored.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// TrackedAddresses bounds how many client addresses the per-address count of sign-in
+	// link requests remembers; when full, the address whose count began first is forgotten.
+	// 0 means web.DefaultTrackedAddresses.
+	TrackedAddresses int `yaml:"tracked_addresses"`
 }
 
 // trustedProxies parses TrustedProxies; Validate has checked them.

@@ -328,6 +328,10 @@ func TestConfig_Validate(t *testing.T) {
 		{"callback origin user", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"https://u@ci.example.com"} }, "callbacks.allowed_origins[0]", ErrInvalidOrigin},
 		{"callback origin http", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"http://ci.example.com"} }, "callbacks.allowed_origins[0]", ErrHTTPOrigin},
 		{"callback origin http loopback without opt-in", func(c *Config) { c.Callbacks.AllowedOrigins = []string{"http://127.0.0.1:8080"} }, "callbacks.allowed_origins[0]", ErrHTTPOrigin},
+		{"tracked addresses negative", func(c *Config) {
+			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
+			c.Web.SigninLinks = &SigninLinksConfig{TrackedAddresses: -1}
+		}, "web.signin_links.tracked_addresses", ErrNegative},
 
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},

@@ -116,6 +116,9 @@ func (c *Config) validateNotifications() error {
 		if _, err := l.trustedProxies(); err != nil {
 			return err
 		}
+		if l.TrackedAddresses < 0 {
+			return fmt.Errorf("web.signin_links.tracked_addresses: %w", ErrNegative)
+		}
 	}
 	if len(c.Callbacks.AllowedHosts) > 0 {
 		return fmt.Errorf("callbacks.allowed_hosts: %w", ErrAllowedHosts)

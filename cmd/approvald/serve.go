@@ -434,7 +434,7 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 	if l := w.SigninLinks; l != nil {
 		// Validate has checked the prefixes.
 		proxies, _ := l.trustedProxies()
-		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins, TrustedProxies: proxies}
+		cfg.Links = &web.LinksConfig{Operators: l.Operators, Admins: l.Admins, TrustedProxies: proxies, TrackedAddresses: l.TrackedAddresses}
 	}
 	if o := w.OIDC; o != nil {
 		cfg.OIDC = &web.OIDCConfig{

@@ -446,13 +446,34 @@ func (t Tx) OutboxAttemptFinish(ctx context.Context, id string, attempt int, out
 		id, attempt, t.Dialect.Time(t.At), outcome, errText)
 }
 
-// SigninTokenCountSinceForUpdate counts the subject's recent links. It takes no lock:
-// PostgreSQL takes one on the subject first, SQLite's writer orders every request.
-func (t Tx) SigninTokenCountSinceForUpdate(ctx context.Context, subject string, since time.Time) (int, error) {
-	list, err := query(ctx, t, `SELECT count(*) FROM signin_tokens WHERE subject = $1 AND created_at >= $2`,
-		func(row Row) (n int, err error) { return n, row.Scan(&n) }, subject, t.Dialect.Time(since))
-	n, err := first(list, err)("no count")
-	return n, t.Translate("count sign-in links", err)
+// SigninAskCountsForUpdate counts in one statement. It takes no lock: PostgreSQL takes one
+// first, SQLite's writer orders every request.
+func (t Tx) SigninAskCountsForUpdate(ctx context.Context, p approval.SigninCountParams) (approval.SigninCounts, error) {
+	d := t.Dialect
+	list, err := query(ctx, t, `
+		SELECT
+			(SELECT count(*) FROM signin_asks WHERE subject = $1 AND client = $2 AND created_at >= $3),
+			(SELECT count(*) FROM signin_tokens WHERE subject = $1 AND created_at >= $3),
+			(SELECT count(*) FROM signin_tokens WHERE subject = $1 AND created_at > $4 AND used_at IS NULL)`,
+		func(row Row) (c approval.SigninCounts, err error) {
+			return c, row.Scan(&c.ClientAsks, &c.Links, &c.RecentUnused)
+		}, p.Subject, p.Client, d.Time(p.Since), d.Time(p.RecentSince))
+	c, err := first(list, err)("no counts")
+	return c, t.Translate("count sign-in requests", err)
+}
+
+func (t Tx) SigninAskInsert(ctx context.Context, subject, client string) error {
+	return t.write(ctx, "insert sign-in request", `
+		INSERT INTO signin_asks (subject, client, created_at) VALUES ($1, $2, $3)`,
+		subject, client, t.Dialect.Time(t.At))
+}
+
+func (t Tx) SigninAskDeleteBefore(ctx context.Context, createdBefore time.Time, limit int) (int, error) {
+	n, err := t.exec(ctx, "purge sign-in requests", `
+		DELETE FROM signin_asks WHERE id IN (
+			SELECT id FROM signin_asks WHERE created_at < $1 LIMIT $2)`,
+		t.Dialect.Time(createdBefore), limit)
+	return int(n), err
 }
 
 func (t Tx) SigninTokenInsert(ctx context.Context, hash []byte, subject string, expiresAt time.Time) error {
