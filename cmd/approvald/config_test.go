@@ -56,6 +56,7 @@ func TestParseConfig(t *testing.T) {
 		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
 		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
+		Limits:      DefaultConfig().Limits,
 		Sources: []SourceConfig{{
 			Name:      "chat",
 			Scheme:    "standard-webhooks",
@@ -320,6 +321,13 @@ func TestConfig_Validate(t *testing.T) {
 		}, "web.signin_links.trusted_proxies[1]", ErrInvalidPrefix},
 		{"callback host wildcard", func(c *Config) { c.Callbacks.AllowedHosts = []string{"ci.example.com", "*"} }, "callbacks.allowed_hosts[1]", ErrInvalidDomain},
 		{"callback host url", func(c *Config) { c.Callbacks.AllowedHosts = []string{"https://ci.example.com"} }, "callbacks.allowed_hosts[0]", ErrInvalidDomain},
+
+		{"zero connections", func(c *Config) { c.Limits.MaxConnections = 0 }, "limits.max_connections", ErrNotPositive},
+		{"zero requests in flight", func(c *Config) { c.Limits.MaxInflightRequests = 0 }, "limits.max_inflight_requests", ErrNotPositive},
+		{"requests above connections", func(c *Config) { c.Limits.MaxInflightRequests = c.Limits.MaxConnections + 1 }, "limits.max_inflight_requests", ErrAboveConnections},
+		{"negative body budget", func(c *Config) { c.Limits.MaxInflightBodyBytes = -1 }, "limits.max_inflight_body_bytes", ErrNotPositive},
+		{"body budget below a default max body", func(c *Config) { c.Limits.MaxInflightBodyBytes = DefaultSourceMaxBody - 1 }, "limits.max_inflight_body_bytes", ErrBelowMaxBody},
+		{"body budget below a max body", func(c *Config) { c.Sources[0].MaxBody = c.Limits.MaxInflightBodyBytes + 1 }, "limits.max_inflight_body_bytes", ErrBelowMaxBody},
 
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},
