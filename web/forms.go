@@ -29,12 +29,13 @@ type BodyBudget interface {
 	Reserve(n int64) (release func(), ok bool)
 }
 
-// formLimit is the limit of a form posted to path.
-func formLimit(path string) int64 {
+// formLimit is the limit of a form posted to path, and whether it is a sign-in form, posted
+// by someone not yet known.
+func formLimit(path string) (limit int64, signin bool) {
 	if strings.HasPrefix(path, Prefix+"signin/") {
-		return maxSigninFormBody
+		return maxSigninFormBody, true
 	}
-	return maxFormBody
+	return maxFormBody, false
 }
 
 // readForm parses a form post within its limit, after the checks that cost nothing: a body
@@ -44,7 +45,7 @@ func formLimit(path string) int64 {
 // the limit is ETOOLARGE. On a refusal the connection is closed after the answer, so that
 // net/http does not read the rest of the body either.
 func (s *Server) readForm(w http.ResponseWriter, r *http.Request) error {
-	limit := formLimit(r.URL.Path)
+	limit, signin := formLimit(r.URL.Path)
 	if err := checkFormType(r); err != nil {
 		w.Header().Set("Connection", "close")
 		return err
@@ -54,7 +55,7 @@ func (s *Server) readForm(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Connection", "close")
 		return tooLarge
 	}
-	if s.bodies != nil && limit == maxSigninFormBody {
+	if s.bodies != nil && signin {
 		size := limit
 		if r.ContentLength >= 0 {
 			size = r.ContentLength

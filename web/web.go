@@ -242,7 +242,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	if r.Method == http.MethodPost {
 		// Every form is read within its limit, by readForm or by whatever else reads it.
-		r.Body = http.MaxBytesReader(w, r.Body, formLimit(r.URL.Path))
+		limit, _ := formLimit(r.URL.Path)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
 	s.cop.Handler(s.mux).ServeHTTP(w, r)
 }
