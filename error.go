@@ -27,7 +27,8 @@ type Error struct {
 
 	// Approval, when set on a conflict, is the current state the caller lost against.
 	Approval *Approval
-	// RetryAfter, when set on a conflict, tells the caller when to try again.
+	// RetryAfter, when set on a conflict or an unavailable, tells the caller when to try
+	// again.
 	RetryAfter time.Duration
 }
 

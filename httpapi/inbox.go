@@ -54,10 +54,11 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.ENOTFOUND, "no webhook source named %q", r.PathValue("source")))
 		return
 	}
-	e, err := s.verifyDelivery(w, r, src)
+	e, release, err := s.verifyDelivery(w, r, src)
 	if err != nil {
-		// A misconfigured verifier is our fault (500, logged by writeError), not a refusal.
-		if approval.ErrorCode(err) != approval.EINTERNAL {
+		// A misconfigured verifier is our fault (500, logged by writeError), and a full body
+		// budget is ours to relieve (503): neither is a refusal of the delivery.
+		if code := approval.ErrorCode(err); code != approval.EINTERNAL && code != approval.EUNAVAILABLE {
 			s.metrics.received.WithLabelValues(src.Name, receivedRejected).Inc()
 			// The reason is caller-safe (it never holds a secret); the access line has the status.
 			s.info(r).log.Info("webhook refused", slog.String("source", src.Name), slog.String("reason", approval.ErrorMessage(err)))
@@ -65,6 +66,7 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	defer release() // the body is held until it is stored
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), intakeTimeout)
 	defer cancel()
@@ -96,12 +98,39 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, answer)
 }
 
-// verifyDelivery reads and verifies a delivery from src and returns the event to store. The
-// body is read through a limit before any HMAC work, so an oversized body costs at most
-// MaxBody bytes of reading: ETOOLARGE. Verification errors are the Verifier's: EINVALID for
-// a missing or malformed header, EUNAUTHORIZED for a bad signature or timestamp.
-func (s *Server) verifyDelivery(w http.ResponseWriter, r *http.Request, src *Source) (*approval.InboxEvent, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, src.MaxBody))
+// verifyDelivery reads and verifies a delivery from src and returns the event to store, and
+// the release of the body's place in the server's budget, to call once the event is stored.
+// A body declared larger than MaxBody is refused before anything is read, and one that turns
+// out larger is refused at MaxBody bytes, before any HMAC work: ETOOLARGE. Then the body's
+// bytes (its Content-Length, or MaxBody when it declares none) are reserved from the budget
+// of unauthenticated bodies before a byte is read: EUNAVAILABLE, with Retry-After, when the
+// budget has no room. Verification errors are the Verifier's: EINVALID for a missing or
+// malformed header, EUNAUTHORIZED for a bad signature or timestamp.
+func (s *Server) verifyDelivery(w http.ResponseWriter, r *http.Request, src *Source) (*approval.InboxEvent, func(), error) {
+	if r.ContentLength > src.MaxBody {
+		w.Header().Set("Connection", "close") // what is left of the body is not read
+		return nil, nil, approval.Errorf(approval.ETOOLARGE, "body is larger than %d bytes", src.MaxBody)
+	}
+	size := src.MaxBody
+	if r.ContentLength >= 0 {
+		size = r.ContentLength
+	}
+	release, ok := s.bodies.Reserve(size)
+	if !ok {
+		w.Header().Set("Connection", "close")
+		return nil, nil, errBudget()
+	}
+	e, err := s.readDelivery(w, r, src, size)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return e, release, nil
+}
+
+// readDelivery reads a delivery of at most size bytes and verifies it.
+func (s *Server) readDelivery(w http.ResponseWriter, r *http.Request, src *Source, size int64) (*approval.InboxEvent, error) {
+	body, err := readAtMost(http.MaxBytesReader(w, r.Body, src.MaxBody), size)
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, approval.Errorf(approval.ETOOLARGE, "body is larger than %d bytes", src.MaxBody)
@@ -123,6 +152,35 @@ func (s *Server) verifyDelivery(w http.ResponseWriter, r *http.Request, src *Sou
 		Body:       body,
 		ReceivedAt: now,
 	}, nil
+}
+
+// readAtMost reads r to its end. Its buffer grows with what arrives, doubling from a few
+// KiB up to size at most, so that a sender that declares a large body and sends it slowly
+// holds only about what it has sent; the budget counts size. r must itself refuse more than
+// the caller accepts (http.MaxBytesReader); the result is never nil.
+func readAtMost(r io.Reader, size int64) ([]byte, error) {
+	const first = 4 << 10
+	buf := make([]byte, 0, min(max(size, 1), first))
+	for {
+		if len(buf) == cap(buf) {
+			// Room for one byte past size, so that a body longer than declared (only a
+			// chunked body can be) is seen by r's own limit rather than cut here.
+			next := min(2*int64(cap(buf)), size+1)
+			if next <= int64(cap(buf)) {
+				next = int64(cap(buf)) + first
+			}
+			grown := make([]byte, len(buf), next)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		} else if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // eventType reads the type that picks the event's handler: the top-level "type" of the JSON

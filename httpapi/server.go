@@ -74,6 +74,10 @@ type Config struct {
 	LongPollInterval time.Duration        // how often ?wait= re-reads the store; 0 = 1s
 	Sources          []Source             // webhook sources, served at POST /v1/inbox/{name}
 	Failpoints       *failpoint.Set       // nil = none
+	// Bodies is the budget of the bodies read before their sender is known, shared with
+	// whatever else the process serves (the sign-in forms); nil = a budget of
+	// DefaultMaxInflightBodyBytes for this Server alone.
+	Bodies *BodyBudget
 	// CountsInterval is how often RunCounts reads the counts of the statuses outside the
 	// backlog for /metrics (so how stale they may be); 0 = DefaultCountsInterval.
 	CountsInterval time.Duration
@@ -113,6 +117,7 @@ type Server struct {
 	sources      map[string]*Source // by name
 	sourceOrder  []*Source          // as configured, for GET /v1/sources
 	failpoints   *failpoint.Set
+	bodies       *BodyBudget
 
 	mux     *http.ServeMux
 	metrics *metrics
@@ -138,7 +143,11 @@ func New(cfg Config) *Server {
 		pollInterval: cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
 		sources:      make(map[string]*Source, len(cfg.Sources)),
 		failpoints:   cfg.Failpoints,
+		bodies:       cfg.Bodies,
 		mux:          http.NewServeMux(),
+	}
+	if s.bodies == nil {
+		s.bodies = NewBodyBudget(DefaultMaxInflightBodyBytes)
 	}
 	for i := range cfg.Sources {
 		src := cfg.Sources[i] // a copy: the caller's slice may change after New

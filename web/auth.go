@@ -158,7 +158,7 @@ func (s *Server) renderSignInPage(w http.ResponseWriter, r *http.Request, status
 // handleSignInToken is POST /ui/signin/token: an API token pasted into the form becomes a
 // session with the token's subject and role.
 func (s *Server) handleSignInToken(w http.ResponseWriter, r *http.Request) {
-	if err := s.checkPreSignIn(r); err != nil {
+	if err := s.checkPreSignIn(w, r); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -181,12 +181,17 @@ func (s *Server) handleSignInToken(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkPreSignIn refuses a sign-in post that does not come from a sign-in page this browser
-// loaded: its token must sign the browser's pre-sign-in cookie.
-func (s *Server) checkPreSignIn(r *http.Request) error {
+// loaded: its token must sign the browser's pre-sign-in cookie. The form is read only when
+// the cookie is there (readForm).
+func (s *Server) checkPreSignIn(w http.ResponseWriter, r *http.Request) error {
 	refuse := approval.Errorf(approval.EFORBIDDEN, "the sign-in form's token is missing or wrong; reload the sign-in page")
 	c, err := r.Cookie(preCookie)
 	if err != nil {
+		w.Header().Set("Connection", "close") // the body is not read
 		return refuse
+	}
+	if err := s.readForm(w, r); err != nil {
+		return err
 	}
 	value, ok := s.verify("signin", r.PostFormValue("csrf"))
 	pre, issued, _ := strings.Cut(string(value), ".")

@@ -45,7 +45,7 @@ func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in links are not enabled"))
 		return
 	}
-	if err := s.checkPreSignIn(r); err != nil {
+	if err := s.checkPreSignIn(w, r); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -99,7 +99,7 @@ func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in links are not enabled"))
 		return
 	}
-	if err := s.checkPreSignIn(r); err != nil {
+	if err := s.checkPreSignIn(w, r); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -91,9 +91,8 @@ func (s *Server) operatorForm(w http.ResponseWriter, r *http.Request, sess *sess
 	if !p.MayOperate() {
 		return p, approval.Cause{}, approval.Errorf(approval.EFORBIDDEN, "role %s may not manage executions or the inbox", p.Role)
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
-	if err := r.ParseForm(); err != nil {
-		return p, approval.Cause{}, approval.Errorf(approval.EINVALID, "the form could not be read")
+	if err := s.readForm(w, r); err != nil {
+		return p, approval.Cause{}, err
 	}
 	if err := s.checkForm(r, sess); err != nil {
 		return p, approval.Cause{}, err

@@ -170,18 +170,14 @@ func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*a
 	return page, nil
 }
 
-// maxFormBody bounds a form post, as the API bounds a JSON body.
-const maxFormBody = 64 << 10
-
 // handleDecide is POST /ui/approvals/{id}/approve and /reject. The form's decision token must
 // be valid for this session and approval; the vote goes through Service.Decide, and the
 // browser is sent (303) to the answer page, which says what happened. A second submit of
 // the same form in this process waits for the first and is sent to the same answer.
 func (s *Server) handleDecide(verdict approval.Verdict) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
-		r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
-		if err := r.ParseForm(); err != nil {
-			s.fail(w, r, approval.Errorf(approval.EINVALID, "the form could not be read"))
+		if err := s.readForm(w, r); err != nil {
+			s.fail(w, r, err)
 			return
 		}
 		id := r.PathValue("id")

@@ -19,8 +19,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +72,9 @@ type Config struct {
 	OIDC *OIDCConfig
 	// Links enables sign-in links by e-mail (docs/web.md, "Sign-in links"); nil offers none.
 	Links *LinksConfig
+	// Bodies is the budget that sign-in forms reserve their bytes from while they are read,
+	// the process's budget of unauthenticated bodies; nil = none beyond the forms' limit.
+	Bodies BodyBudget
 
 	LongPollInterval time.Duration // how often the page's long-poll re-reads; 0 = 500ms
 	LongPollWait     time.Duration // how long one long-poll waits; 0 = 25s
@@ -91,6 +96,7 @@ type Server struct {
 	secure     bool
 	oidc       *oidcClient
 	links      *LinksConfig
+	bodies     BodyBudget
 	pollEvery  time.Duration
 	pollWait   time.Duration
 	stuckAfter time.Duration
@@ -116,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 		pollWait:   cmp.Or(cfg.LongPollWait, DefaultLongPollWait),
 		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter),
 		links:      cfg.Links,
+		bodies:     cfg.Bodies,
 		mux:        http.NewServeMux(),
 		forms:      newSubmitted(),
 	}
@@ -238,6 +245,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := approval.NewID("req")
 	h.Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	if r.Method == http.MethodPost {
+		// Every form is read within its limit, by readForm or by whatever else reads it.
+		limit, _ := formLimit(r.URL.Path)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+	}
 	s.cop.Handler(s.mux).ServeHTTP(w, r)
 }
 
@@ -268,6 +280,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	detail := approval.ErrorMessage(err)
 	id, _ := r.Context().Value(requestIDKey{}).(string)
+	if e := approval.AsError(err); e != nil && e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
 	if code == approval.EINTERNAL || code == approval.EUNAVAILABLE {
 		s.log.Error("web request failed", "request_id", id, "path", r.URL.Path, "error", err)
 		if code == approval.EINTERNAL {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -61,6 +63,10 @@ var (
 	ErrInvalidOrigin  = errors.New("must be a scheme, a host and an optional port, such as https://ci.example.com or https://hooks.example.com:8443")
 	ErrHTTPOrigin     = errors.New("plain http is allowed only to a loopback host, with callbacks.allow_http_loopback")
 	ErrAllowedHosts   = errors.New("entries must name scheme, host and port: list them in callbacks.allowed_origins, such as https://ci.example.com:443")
+	// ErrAboveConnections: a request needs a connection, so a larger limit would never apply.
+	ErrAboveConnections = errors.New("must not be more than limits.max_connections")
+	// ErrBelowMaxBody: a delivery of the source's largest size could never be read.
+	ErrBelowMaxBody = errors.New("must be at least the max_body of every source")
 )
 
 // Webhook schemes a source may use.
@@ -86,6 +92,22 @@ type Config struct {
 	Notifications NotificationsConfig `yaml:"notifications"`
 	Callbacks     CallbacksConfig     `yaml:"callbacks"`
 	Log           LogConfig           `yaml:"log"`
+	Limits        LimitsConfig        `yaml:"limits"`
+}
+
+// LimitsConfig bounds what clients may hold of the server at once (docs/security.md, "Memory
+// under hostile load"). Past each, a client is answered 503 with Retry-After.
+type LimitsConfig struct {
+	// MaxConnections is how many connections may be open at once; one accepted past it is
+	// answered 503 and closed without its request being read.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxInflightRequests is how many requests may be answered at once, long-polls included;
+	// at most MaxConnections.
+	MaxInflightRequests int `yaml:"max_inflight_requests"`
+	// MaxInflightBodyBytes is the budget of the request bodies read before their sender is
+	// known (webhook deliveries, sign-in forms), all together; at least every source's
+	// max_body, so that a delivery of any allowed size can be read.
+	MaxInflightBodyBytes int64 `yaml:"max_inflight_body_bytes"`
 }
 
 // LogConfig tunes serve's log (docs/operations.md, "Logs").
@@ -237,6 +259,11 @@ func DefaultConfig() Config {
 		Workers:     WorkersConfig{Lease: DefaultWorkerLease, Poll: DefaultWorkerPoll, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: DefaultIdempotencyLease},
 		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
+		Limits: LimitsConfig{
+			MaxConnections:       httpapi.DefaultMaxConnections,
+			MaxInflightRequests:  httpapi.DefaultMaxInflightRequests,
+			MaxInflightBodyBytes: httpapi.DefaultMaxInflightBodyBytes,
+		},
 	}
 }
 
@@ -427,6 +454,10 @@ func (c *Config) Validate() error {
 		}
 	}
 
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
+
 	if err := c.Web.validate(); err != nil {
 		return fmt.Errorf("web.%w", err)
 	}
@@ -464,6 +495,27 @@ func (c *Config) Validate() error {
 			if err := v.Validate(); err != nil {
 				return fmt.Errorf("%s.secret: %w", field, ErrInvalidSecret)
 			}
+		}
+	}
+	return nil
+}
+
+// validateLimits checks the limits section against itself and the sources.
+func (c *Config) validateLimits() error {
+	l := c.Limits
+	switch {
+	case l.MaxConnections <= 0:
+		return fmt.Errorf("limits.max_connections: %w", ErrNotPositive)
+	case l.MaxInflightRequests <= 0:
+		return fmt.Errorf("limits.max_inflight_requests: %w", ErrNotPositive)
+	case l.MaxInflightRequests > l.MaxConnections:
+		return fmt.Errorf("limits.max_inflight_requests: %w (%d)", ErrAboveConnections, l.MaxConnections)
+	case l.MaxInflightBodyBytes <= 0:
+		return fmt.Errorf("limits.max_inflight_body_bytes: %w", ErrNotPositive)
+	}
+	for i, s := range c.Sources {
+		if maxBody := cmp.Or(s.MaxBody, DefaultSourceMaxBody); maxBody > l.MaxInflightBodyBytes {
+			return fmt.Errorf("limits.max_inflight_body_bytes: %w: sources[%d].max_body is %d", ErrBelowMaxBody, i, maxBody)
 		}
 	}
 	return nil

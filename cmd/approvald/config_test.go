@@ -57,6 +57,7 @@ func TestParseConfig(t *testing.T) {
 		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
 		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
+		Limits:      DefaultConfig().Limits,
 		Sources: []SourceConfig{{
 			Name:      "chat",
 			Scheme:    "standard-webhooks",
@@ -158,7 +159,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		name, text, want string
 	}{
 		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
-		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, callbacks, database_url, idempotency, listen, log, notifications, people, retention, smtp, sources, web, workers`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, callbacks, database_url, idempotency, limits, listen, log, notifications, people, retention, smtp, sources, web, workers`},
 		{"unknown nested field", "retention: {response: 1h}\n", `line 1: unknown setting "response" in retention (did you mean "responses"?)`},
 		{"unknown field in a list item", "actions:\n  - name: a\n    url: http://x\n    timout: 5s\n", `line 4: unknown setting "timout" in actions[0] (did you mean "timeout"?)`},
 		{"duration without unit", "workers:\n  lease: 30\n", `line 2: workers.lease: "30" is not a duration; write 30s or 1m`},
@@ -249,6 +250,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond, Concurrency: 16},
 		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
 		Log:         LogConfig{FlushInterval: 0},
+		Limits:      DefaultConfig().Limits,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
@@ -332,6 +334,13 @@ func TestConfig_Validate(t *testing.T) {
 			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
 			c.Web.SigninLinks = &SigninLinksConfig{TrackedAddresses: -1}
 		}, "web.signin_links.tracked_addresses", ErrNegative},
+
+		{"zero connections", func(c *Config) { c.Limits.MaxConnections = 0 }, "limits.max_connections", ErrNotPositive},
+		{"zero requests in flight", func(c *Config) { c.Limits.MaxInflightRequests = 0 }, "limits.max_inflight_requests", ErrNotPositive},
+		{"requests above connections", func(c *Config) { c.Limits.MaxInflightRequests = c.Limits.MaxConnections + 1 }, "limits.max_inflight_requests", ErrAboveConnections},
+		{"negative body budget", func(c *Config) { c.Limits.MaxInflightBodyBytes = -1 }, "limits.max_inflight_body_bytes", ErrNotPositive},
+		{"body budget below a default max body", func(c *Config) { c.Limits.MaxInflightBodyBytes = DefaultSourceMaxBody - 1 }, "limits.max_inflight_body_bytes", ErrBelowMaxBody},
+		{"body budget below a max body", func(c *Config) { c.Sources[0].MaxBody = c.Limits.MaxInflightBodyBytes + 1 }, "limits.max_inflight_body_bytes", ErrBelowMaxBody},
 
 		{"action without name", func(c *Config) { c.Actions[0].Name = "" }, "actions[0].name", ErrRequired},
 		{"duplicate action", func(c *Config) { c.Actions = append(c.Actions, action()) }, "actions[1].name", ErrDuplicateName},

@@ -293,6 +293,9 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	// One Service holds the rules for every consumer in this process: the API, the pages and
 	// the workers decide alike.
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses}
+	// One budget for every body read before its sender is known: the intake's and the
+	// sign-in forms'.
+	bodies := httpapi.NewBodyBudget(svc.config.Limits.MaxInflightBodyBytes)
 	api := httpapi.New(httpapi.Config{
 		Store:            st,
 		Service:          rules,
@@ -301,9 +304,12 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		IdempotencyLease: svc.config.Idempotency.Lease,
 		Sources:          svc.sources(),
 		Failpoints:       svc.failpoints,
+		Bodies:           bodies,
 	})
 
-	ui, err := web.New(svc.webConfig(st, rules))
+	webConfig := svc.webConfig(st, rules)
+	webConfig.Bodies = bodies
+	ui, err := web.New(webConfig)
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
@@ -314,7 +320,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	requestCtx, endRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer endRequests()
 	srv := &http.Server{
-		Handler:           ui.Handler(api),
+		Handler:           httpapi.LimitRequests(ui.Handler(api), svc.config.Limits.MaxInflightRequests),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
@@ -322,8 +328,9 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		ErrorLog:          slog.NewLogLogger(svc.logger.Handler(), slog.LevelWarn),
 		ConnState:         svc.connState,
 	}
-	// net/http's own answers to malformed requests become problem+json like every other.
-	ln = httpapi.ServeProblems(srv, ln)
+	// net/http's own answers to malformed requests become problem+json like every other; the
+	// connections past the limit are answered beneath, before net/http sees them.
+	ln = httpapi.ServeProblems(srv, httpapi.LimitConnections(ln, svc.config.Limits.MaxConnections))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
