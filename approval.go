@@ -78,18 +78,24 @@ func (a *Approval) AsCreated() *Approval {
 	return &c
 }
 
-// IsApprover reports whether subject is listed as an approver.
-func (a *Approval) IsApprover(subject string) bool { return slices.Contains(a.Approvers, subject) }
+// IsApprover reports whether subject is listed as an approver: under a name that normalises
+// as subject does (SameName).
+func (a *Approval) IsApprover(subject string) bool {
+	return slices.ContainsFunc(a.Approvers, func(name string) bool { return SameName(name, subject) })
+}
+
+// IsRequester reports whether subject made a (SameName).
+func (a *Approval) IsRequester(subject string) bool { return SameName(a.Requester, subject) }
 
 // VisibleTo reports whether a requester- or approver-role subject may read a.
 func (a *Approval) VisibleTo(subject string) bool {
-	return a.Requester == subject || a.IsApprover(subject)
+	return a.IsRequester(subject) || a.IsApprover(subject)
 }
 
-// DecisionBy returns the decision subject made, if any.
+// DecisionBy returns the decision subject made, if any (SameName).
 func (a *Approval) DecisionBy(subject string) (Decision, bool) {
 	for _, d := range a.Decisions {
-		if d.Approver == subject {
+		if SameName(d.Approver, subject) {
 			return d, true
 		}
 	}

@@ -37,7 +37,9 @@ const (
 // NewApproval validates req and returns the pending approval it asks for, made by requester
 // under the operation key with the request's fingerprint, created at now. Every violation is an
 // EINVALID error whose message names the field and the rule. A JSON null in an optional field
-// counts as absent.
+// counts as absent. The requester and the approvers are people's names: stored normalised
+// (NormalizeName), refused when they could pass for someone else, and distinct once
+// normalised.
 func NewApproval(req CreateRequest, requester, key, fingerprint string, now time.Time) (*Approval, error) {
 	if err := CheckName("action", req.Action, MaxActionLength); err != nil {
 		return nil, err
@@ -45,7 +47,8 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 	if err := CheckName("title", req.Title, MaxTitleLength); err != nil {
 		return nil, err
 	}
-	if err := CheckName("requester (the token's subject)", requester, MaxNameLength); err != nil {
+	requester, err := NormalizeName("requester (the token's subject)", requester)
+	if err != nil {
 		return nil, err
 	}
 	if err := CheckName("operation key", key, MaxOperationKeyLength); err != nil {
@@ -57,16 +60,20 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 	} else if len(req.Approvers) > MaxApprovers {
 		return nil, Errorf(EINVALID, "approvers has %d names; at most %d are allowed", len(req.Approvers), MaxApprovers)
 	}
+	approvers := make([]string, len(req.Approvers))
 	seen := make(map[string]bool, len(req.Approvers))
 	for i, name := range req.Approvers {
 		if strings.TrimSpace(name) == "" {
 			return nil, Errorf(EINVALID, "approvers[%d] is empty; each approver must be a name", i)
-		} else if err := CheckName(fmt.Sprintf("approvers[%d]", i), name, MaxNameLength); err != nil {
-			return nil, err
-		} else if seen[name] {
-			return nil, Errorf(EINVALID, "approvers[%d] %q is listed twice; approvers must be distinct", i, name)
 		}
-		seen[name] = true
+		n, err := NormalizeName(fmt.Sprintf("approvers[%d]", i), name)
+		if err != nil {
+			return nil, err
+		} else if seen[n] {
+			return nil, Errorf(EINVALID, "approvers[%d] %q is listed twice (as %q once normalised); approvers must be distinct", i, name, n)
+		}
+		seen[n] = true
+		approvers[i] = n
 	}
 
 	required := DefaultRequired
@@ -122,7 +129,7 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 		Title:             req.Title,
 		Context:           ctx,
 		Requester:         requester,
-		Approvers:         append([]string(nil), req.Approvers...),
+		Approvers:         approvers,
 		RequiredApprovals: required,
 		Status:            StatusPending,
 		Decisions:         []Decision{},

@@ -145,6 +145,9 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	if err := d.Validate(); err != nil {
 		return refuse(nil, AsError(err))
 	}
+	// The vote, the audit trail and the comparisons below name the approver normalised: an
+	// inbox event's "CI-BOT" is ci-bot.
+	d.Approver, _ = NormalizeName("approver", d.Approver)
 	id := d.ApprovalID
 	if id == "" {
 		if d.OperationKey == "" {
@@ -172,7 +175,7 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	if !a.IsApprover(d.Approver) {
 		return refuse(a, Errorf(EFORBIDDEN, "%s is not an approver of this approval", d.Approver))
 	}
-	if d.Approver == a.Requester && d.Verdict == VerdictApprove {
+	if a.IsRequester(d.Approver) && d.Verdict == VerdictApprove {
 		return refuse(a, Errorf(EFORBIDDEN, "the requester may not approve their own request"))
 	}
 	if prev, ok := a.DecisionBy(d.Approver); ok {

@@ -16,7 +16,7 @@ import (
 // keep and answer alike. Reads never re-validate: anything stored before a limit existed stays
 // readable.
 const (
-	MaxNameLength         = 100      // characters: approver, requester and token subject names
+	MaxNameLength         = 100      // characters: approver, requester and token subject names (see NormalizeName)
 	MaxOperationKeyLength = 255      // characters of an operation key
 	MaxCommentLength      = 2000     // characters of a vote's comment
 	MaxNoteLength         = 4096     // bytes of an operator's note
@@ -84,7 +84,7 @@ func controlChar(s, allowed string) (int, rune) {
 // the approval's id or operation key, and the comment. The rules of the vote itself (who may
 // vote, a repeat, the approval's state) are Decide's.
 func (d DecideRequest) Validate() error {
-	if err := CheckName("approver", d.Approver, MaxNameLength); err != nil {
+	if _, err := NormalizeName("approver", d.Approver); err != nil {
 		return err
 	}
 	if err := CheckText("approval_id", d.ApprovalID); err != nil {

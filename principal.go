@@ -1,6 +1,7 @@
 package approval
 
-// Principal is an authenticated caller: a token's subject and role. Its methods are the
+// Principal is an authenticated caller: a token's subject and role. Its subject is compared
+// as a name (SameName), so that two spellings of one person are one caller. Its methods are the
 // permission rules, written once for every consumer (the API, the approver pages, the
 // commands); docs/http-api.md, "Authentication and roles", states them.
 type Principal struct {
@@ -29,13 +30,13 @@ func (p Principal) MayDecide() bool {
 // MayCancel reports whether p may cancel a: its requester (with a requester token) or an
 // admin.
 func (p Principal) MayCancel(a *Approval) bool {
-	return p.Role == RoleAdmin || (p.Role == RoleRequester && a.Requester == p.Subject)
+	return p.Role == RoleAdmin || (p.Role == RoleRequester && a.IsRequester(p.Subject))
 }
 
 // MayReport reports whether p may report the execution outcome of a: its requester (who
 // executes actions without a target), an operator or an admin.
 func (p Principal) MayReport(a *Approval) bool {
-	return p.Role.ReadsAll() || (p.Role == RoleRequester && a.Requester == p.Subject)
+	return p.Role.ReadsAll() || (p.Role == RoleRequester && a.IsRequester(p.Subject))
 }
 
 // MayOperate reports whether p may manage executions and the inbox: operators and admins.

@@ -109,6 +109,9 @@ type CreateResult struct {
 //     under the key waited for the first one's commit and gets this too;
 //   - the same, made Retention ago or more: the approval's current state, Replayed.
 func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, error) {
+	// The requester as a name compares: its key and fingerprint are the normalised name's, so a
+	// token stored with its subject in capitals holds the same keys as its normalised twin.
+	c.Requester = NameKey(c.Requester)
 	sum := sha256.Sum256(c.Body)
 	known, remembered := s.recent.get(c.Requester, c.Key)
 	if remembered && known.body == sum {

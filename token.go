@@ -55,6 +55,13 @@ const MaxTokenNameLength = 200
 // stored value is older than this (docs/http-api.md, "Tokens").
 const TokenTouchEvery = time.Minute
 
+// Principal returns the caller t authenticates: its subject as a name compares (NameKey), so
+// that a token stored with a subject in capitals acts as the person its normalised form names,
+// and its role.
+func (t *Token) Principal() Principal {
+	return Principal{Subject: NameKey(t.Subject), Role: t.Role}
+}
+
 // Usable reports why t does not authenticate anyone at now ("" when it does): it is revoked,
 // or it has expired.
 func (t *Token) Usable(now time.Time) string {
@@ -76,11 +83,11 @@ type TokenSpec struct {
 	ExpiresIn time.Duration
 }
 
-// Validate checks a spec against the input policy: a subject the API accepts as a name, a
-// known role, a one-line name of at most MaxTokenNameLength characters, a lifetime not
-// negative.
+// Validate checks a spec against the input policy: a subject that is a person's name
+// (NormalizeName), a known role, a one-line name of at most MaxTokenNameLength characters, a
+// lifetime not negative.
 func (s TokenSpec) Validate() error {
-	if err := CheckName("subject", s.Subject, MaxNameLength); err != nil {
+	if _, err := NormalizeName("subject", s.Subject); err != nil {
 		return err
 	}
 	if !s.Role.Valid() {
@@ -124,11 +131,13 @@ func HashToken(secret string) []byte {
 }
 
 // CreateToken makes a token from spec and stores it, and returns the secret (to show once)
-// and the record.
+// and the record. The subject is stored normalised (NormalizeName): "CI-BOT" makes a token
+// for ci-bot.
 func (s *Service) CreateToken(ctx context.Context, spec TokenSpec) (string, *Token, error) {
 	if err := spec.Validate(); err != nil {
 		return "", nil, err
 	}
+	spec.Subject, _ = NormalizeName("subject", spec.Subject)
 	now := s.now().UTC().Truncate(Precision)
 	secret, t := NewToken(spec.Subject, spec.Role, now)
 	t.Name = spec.Name

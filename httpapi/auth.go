@@ -23,7 +23,7 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (principal, 
 		return principal{}, err
 	}
 	s.info(r).subject = t.Subject
-	return principal{Subject: t.Subject, Role: t.Role}, nil
+	return t.Principal(), nil
 }
 
 // authenticateFirstTrip is authenticate for the hot routes (create, GET of one approval,
@@ -48,7 +48,7 @@ func (s *Server) authenticateFirstTrip(ctx context.Context, r *http.Request) (co
 	}
 	info.subject = t.Subject
 	info.check = approval.PendingTokenCheck(ctx)
-	return ctx, principal{Subject: t.Subject, Role: t.Role}, nil
+	return ctx, t.Principal(), nil
 }
 
 // settle returns nil when the request's token check, if it has one, passed, running it now

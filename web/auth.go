@@ -175,7 +175,7 @@ func (s *Server) handleSignInToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.startSession(w, r, approval.Principal{Subject: t.Subject, Role: t.Role}, viaToken, t.Hash)
+	s.startSession(w, r, t.Principal(), viaToken, t.Hash)
 	s.setCookie(w, r, preCookie, "", 0)
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
@@ -329,8 +329,11 @@ func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (
 	if subject == "" {
 		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no %q claim", s.oidc.cfg.SubjectClaim)
 	}
-	if err := approval.CheckText("subject", subject); err != nil {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's subject is not usable")
+	// The subject is a person's name like any other: normalised, and refused when it could
+	// pass for someone else's.
+	subject, err = approval.NormalizeName("the ID token's subject", subject)
+	if err != nil {
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "%s", approval.ErrorMessage(err))
 	}
 	email, verified := s.oidc.email(claims)
 	if _, ok := claims["email"]; !ok {

@@ -117,7 +117,7 @@ func (s *Server) session(r *http.Request) (*session, error) {
 		} else if err != nil {
 			return nil, err
 		}
-		if t.Subject != sess.Subject || t.Role != sess.Role {
+		if !approval.SameName(t.Subject, sess.Subject) || t.Role != sess.Role {
 			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the token this session signed in with has changed; sign in again")
 		}
 	}

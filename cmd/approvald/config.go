@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -42,6 +43,7 @@ var (
 	ErrRequired       = errors.New("required")
 	ErrInvalidName    = errors.New("must be letters, digits, '.', '_' and '-', starting with a letter or digit")
 	ErrDuplicateName  = errors.New("name already used")
+	ErrInvalidPerson  = errors.New("is not a usable name of a person")
 	ErrInvalidListen  = errors.New("must be host:port")
 	ErrInvalidURL     = errors.New("must be an http or https URL with a host")
 	ErrInvalidDBURL   = errors.New("must be file:PATH, a bare path, or a postgres:// URL")
@@ -458,6 +460,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 
+	if err := c.normalizePeople(); err != nil {
+		return err
+	}
 	if err := c.Web.validate(); err != nil {
 		return fmt.Errorf("web.%w", err)
 	}
@@ -685,4 +690,61 @@ func expandEnv(text string) (string, error) {
 		return "", fmt.Errorf("config references unset environment variable %s", strings.Join(missing, ", "))
 	}
 	return out, nil
+}
+
+// normalizePeople puts every name of a person the configuration holds in its normalised form
+// (approval.NormalizeName), as tokens and approvals store them, so that "Alice" in people is
+// the approver alice: people, notifications.operators, callbacks.requesters and the operators
+// and admins of web.oidc and web.signin_links. A name that could pass for another is refused,
+// naming the field and the character.
+func (c *Config) normalizePeople() error {
+	one := func(field string, name *string) error {
+		if *name == "" {
+			return nil // the section's own check says it is required
+		}
+		n, err := approval.NormalizeName(field, *name)
+		if err != nil {
+			return fmt.Errorf("%s: %w: %s", field, ErrInvalidPerson, approval.ErrorMessage(err))
+		}
+		*name = n
+		return nil
+	}
+	list := func(field string, names []string) error {
+		for i := range names {
+			if err := one(fmt.Sprintf("%s[%d]", field, i), &names[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := range c.People {
+		if err := one(fmt.Sprintf("people[%d].name", i), &c.People[i].Name); err != nil {
+			return err
+		}
+	}
+	for i := range c.Callbacks.Requesters {
+		if err := one(fmt.Sprintf("callbacks.requesters[%d].name", i), &c.Callbacks.Requesters[i].Name); err != nil {
+			return err
+		}
+	}
+	if err := list("notifications.operators", c.Notifications.Operators); err != nil {
+		return err
+	}
+	if o := c.Web.OIDC; o != nil {
+		if err := list("web.oidc.operators", o.Operators); err != nil {
+			return err
+		}
+		if err := list("web.oidc.admins", o.Admins); err != nil {
+			return err
+		}
+	}
+	if l := c.Web.SigninLinks; l != nil {
+		if err := list("web.signin_links.operators", l.Operators); err != nil {
+			return err
+		}
+		if err := list("web.signin_links.admins", l.Admins); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@
 //
 //	approvald serve          the HTTP API and the background workers
 //	approvald migrate        apply database migrations and exit
+//	approvald check          report stored names that now collide or are refused
 //	approvald token create   make a bearer token and print it
 //	approvald token list     list tokens; revoke ID, rotate ID
 //	approvald request        ask for an approval (or find it) and wait for the decision
@@ -82,6 +83,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		cmd = NewServeCommand(m.Stdout, m.Stderr)
 	case "migrate":
 		cmd = NewMigrateCommand(m.Stderr)
+	case "check":
+		cmd = NewCheckCommand(m.Stdout, m.Stderr)
 	case "token":
 		if len(args) == 0 || !slices.Contains(tokenVerbs, args[0]) {
 			fmt.Fprint(m.Stderr, tokenUsage)
@@ -155,6 +158,7 @@ Commands:
 
 	serve          run the HTTP API and the background workers
 	migrate        apply database migrations and exit
+	check          report stored names of people that now collide or are refused
 	token          create|list|revoke|rotate bearer tokens (create prints the new token)
 	request        ask for an approval under an operation key and wait for the decision
 	approvals      list|get|approve|reject|cancel approvals on a server

@@ -276,7 +276,10 @@ func when(t *time.Time) string {
 }
 
 // validateSubject refuses names that could not be told apart in an approvers list or a log
-// line: empty, padded, or holding control characters.
+// line: empty, padded, or holding control characters; and the rest of the rules for a
+// person's name (approval.NormalizeName), so that a token's subject is always a name the API
+// accepts as a requester or an approver. A case variant passes: the token is made for its
+// normalised form.
 func validateSubject(s string) error {
 	switch {
 	case s == "":
@@ -286,9 +289,7 @@ func validateSubject(s string) error {
 	case strings.IndexFunc(s, unicode.IsControl) >= 0:
 		return fmt.Errorf("--subject %q: control characters", s)
 	}
-	// The rest of the input policy for names (docs/http-api.md), so that a token's subject is
-	// always a name the API accepts as a requester or an approver.
-	if err := approval.CheckName("--subject", s, approval.MaxNameLength); err != nil {
+	if _, err := approval.NormalizeName("--subject", s); err != nil {
 		return errors.New(approval.ErrorMessage(err))
 	}
 	return nil
