@@ -184,8 +184,9 @@ func newSigninToken() string {
 // is notified by e-mail; "" when there is none.
 func (r Routing) emailPerson(who string) string {
 	person := ""
-	if _, ok := r.Emails[who]; ok {
-		person = who
+	if _, ok := r.Emails[NameKey(who)]; ok {
+		// Configured names are normalised (docs/security.md, "Names"): "Alice" asks for alice.
+		person = NameKey(who)
 	} else {
 		for name, addr := range r.Emails {
 			if strings.EqualFold(addr, who) {

@@ -91,7 +91,7 @@ func exerciseAddresses(t *testing.T, s suite) {
 		// Sign-in links go to the configuration's addresses only: carol, known by the address
 		// her identity provider verified, signs in there, so that removing her there ends her
 		// access; alice's stored address is not hers while the configuration names another.
-		for who, want := range map[string]string{"carol": "", "CAROL@idp.example": "", "alice@idp.example": "", "alice": "alice"} {
+		for who, want := range map[string]string{"carol": "", "CAROL@idp.example": "", "alice@idp.example": "", "alice": "alice", "Alice": "alice"} {
 			r, err := svc.RequestSignin(ctx, who, "")
 			if err != nil || r.Person != want || r.Queued != (want != "") {
 				t.Fatalf("sign-in link asked by %q: got %+v, %v; want one for %q", who, r, err, want)
