@@ -58,6 +58,7 @@ var (
 	ErrInvalidMode    = errors.New("must be required, opportunistic or none")
 	ErrInvalidPort    = errors.New("must be 1 to 65535")
 	ErrInvalidPrefix  = errors.New("must be an IP address or a CIDR prefix such as 10.0.0.0/8")
+	ErrInvalidClaim   = errors.New("must be sub or email")
 )
 
 // Webhook schemes a source may use.
@@ -146,15 +147,17 @@ type OIDCConfig struct {
 	ClientSecret string `yaml:"client_secret"`
 	// RedirectURL is https://HOST/ui/signin/oidc/callback, as registered at the provider.
 	RedirectURL string `yaml:"redirect_url"`
-	// SubjectClaim is the ID token claim that names the user: email (the default), sub, or
-	// another string claim.
+	// SubjectClaim is the claim that names the user: sub (the default), the provider's own
+	// identifier, or email, which counts only when the provider verified it.
 	SubjectClaim string `yaml:"subject_claim"`
 	// AllowedDomains, when set, admits only verified e-mail addresses of these domains.
 	AllowedDomains []string `yaml:"allowed_domains"`
 	// TrustEmail counts an "email" claim without "email_verified" as verified (a provider
 	// that gives only addresses it checked); an "email_verified" of false never is.
 	TrustEmail bool `yaml:"trust_email"`
-	// Operators and Admins name subjects given those roles; everyone else is an approver.
+	// Operators and Admins name the users given those roles; everyone else is an approver.
+	// An entry with an "@" matches only the address the provider verified, any other the
+	// subject.
 	Operators []string `yaml:"operators"`
 	Admins    []string `yaml:"admins"`
 }
@@ -483,6 +486,9 @@ func (w WebConfig) validate() error {
 		return fmt.Errorf("oidc.client_id: %w", ErrRequired)
 	case !isHTTPURL(o.RedirectURL):
 		return fmt.Errorf("oidc.redirect_url: %w", ErrInvalidURL)
+	}
+	if o.SubjectClaim != "" && o.SubjectClaim != "sub" && o.SubjectClaim != "email" {
+		return fmt.Errorf("oidc.subject_claim: %q %w", o.SubjectClaim, ErrInvalidClaim)
 	}
 	for i, d := range o.AllowedDomains {
 		if d == "" || strings.ContainsAny(d, "@/ ") {

@@ -343,6 +343,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"oidc domain with @", func(c *Config) {
 			c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", ClientID: "a", RedirectURL: "https://x/cb", AllowedDomains: []string{"@example.com"}}
 		}, "web.oidc.allowed_domains[0]", ErrInvalidDomain},
+		{"oidc subject claim neither sub nor email", func(c *Config) {
+			c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", ClientID: "a", RedirectURL: "https://x/cb", SubjectClaim: "preferred_username"}
+		}, "web.oidc.subject_claim", ErrInvalidClaim},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
