@@ -33,6 +33,10 @@ const (
 	DefaultSourceTolerance   = 5 * time.Minute
 	DefaultSourceMaxBody     = 1 << 20
 	DefaultWorkerConcurrency = 4
+	// DefaultBootstrapTokenTTL is how long the admin token serve prints on a new database
+	// works: long enough to make the real tokens with it, short enough that a copy left in a
+	// terminal or a deployment log does not stay an admin's key.
+	DefaultBootstrapTokenTTL = 24 * time.Hour
 )
 
 // Errors returned by Validate, wrapped with the field they concern.
@@ -84,6 +88,23 @@ type Config struct {
 	Notifications NotificationsConfig `yaml:"notifications"`
 	Callbacks     CallbacksConfig     `yaml:"callbacks"`
 	Log           LogConfig           `yaml:"log"`
+	Bootstrap     BootstrapConfig     `yaml:"bootstrap"`
+	Metrics       MetricsConfig       `yaml:"metrics"`
+}
+
+// BootstrapConfig tunes the admin token serve makes and prints on a new database.
+type BootstrapConfig struct {
+	// TokenTTL is how long that token works after it is made; it must be positive. Once it
+	// has expired, approvald token create (which needs the database, not a token) makes
+	// another admin.
+	TokenTTL time.Duration `yaml:"token_ttl"`
+}
+
+// MetricsConfig tunes GET /metrics.
+type MetricsConfig struct {
+	// TokenRequired makes /metrics answer only a request with a usable API token (of any
+	// role); false leaves it open to whoever reaches the listen address.
+	TokenRequired bool `yaml:"token_required"`
 }
 
 // LogConfig tunes serve's log (docs/operations.md, "Logs").
@@ -233,6 +254,7 @@ func DefaultConfig() Config {
 		Workers:     WorkersConfig{Lease: DefaultWorkerLease, Poll: DefaultWorkerPoll, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: DefaultIdempotencyLease},
 		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
+		Bootstrap:   BootstrapConfig{TokenTTL: DefaultBootstrapTokenTTL},
 	}
 }
 
@@ -315,6 +337,7 @@ var envOverrides = []struct {
 	{name: "APPROVALD_WORKERS_LEASE", duration: func(c *Config) *time.Duration { return &c.Workers.Lease }},
 	{name: "APPROVALD_WORKERS_POLL", duration: func(c *Config) *time.Duration { return &c.Workers.Poll }},
 	{name: "APPROVALD_WORKERS_CONCURRENCY", integer: func(c *Config) *int { return &c.Workers.Concurrency }},
+	{name: "APPROVALD_BOOTSTRAP_TOKEN_TTL", duration: func(c *Config) *time.Duration { return &c.Bootstrap.TokenTTL }},
 	{name: "APPROVALD_IDEMPOTENCY_LEASE", duration: func(c *Config) *time.Duration { return &c.Idempotency.Lease }},
 	{name: "APPROVALD_LOG_FLUSH_INTERVAL", duration: func(c *Config) *time.Duration { return &c.Log.FlushInterval }},
 }
@@ -367,6 +390,7 @@ func (c *Config) Validate() error {
 		{"workers.lease", c.Workers.Lease},
 		{"workers.poll", c.Workers.Poll},
 		{"idempotency.lease", c.Idempotency.Lease},
+		{"bootstrap.token_ttl", c.Bootstrap.TokenTTL},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("%s: %w", d.field, ErrNotPositive)

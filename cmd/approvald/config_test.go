@@ -56,6 +56,7 @@ func TestParseConfig(t *testing.T) {
 		Workers:     WorkersConfig{Lease: 30 * time.Second, Poll: time.Second, Concurrency: DefaultWorkerConcurrency},
 		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
 		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
+		Bootstrap:   BootstrapConfig{TokenTTL: DefaultBootstrapTokenTTL},
 		Sources: []SourceConfig{{
 			Name:      "chat",
 			Scheme:    "standard-webhooks",
@@ -157,7 +158,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		name, text, want string
 	}{
 		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
-		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, callbacks, database_url, idempotency, listen, log, notifications, people, retention, smtp, sources, web, workers`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, bootstrap, callbacks, database_url, idempotency, listen, log, metrics, notifications, people, retention, smtp, sources, web, workers`},
 		{"unknown nested field", "retention: {response: 1h}\n", `line 1: unknown setting "response" in retention (did you mean "responses"?)`},
 		{"unknown field in a list item", "actions:\n  - name: a\n    url: http://x\n    timout: 5s\n", `line 4: unknown setting "timout" in actions[0] (did you mean "timeout"?)`},
 		{"duration without unit", "workers:\n  lease: 30\n", `line 2: workers.lease: "30" is not a duration; write 30s or 1m`},
@@ -233,6 +234,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		"APPROVALD_WORKERS_CONCURRENCY":    "16",
 		"APPROVALD_IDEMPOTENCY_LEASE":      "10s",
 		"APPROVALD_LOG_FLUSH_INTERVAL":     "0s",
+		"APPROVALD_BOOTSTRAP_TOKEN_TTL":    "2h",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -248,6 +250,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond, Concurrency: 16},
 		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
 		Log:         LogConfig{FlushInterval: 0},
+		Bootstrap:   BootstrapConfig{TokenTTL: 2 * time.Hour},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
@@ -334,6 +337,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"backoff jitter above 1", func(c *Config) { c.Actions[0].Backoff.Jitter = 1.5 }, "actions[0].backoff.jitter", ErrInvalidBackoff},
 		{"action secret not base64", func(c *Config) { c.Actions[0].Secret = secret }, "actions[0].secret", ErrInvalidSecret},
 
+		{"bootstrap token ttl zero", func(c *Config) { c.Bootstrap.TokenTTL = 0 }, "bootstrap.token_ttl", ErrNotPositive},
 		{"short session key", func(c *Config) { c.Web.SessionKey = "too-short" }, "web.session_key", ErrShortKey},
 		{"negative session ttl", func(c *Config) { c.Web.SessionTTL = -time.Hour }, "web.session_ttl", ErrNegative},
 		{"public url not http", func(c *Config) { c.Web.PublicURL = "approvals.example.com" }, "web.public_url", ErrInvalidURL},
