@@ -545,3 +545,22 @@ func TestRoutingProviderEmails(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfig_BootstrapAndMetrics: bootstrap.token_ttl and metrics.token_required are
+// read from the file; the token's lifetime defaults to a day and /metrics stays open.
+func TestParseConfig_BootstrapAndMetrics(t *testing.T) {
+	got, err := ParseConfig(strings.NewReader("bootstrap:\n  token_ttl: 2h\nmetrics:\n  token_required: true\n"))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if got.Bootstrap.TokenTTL != 2*time.Hour || !got.Metrics.TokenRequired {
+		t.Errorf("got %+v and %+v, want a 2h token and metrics behind a token", got.Bootstrap, got.Metrics)
+	}
+	def, err := ParseConfig(strings.NewReader(""))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if def.Bootstrap.TokenTTL != DefaultBootstrapTokenTTL || def.Metrics.TokenRequired {
+		t.Errorf("defaults: got %+v and %+v, want %s and open metrics", def.Bootstrap, def.Metrics, DefaultBootstrapTokenTTL)
+	}
+}

@@ -307,6 +307,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		IdempotencyLease: svc.config.Idempotency.Lease,
 		Sources:          svc.sources(),
 		Failpoints:       svc.failpoints,
+		// With metrics.token_required a scraper sends a token of its own.
+		MetricsTokenRequired: svc.config.Metrics.TokenRequired,
 	})
 
 	ui, err := web.New(svc.webConfig(st, rules))
