@@ -82,6 +82,18 @@ func (s *Server) authenticateOperator(r *http.Request) (principal, error) {
 	return p, nil
 }
 
+// tokenRequired runs h only for a request that authenticates, with any role: what h serves
+// is for the service's own users, not for whoever reaches the address.
+func (s *Server) tokenRequired(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.authenticate(r.Context(), r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // bearer returns the secret of the request's one bearer token; a missing or malformed one is
 // EUNAUTHORIZED.
 func bearer(r *http.Request) (string, error) {

@@ -81,6 +81,9 @@ type Config struct {
 	// CountsInterval is how often RunCounts reads the counts of the statuses outside the
 	// backlog for /metrics (so how stale they may be); 0 = DefaultCountsInterval.
 	CountsInterval time.Duration
+	// MetricsTokenRequired makes /metrics answer only a request with a usable token, of any
+	// role (a scraper needs no rights); false leaves it open to whoever reaches the server.
+	MetricsTokenRequired bool
 }
 
 // Source is one configured webhook sender (docs/http-api.md, "Webhook intake"). cmd/approvald
@@ -179,6 +182,9 @@ func New(cfg Config) *Server {
 		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,
 	})
+	if cfg.MetricsTokenRequired {
+		metricsHandler = s.tokenRequired(metricsHandler)
+	}
 	s.register(s.routes(metricsHandler))
 	return s
 }

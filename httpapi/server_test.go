@@ -1,11 +1,13 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/testdb"
 )
 
@@ -73,6 +75,45 @@ func TestMetrics(t *testing.T) {
 		}
 		if strings.Contains(text, a.ID) || strings.Contains(text, "/no/such/path") {
 			t.Errorf("/metrics has a raw path in a label")
+		}
+	})
+}
+
+// TestMetrics_TokenRequired: with MetricsTokenRequired, /metrics answers a usable token of
+// any role and refuses with 401 a request without one, or with a revoked or unknown one,
+// reading nothing; without it, /metrics stays open.
+func TestMetrics_TokenRequired(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind, func(c *httpapi.Config) { c.MetricsTokenRequired = true })
+		scraper := f.token("prometheus", approval.RoleApprover)
+		admin := f.token("root", approval.RoleAdmin)
+		revoked := f.token("old-scraper", approval.RoleApprover)
+		var list struct {
+			Tokens []approval.Token `json:"tokens"`
+		}
+		if resp := f.do("GET", "/v1/tokens", admin, ""); resp.status != http.StatusOK || json.Unmarshal(resp.body, &list) != nil {
+			t.Fatalf("list tokens: %d", resp.status)
+		}
+		for _, tok := range list.Tokens {
+			if tok.Subject == "old-scraper" {
+				f.do("POST", "/v1/tokens/"+tok.ID+"/revoke", admin, "")
+			}
+		}
+		for name, token := range map[string]string{"no token": "", "a revoked token": revoked, "an unknown token": "apv_unknown"} {
+			resp := f.do("GET", "/metrics", token, "")
+			resp.problem(t, http.StatusUnauthorized)
+			if strings.Contains(string(resp.body), "approvald_") {
+				t.Errorf("%s: the 401 carries metrics", name)
+			}
+		}
+		if resp := f.do("GET", "/metrics", scraper, ""); resp.status != http.StatusOK || !strings.Contains(string(resp.body), "approvald_http_requests_total") {
+			t.Errorf("/metrics with an approver's token: %d, want 200 with the metrics", resp.status)
+		}
+
+		open := setup(t, kind)
+		if resp := open.do("GET", "/metrics", "", ""); resp.status != http.StatusOK {
+			t.Errorf("/metrics without the option: %d, want 200", resp.status)
 		}
 	})
 }

@@ -28,8 +28,10 @@ type OIDCConfig struct {
 	// RedirectURL is this service's callback as registered with the provider:
 	// https://HOST/ui/signin/oidc/callback.
 	RedirectURL string
-	// SubjectClaim names the ID token claim that becomes the subject: "email" (the default)
-	// or "sub", or another string claim.
+	// SubjectClaim names the claim that becomes the subject: "sub" (the default), the
+	// provider's own identifier, or "email", which counts only when the provider verified
+	// the address (see TrustEmail). No other claim is accepted: the provider vouches for
+	// these two, not for names a user may pick.
 	SubjectClaim string
 	// AllowedDomains, when not empty, admits only e-mail addresses of these domains (the
 	// "email" claim, which must then be verified by the provider).
@@ -38,8 +40,11 @@ type OIDCConfig struct {
 	// a provider that only gives addresses it checked and does not say so. An
 	// "email_verified" of false is never trusted.
 	TrustEmail bool
-	Operators  []string // subjects given the operator role
-	Admins     []string // subjects given the admin role
+	// Operators and Admins name the users given those roles: an entry with an "@" is an
+	// e-mail address and matches only the address the provider verified (any case), any
+	// other entry matches the subject.
+	Operators []string
+	Admins    []string
 	// HTTPClient, when set, talks to the provider (tests); nil = http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -57,8 +62,12 @@ func newOIDCClient(cfg OIDCConfig) (*oidcClient, error) {
 	if cfg.Issuer == "" || cfg.ClientID == "" || cfg.RedirectURL == "" {
 		return nil, errors.New("oidc: issuer, client id and redirect url are required")
 	}
-	if cfg.SubjectClaim == "" {
-		cfg.SubjectClaim = "email"
+	switch cfg.SubjectClaim {
+	case "":
+		cfg.SubjectClaim = claimSub
+	case claimSub, claimEmail:
+	default:
+		return nil, fmt.Errorf("oidc: subject claim %q: must be sub or email", cfg.SubjectClaim)
 	}
 	return &oidcClient{cfg: cfg}, nil
 }
@@ -88,12 +97,27 @@ func (c *oidcClient) setup(ctx context.Context) (*oauth2.Config, *oidc.IDTokenVe
 	return oc, c.provider.Verifier(&oidc.Config{ClientID: c.cfg.ClientID}), nil
 }
 
-// role is the role of an OIDC subject: approver unless configured otherwise.
-func (c *oidcClient) role(subject string) approval.Role {
+// The claims a subject may come from.
+const (
+	claimSub   = "sub"
+	claimEmail = "email"
+)
+
+// role is the role of an OIDC user with subject and the address the provider verified
+// (verifiedEmail, "" when none): approver unless Admins or Operators name them. An entry
+// that is an address names only a verified one, so that an address anyone can claim at the
+// provider gives no role.
+func (c *oidcClient) role(subject, verifiedEmail string) approval.Role {
+	names := func(entry string) bool {
+		if strings.Contains(entry, "@") {
+			return verifiedEmail != "" && strings.EqualFold(entry, verifiedEmail)
+		}
+		return approval.SameName(entry, subject)
+	}
 	switch {
-	case slices.Contains(c.cfg.Admins, subject):
+	case slices.ContainsFunc(c.cfg.Admins, names):
 		return approval.RoleAdmin
-	case slices.Contains(c.cfg.Operators, subject):
+	case slices.ContainsFunc(c.cfg.Operators, names):
 		return approval.RoleOperator
 	}
 	return approval.RoleApprover
@@ -254,7 +278,7 @@ func (s *Server) handleOIDCStart(w http.ResponseWriter, r *http.Request) {
 
 // handleOIDCCallback is GET /ui/signin/oidc/callback: the provider's code is exchanged (with
 // the PKCE verifier), the ID token verified (signature, issuer, audience, expiry, nonce), the
-// subject claim read and the domain checked, and a session started.
+// subject taken from sub or a verified address and the domain checked, and a session started.
 func (s *Server) handleOIDCCallback(w http.ResponseWriter, r *http.Request) {
 	if s.oidc == nil {
 		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in with an identity provider is not configured"))
@@ -325,25 +349,37 @@ func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (
 	if err := idt.Claims(&claims); err != nil {
 		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's claims cannot be read")
 	}
-	subject, _ := claims[s.oidc.cfg.SubjectClaim].(string)
-	if subject == "" {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no %q claim", s.oidc.cfg.SubjectClaim)
-	}
-	// The subject is a person's name like any other: normalised, and refused when it could
-	// pass for someone else's.
-	subject, err = approval.NormalizeName("the ID token's subject", subject)
-	if err != nil {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "%s", approval.ErrorMessage(err))
-	}
 	email, verified := s.oidc.email(claims)
 	if _, ok := claims["email"]; !ok {
 		// Some providers keep the address out of the ID token: ask the userinfo endpoint,
 		// whose answer counts only for the same subject (OpenID Connect Core 5.3.2).
 		if info, err := s.oidc.userinfo(ctx, oc.TokenSource(ctx, tok), idt.Subject); err != nil {
-			s.log.Warn("web: the provider's userinfo could not be read", "subject", subject, "err", err)
+			s.log.Warn("web: the provider's userinfo could not be read", "sub", idt.Subject, "err", err)
 		} else if info != nil {
 			email, verified = s.oidc.email(info)
 		}
+	}
+	// The subject comes only from a claim the provider vouches for: its own identifier, or
+	// an address it says it verified. Anyone can type any address into an account at many
+	// providers; taken unverified, it would sign them in as that address's owner.
+	subject := idt.Subject
+	if s.oidc.cfg.SubjectClaim == claimEmail {
+		if email == "" {
+			return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no e-mail address to sign in with")
+		}
+		if !verified {
+			return approval.Principal{}, "", approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: the identity provider has not verified this address (email_verified is not true); verify it at the provider, then sign in again", email)
+		}
+		subject = email
+	}
+	if subject == "" {
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no subject")
+	}
+	// The subject is a person's name like any other: normalised, and refused when it could
+	// pass for someone else's (docs/security.md, "Names").
+	subject, err = approval.NormalizeName("the ID token's subject", subject)
+	if err != nil {
+		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "%s", approval.ErrorMessage(err))
 	}
 	if domains := s.oidc.cfg.AllowedDomains; len(domains) > 0 {
 		_, domain, _ := strings.Cut(email, "@")
@@ -354,7 +390,7 @@ func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (
 	if !verified {
 		email = ""
 	}
-	return approval.Principal{Subject: subject, Role: s.oidc.role(subject)}, email, nil
+	return approval.Principal{Subject: subject, Role: s.oidc.role(subject, email)}, email, nil
 }
 
 // email returns the "email" claim and whether the provider verified it: "email_verified" is

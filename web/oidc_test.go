@@ -52,6 +52,7 @@ func followingBrowser() *http.Client {
 func TestOIDC_SignIn(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) {
+			c.SubjectClaim = "email"
 			c.AllowedDomains = []string{"example.com"}
 			c.Operators = []string{"olga@example.com"}
 		})
@@ -249,4 +250,115 @@ func (u userinfoUser) Userinfo([]string) ([]byte, error) {
 }
 func (u userinfoUser) Claims(_ []string, c *mockoidc.IDTokenClaims) (jwt.Claims, error) {
 	return c, nil
+}
+
+// claimsUser is a provider's user whose ID token carries email_verified exactly as given
+// (nil leaves the claim out), which mockoidc.MockUser cannot send as false. Its userinfo
+// names only the subject.
+type claimsUser struct {
+	sub, email string
+	verified   any
+}
+
+func (u claimsUser) ID() string { return u.sub }
+func (u claimsUser) Userinfo([]string) ([]byte, error) {
+	return json.Marshal(map[string]any{"sub": u.sub})
+}
+func (u claimsUser) Claims(_ []string, c *mockoidc.IDTokenClaims) (jwt.Claims, error) {
+	return &struct {
+		*mockoidc.IDTokenClaims
+		Email         string `json:"email,omitempty"`
+		EmailVerified any    `json:"email_verified,omitempty"`
+	}{c, u.email, u.verified}, nil
+}
+
+// oidcSignIn signs in u through the provider in a fresh browser that follows redirects,
+// asking for next, and returns the browser and the last answer with its body.
+func oidcSignIn(t *testing.T, f *fixture, m *mockoidc.MockOIDC, u mockoidc.User, next string) (*http.Client, *http.Response, string) {
+	t.Helper()
+	m.QueueUser(u)
+	c := followingBrowser()
+	resp, err := c.Get(f.srv.URL + "/ui/signin/oidc?next=" + url.QueryEscape(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, resp, readAll(t, resp)
+}
+
+// TestOIDC_UnverifiedEmailSubject: with subject_claim email, an address the provider does
+// not vouch for (email_verified false, or absent without trust_email) is refused with a 403
+// that says why, and nobody is signed in; a verified one signs in, as the operator the
+// configuration names.
+func TestOIDC_UnverifiedEmailSubject(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) {
+			c.SubjectClaim = "email"
+			c.Operators = []string{"olga@example.com"}
+		})
+		for _, u := range []mockoidc.User{
+			claimsUser{sub: "u-mallory", email: "olga@example.com", verified: false},
+			claimsUser{sub: "u-mallory", email: "olga@example.com", verified: "false"},
+			claimsUser{sub: "u-mallory", email: "olga@example.com"}, // no email_verified
+		} {
+			c, resp, body := oidcSignIn(t, f, m, u, "/ui/operations")
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "not verified") {
+				t.Errorf("%+v: %d, want 403 saying the address is not verified", u, resp.StatusCode)
+			}
+			if r, _ := c.Get(f.srv.URL + "/ui/operations"); r.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%+v: signed in after the refusal: operations %d, want 401", u, r.StatusCode)
+			}
+		}
+		_, resp, _ := oidcSignIn(t, f, m, claimsUser{sub: "u-olga", email: "olga@example.com", verified: true}, "/ui/operations")
+		if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/ui/operations" {
+			t.Errorf("verified olga: %d at %s, want 200 at the operations page", resp.StatusCode, resp.Request.URL.Path)
+		}
+	})
+}
+
+// TestOIDC_EmailRoleNeedsVerification: with the default subject claim (sub), a role entry
+// that is an e-mail address matches only an address the provider verified; other entries
+// match the subject.
+func TestOIDC_EmailRoleNeedsVerification(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) {
+			c.Operators = []string{"olga@example.com"}
+			c.Admins = []string{"u-adam"}
+		})
+		for _, u := range []mockoidc.User{
+			claimsUser{sub: "u-mallory", email: "olga@example.com", verified: false},
+			claimsUser{sub: "u-mallory", email: "olga@example.com"},
+			claimsUser{sub: "olga@example.com", email: "olga@example.com", verified: false},
+		} {
+			c, resp, _ := oidcSignIn(t, f, m, u, "/ui/")
+			must(t, resp.StatusCode == http.StatusOK, "%+v: sign-in %d, want 200 (an approver)", u, resp.StatusCode)
+			if r, _ := c.Get(f.srv.URL + "/ui/operations"); r.StatusCode != http.StatusForbidden {
+				t.Errorf("%+v: operations %d, want 403: an unverified address gives no role", u, r.StatusCode)
+			}
+		}
+		for _, u := range []mockoidc.User{
+			claimsUser{sub: "u-olga", email: "OLGA@example.com", verified: true},
+			claimsUser{sub: "u-adam"},
+		} {
+			_, resp, _ := oidcSignIn(t, f, m, u, "/ui/operations")
+			if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/ui/operations" {
+				t.Errorf("%+v: %d at %s, want 200 at the operations page", u, resp.StatusCode, resp.Request.URL.Path)
+			}
+		}
+	})
+}
+
+// TestOIDC_SubDefault: without subject_claim the subject is the provider's sub, whatever
+// address the ID token carries.
+func TestOIDC_SubDefault(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f, m := oidcSetup(t, kind, nil)
+		a := f.create("Deploy api", []string{"u-alice"}, 1, "")
+		_, resp, body := oidcSignIn(t, f, m, &mockoidc.MockUser{Subject: "u-alice", Email: "alice@example.com", EmailVerified: true}, web.ApprovalPath(a.ID))
+		if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != web.ApprovalPath(a.ID) {
+			t.Fatalf("sign-in: %d at %s, want 200 at the approval", resp.StatusCode, resp.Request.URL.Path)
+		}
+		if !strings.Contains(body, "u-alice") || !strings.Contains(body, `name="token"`) {
+			t.Errorf("the approval page does not show u-alice signed in with the decision form")
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/approvald/approval/client"
 )
@@ -136,8 +137,8 @@ func (c *ApprovalsCommand) runList(ctx context.Context, cl *client.Client) error
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tVOTES\tACTION\tKEY\tREQUESTER\tCREATED\tTITLE")
 	for _, a := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, approvals(a), a.RequiredApprovals,
-			a.Action, a.OperationKey, a.Requester, a.CreatedAt.Local().Format(time.DateTime), oneLine(a.Title))
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", terminalText(a.ID), terminalText(a.Status), approvals(a), a.RequiredApprovals,
+			terminalText(a.Action), terminalText(a.OperationKey), terminalText(a.Requester), a.CreatedAt.Local().Format(time.DateTime), oneLine(a.Title))
 	}
 	return tw.Flush()
 }
@@ -145,31 +146,67 @@ func (c *ApprovalsCommand) runList(ctx context.Context, cl *client.Client) error
 // Close does nothing.
 func (c *ApprovalsCommand) Close() error { return nil }
 
-// printApproval shows one approval as aligned fields, then its votes.
+// printApproval shows one approval as aligned fields, then its votes. What the server sends
+// is written through terminalText: it is the requester's text, meant to be read, not obeyed.
 func printApproval(w io.Writer, a *client.Approval, link string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\n", a.ID)
-	fmt.Fprintf(tw, "status\t%s\n", a.Status)
+	fmt.Fprintf(tw, "id\t%s\n", terminalText(a.ID))
+	fmt.Fprintf(tw, "status\t%s\n", terminalText(a.Status))
 	fmt.Fprintf(tw, "title\t%s\n", oneLine(a.Title))
-	fmt.Fprintf(tw, "action\t%s\n", a.Action)
-	fmt.Fprintf(tw, "key\t%s\n", a.OperationKey)
-	fmt.Fprintf(tw, "requester\t%s\n", a.Requester)
-	fmt.Fprintf(tw, "approvers\t%s (%d of %d approved)\n", strings.Join(a.Approvers, ", "), approvals(a), a.RequiredApprovals)
-	fmt.Fprintf(tw, "context\t%s\n", a.Context)
+	fmt.Fprintf(tw, "action\t%s\n", terminalText(a.Action))
+	fmt.Fprintf(tw, "key\t%s\n", terminalText(a.OperationKey))
+	fmt.Fprintf(tw, "requester\t%s\n", terminalText(a.Requester))
+	fmt.Fprintf(tw, "approvers\t%s (%d of %d approved)\n", terminalText(strings.Join(a.Approvers, ", ")), approvals(a), a.RequiredApprovals)
+	fmt.Fprintf(tw, "context\t%s\n", terminalText(string(a.Context)))
 	fmt.Fprintf(tw, "created\t%s\n", a.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "expires\t%s\n", a.ExpiresAt.Local().Format(time.DateTime))
 	if a.Execution != nil {
-		fmt.Fprintf(tw, "execution\t%s\n", a.Execution.Status)
+		fmt.Fprintf(tw, "execution\t%s\n", terminalText(a.Execution.Status))
 	}
-	fmt.Fprintf(tw, "page\t%s\n", link)
+	fmt.Fprintf(tw, "page\t%s\n", terminalText(link))
 	for _, d := range a.Decisions {
-		fmt.Fprintf(tw, "vote\t%s %s at %s%s\n", d.Approver, d.Verdict, d.At.Local().Format(time.DateTime), comment(oneLine(d.Comment)))
+		fmt.Fprintf(tw, "vote\t%s %s at %s%s\n", terminalText(d.Approver), terminalText(d.Verdict), d.At.Local().Format(time.DateTime), comment(oneLine(d.Comment)))
 	}
 	return tw.Flush()
 }
 
-// oneLine keeps a table's rows one line each whatever a title holds.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine keeps a table's rows one line each whatever a title holds, and makes it safe for a
+// terminal (terminalText).
+func oneLine(s string) string { return terminalText(strings.Join(strings.Fields(s), " ")) }
+
+// terminalText returns s with what a terminal would act on instead of showing written as
+// escapes: C0 and C1 control characters and DEL (an escape sequence can recolour, move the
+// cursor, rewrite the title or, in some terminals, answer back), the bidirectional controls
+// that reorder what is shown, and bytes that are not UTF-8. Characters become \u00XX (so a
+// JSON text stays JSON), bytes \xXX; everything else is kept as it is.
+func terminalText(s string) string {
+	if !strings.ContainsFunc(s, unsafeForTerminal) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unsafeForTerminal(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// unsafeForTerminal reports whether a terminal would act on r rather than show it.
+func unsafeForTerminal(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r == '\u061c', r == '\u200e', r == '\u200f', r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069':
+		return true
+	}
+	return false
+}
 
 const approvalsUsage = `Usage: approvald approvals list|get|approve|reject|cancel [ID] [flags]
 

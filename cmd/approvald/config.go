@@ -36,6 +36,10 @@ const (
 	DefaultSourceTolerance   = 5 * time.Minute
 	DefaultSourceMaxBody     = 1 << 20
 	DefaultWorkerConcurrency = 4
+	// DefaultBootstrapTokenTTL is how long the admin token serve prints on a new database
+	// works: long enough to make the real tokens with it, short enough that a copy left in a
+	// terminal or a deployment log does not stay an admin's key.
+	DefaultBootstrapTokenTTL = 24 * time.Hour
 )
 
 // Errors returned by Validate, wrapped with the field they concern.
@@ -69,6 +73,7 @@ var (
 	ErrAboveConnections = errors.New("must not be more than limits.max_connections")
 	// ErrBelowMaxBody: a delivery of the source's largest size could never be read.
 	ErrBelowMaxBody = errors.New("must be at least the max_body of every source")
+	ErrInvalidClaim = errors.New("must be sub or email")
 )
 
 // Webhook schemes a source may use.
@@ -95,6 +100,8 @@ type Config struct {
 	Callbacks     CallbacksConfig     `yaml:"callbacks"`
 	Log           LogConfig           `yaml:"log"`
 	Limits        LimitsConfig        `yaml:"limits"`
+	Bootstrap     BootstrapConfig     `yaml:"bootstrap"`
+	Metrics       MetricsConfig       `yaml:"metrics"`
 }
 
 // LimitsConfig bounds what clients may hold of the server at once (docs/security.md, "Memory
@@ -110,6 +117,21 @@ type LimitsConfig struct {
 	// known (webhook deliveries, sign-in forms), all together; at least every source's
 	// max_body, so that a delivery of any allowed size can be read.
 	MaxInflightBodyBytes int64 `yaml:"max_inflight_body_bytes"`
+}
+
+// BootstrapConfig tunes the admin token serve makes and prints on a new database.
+type BootstrapConfig struct {
+	// TokenTTL is how long that token works after it is made; it must be positive. Once it
+	// has expired, approvald token create (which needs the database, not a token) makes
+	// another admin.
+	TokenTTL time.Duration `yaml:"token_ttl"`
+}
+
+// MetricsConfig tunes GET /metrics.
+type MetricsConfig struct {
+	// TokenRequired makes /metrics answer only a request with a usable API token (of any
+	// role); false leaves it open to whoever reaches the listen address.
+	TokenRequired bool `yaml:"token_required"`
 }
 
 // LogConfig tunes serve's log (docs/operations.md, "Logs").
@@ -177,15 +199,17 @@ type OIDCConfig struct {
 	ClientSecret string `yaml:"client_secret"`
 	// RedirectURL is https://HOST/ui/signin/oidc/callback, as registered at the provider.
 	RedirectURL string `yaml:"redirect_url"`
-	// SubjectClaim is the ID token claim that names the user: email (the default), sub, or
-	// another string claim.
+	// SubjectClaim is the claim that names the user: sub (the default), the provider's own
+	// identifier, or email, which counts only when the provider verified it.
 	SubjectClaim string `yaml:"subject_claim"`
 	// AllowedDomains, when set, admits only verified e-mail addresses of these domains.
 	AllowedDomains []string `yaml:"allowed_domains"`
 	// TrustEmail counts an "email" claim without "email_verified" as verified (a provider
 	// that gives only addresses it checked); an "email_verified" of false never is.
 	TrustEmail bool `yaml:"trust_email"`
-	// Operators and Admins name subjects given those roles; everyone else is an approver.
+	// Operators and Admins name the users given those roles; everyone else is an approver.
+	// An entry with an "@" matches only the address the provider verified, any other the
+	// subject.
 	Operators []string `yaml:"operators"`
 	Admins    []string `yaml:"admins"`
 }
@@ -266,6 +290,7 @@ func DefaultConfig() Config {
 			MaxInflightRequests:  httpapi.DefaultMaxInflightRequests,
 			MaxInflightBodyBytes: httpapi.DefaultMaxInflightBodyBytes,
 		},
+		Bootstrap: BootstrapConfig{TokenTTL: DefaultBootstrapTokenTTL},
 	}
 }
 
@@ -348,6 +373,7 @@ var envOverrides = []struct {
 	{name: "APPROVALD_WORKERS_LEASE", duration: func(c *Config) *time.Duration { return &c.Workers.Lease }},
 	{name: "APPROVALD_WORKERS_POLL", duration: func(c *Config) *time.Duration { return &c.Workers.Poll }},
 	{name: "APPROVALD_WORKERS_CONCURRENCY", integer: func(c *Config) *int { return &c.Workers.Concurrency }},
+	{name: "APPROVALD_BOOTSTRAP_TOKEN_TTL", duration: func(c *Config) *time.Duration { return &c.Bootstrap.TokenTTL }},
 	{name: "APPROVALD_IDEMPOTENCY_LEASE", duration: func(c *Config) *time.Duration { return &c.Idempotency.Lease }},
 	{name: "APPROVALD_LOG_FLUSH_INTERVAL", duration: func(c *Config) *time.Duration { return &c.Log.FlushInterval }},
 }
@@ -400,6 +426,7 @@ func (c *Config) Validate() error {
 		{"workers.lease", c.Workers.Lease},
 		{"workers.poll", c.Workers.Poll},
 		{"idempotency.lease", c.Idempotency.Lease},
+		{"bootstrap.token_ttl", c.Bootstrap.TokenTTL},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("%s: %w", d.field, ErrNotPositive)
@@ -547,6 +574,9 @@ func (w WebConfig) validate() error {
 		return fmt.Errorf("oidc.client_id: %w", ErrRequired)
 	case !isHTTPURL(o.RedirectURL):
 		return fmt.Errorf("oidc.redirect_url: %w", ErrInvalidURL)
+	}
+	if o.SubjectClaim != "" && o.SubjectClaim != "sub" && o.SubjectClaim != "email" {
+		return fmt.Errorf("oidc.subject_claim: %q %w", o.SubjectClaim, ErrInvalidClaim)
 	}
 	for i, d := range o.AllowedDomains {
 		if d == "" || strings.ContainsAny(d, "@/ ") {

@@ -58,6 +58,7 @@ func TestParseConfig(t *testing.T) {
 		Idempotency: IdempotencyConfig{Lease: 45 * time.Second},
 		Log:         LogConfig{FlushInterval: DefaultLogFlushInterval},
 		Limits:      DefaultConfig().Limits,
+		Bootstrap:   BootstrapConfig{TokenTTL: DefaultBootstrapTokenTTL},
 		Sources: []SourceConfig{{
 			Name:      "chat",
 			Scheme:    "standard-webhooks",
@@ -159,7 +160,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		name, text, want string
 	}{
 		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
-		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, callbacks, database_url, idempotency, limits, listen, log, notifications, people, retention, smtp, sources, web, workers`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, bootstrap, callbacks, database_url, idempotency, limits, listen, log, metrics, notifications, people, retention, smtp, sources, web, workers`},
 		{"unknown nested field", "retention: {response: 1h}\n", `line 1: unknown setting "response" in retention (did you mean "responses"?)`},
 		{"unknown field in a list item", "actions:\n  - name: a\n    url: http://x\n    timout: 5s\n", `line 4: unknown setting "timout" in actions[0] (did you mean "timeout"?)`},
 		{"duration without unit", "workers:\n  lease: 30\n", `line 2: workers.lease: "30" is not a duration; write 30s or 1m`},
@@ -235,6 +236,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		"APPROVALD_WORKERS_CONCURRENCY":    "16",
 		"APPROVALD_IDEMPOTENCY_LEASE":      "10s",
 		"APPROVALD_LOG_FLUSH_INTERVAL":     "0s",
+		"APPROVALD_BOOTSTRAP_TOKEN_TTL":    "2h",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -251,6 +253,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
 		Log:         LogConfig{FlushInterval: 0},
 		Limits:      DefaultConfig().Limits,
+		Bootstrap:   BootstrapConfig{TokenTTL: 2 * time.Hour},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
@@ -355,6 +358,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"backoff jitter above 1", func(c *Config) { c.Actions[0].Backoff.Jitter = 1.5 }, "actions[0].backoff.jitter", ErrInvalidBackoff},
 		{"action secret not base64", func(c *Config) { c.Actions[0].Secret = secret }, "actions[0].secret", ErrInvalidSecret},
 
+		{"bootstrap token ttl zero", func(c *Config) { c.Bootstrap.TokenTTL = 0 }, "bootstrap.token_ttl", ErrNotPositive},
 		{"short session key", func(c *Config) { c.Web.SessionKey = "too-short" }, "web.session_key", ErrShortKey},
 		{"negative session ttl", func(c *Config) { c.Web.SessionTTL = -time.Hour }, "web.session_ttl", ErrNegative},
 		{"public url not http", func(c *Config) { c.Web.PublicURL = "approvals.example.com" }, "web.public_url", ErrInvalidURL},
@@ -364,6 +368,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"oidc domain with @", func(c *Config) {
 			c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", ClientID: "a", RedirectURL: "https://x/cb", AllowedDomains: []string{"@example.com"}}
 		}, "web.oidc.allowed_domains[0]", ErrInvalidDomain},
+		{"oidc subject claim neither sub nor email", func(c *Config) {
+			c.Web.OIDC = &OIDCConfig{Issuer: "https://idp", ClientID: "a", RedirectURL: "https://x/cb", SubjectClaim: "preferred_username"}
+		}, "web.oidc.subject_claim", ErrInvalidClaim},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -557,5 +564,24 @@ func TestRoutingProviderEmails(t *testing.T) {
 		if got := cfg.routing().ProviderEmails; got != c.want {
 			t.Errorf("smtp %v, oidc %v: ProviderEmails %v, want %v", c.smtp, c.oidc, got, c.want)
 		}
+	}
+}
+
+// TestParseConfig_BootstrapAndMetrics: bootstrap.token_ttl and metrics.token_required are
+// read from the file; the token's lifetime defaults to a day and /metrics stays open.
+func TestParseConfig_BootstrapAndMetrics(t *testing.T) {
+	got, err := ParseConfig(strings.NewReader("bootstrap:\n  token_ttl: 2h\nmetrics:\n  token_required: true\n"))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if got.Bootstrap.TokenTTL != 2*time.Hour || !got.Metrics.TokenRequired {
+		t.Errorf("got %+v and %+v, want a 2h token and metrics behind a token", got.Bootstrap, got.Metrics)
+	}
+	def, err := ParseConfig(strings.NewReader(""))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if def.Bootstrap.TokenTTL != DefaultBootstrapTokenTTL || def.Metrics.TokenRequired {
+		t.Errorf("defaults: got %+v and %+v, want %s and open metrics", def.Bootstrap, def.Metrics, DefaultBootstrapTokenTTL)
 	}
 }

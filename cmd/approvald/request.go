@@ -119,9 +119,9 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 	a := res.Approval
 	link := approvalLink(cl, a.ID)
 	if res.Replayed {
-		fmt.Fprintf(c.stderr, "approval %s already asked for under key %s (%s): %s\n", a.ID, c.key, a.Status, link)
+		fmt.Fprintf(c.stderr, "approval %s already asked for under key %s (%s): %s\n", terminalText(a.ID), terminalText(c.key), terminalText(a.Status), terminalText(link))
 	} else {
-		fmt.Fprintf(c.stderr, "approval %s asked of %s: %s\n", a.ID, strings.Join(a.Approvers, ", "), link)
+		fmt.Fprintf(c.stderr, "approval %s asked of %s: %s\n", terminalText(a.ID), terminalText(strings.Join(a.Approvers, ", ")), terminalText(link))
 	}
 
 	if !a.Decided() && c.wait > 0 {
@@ -131,8 +131,8 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 		seen := len(a.Decisions)
 		decided, err := cl.WaitForDecision(waitCtx, a.ID, func(now *client.Approval) {
 			for _, d := range now.Decisions[min(seen, len(now.Decisions)):] {
-				fmt.Fprintf(c.stderr, "%s voted %s (%d of %d approvals)%s\n", d.Approver, d.Verdict,
-					approvals(now), now.RequiredApprovals, comment(d.Comment))
+				fmt.Fprintf(c.stderr, "%s voted %s (%d of %d approvals)%s\n", terminalText(d.Approver), terminalText(d.Verdict),
+					approvals(now), now.RequiredApprovals, comment(oneLine(d.Comment)))
 			}
 			seen = len(now.Decisions)
 		})

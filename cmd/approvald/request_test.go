@@ -277,3 +277,51 @@ func TestApprovalsCommand(t *testing.T) {
 		t.Errorf("get without an id: got exit %d, want 2", code)
 	}
 }
+
+// approvald approvals get and list write what a terminal would act on (C0 and C1 control
+// characters from a context) as escapes in their table; --json stays the JSON the server
+// sent. PostgreSQL's jsonb gives a C1 character back unescaped, so both stores are run.
+func TestApprovalsCommand_ControlCharacters(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		g := newGate(t, kind)
+		res, err := g.client("ci-bot").CreateApproval(context.Background(), "deploy-11", client.CreateRequest{
+			Action: "deploy", Title: "Deploy api v1.11", Approvers: []string{"alice"},
+			Context: json.RawMessage("{\"csi\": \"\u009b31m\", \"esc\": \"\\u001b[31m\"}"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.Approval.ID
+		run := func(args ...string) string {
+			t.Helper()
+			var out, errOut bytes.Buffer
+			cmd := exec.Command(binary, append([]string{"approvals"}, args...)...)
+			cmd.Env = append(os.Environ(), "APPROVALD_TOKEN="+g.tokens["alice"], "APPROVALD_SERVER="+g.url)
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("approvals %v: %v; stderr: %s", args, err, errOut.String())
+			}
+			return out.String()
+		}
+		for _, args := range [][]string{{"get", id}, {"list"}} {
+			out := run(args...)
+			for i, r := range out {
+				if (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) {
+					t.Errorf("approvals %v: the control character %U at byte %d reaches the terminal:\n%q", args, r, i, out)
+					break
+				}
+			}
+			if args[0] == "get" && (!strings.Contains(out, `\u009b31m`) || !strings.Contains(out, `\u001b[31m`)) {
+				t.Errorf("approvals get: the context's control characters are not shown as escapes:\n%s", out)
+			}
+		}
+		var a client.Approval
+		if out := run("get", "--json", id); json.Unmarshal([]byte(out), &a) != nil {
+			t.Fatalf("get --json is not JSON: %q", out)
+		}
+		var ctx map[string]string
+		if json.Unmarshal(a.Context, &ctx) != nil || ctx["csi"] != "\u009b31m" || ctx["esc"] != "\x1b[31m" {
+			t.Errorf("get --json: context %q, want the characters as sent", a.Context)
+		}
+	})
+}

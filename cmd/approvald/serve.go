@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -214,9 +215,14 @@ func defaultMemoryLimit(lookup func(string) (string, bool)) (int64, bool) {
 }
 
 // bootstrap makes the first admin token on a new database and prints it once. Of several
-// replicas starting together on one new database, exactly one prints it.
+// replicas starting together on one new database, exactly one prints it. The token expires
+// after bootstrap.token_ttl: it is printed where logs and scrollback keep it, and is meant
+// for making the real tokens, not for use.
 func (c *ServeCommand) bootstrap(ctx context.Context) error {
-	secret, t := approval.NewToken(bootstrapSubject, approval.RoleAdmin, approval.Now())
+	now := approval.Now().UTC().Truncate(approval.Precision)
+	secret, t := approval.NewToken(bootstrapSubject, approval.RoleAdmin, now)
+	expires := now.Add(cmp.Or(c.config.Bootstrap.TokenTTL, DefaultBootstrapTokenTTL))
+	t.ExpiresAt = &expires
 	created, err := (&approval.Service{Store: c.store}).Bootstrap(ctx, t)
 	if err != nil {
 		return fmt.Errorf("bootstrap admin token: %w", err)
@@ -226,7 +232,7 @@ func (c *ServeCommand) bootstrap(ctx context.Context) error {
 	if _, err := fmt.Fprintf(c.stdout, "bootstrap admin token: %s\n", secret); err != nil {
 		return fmt.Errorf("print bootstrap admin token: %w", err)
 	}
-	c.logger.Info("bootstrap admin token printed on stdout; it is shown only once", "subject", t.Subject, "token_id", t.ID)
+	c.logger.Info("bootstrap admin token printed on stdout; it is shown only once", "subject", t.Subject, "token_id", t.ID, "expires_at", expires)
 	return nil
 }
 
@@ -305,6 +311,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Sources:          svc.sources(),
 		Failpoints:       svc.failpoints,
 		Bodies:           bodies,
+		// With metrics.token_required a scraper sends a token of its own.
+		MetricsTokenRequired: svc.config.Metrics.TokenRequired,
 	})
 
 	webConfig := svc.webConfig(st, rules)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
 )
 
@@ -181,4 +183,43 @@ func TestServe_LogLinesHeld(t *testing.T) {
 	if !strings.Contains(log, accessLine) || !strings.Contains(log, `"msg":"stopped"`) {
 		t.Errorf("after Run returned: want the access line and \"stopped\" written:\n%s", log)
 	}
+}
+
+// migrated is a test store for serve's steps that take the store as migrated already.
+type migrated struct{ approval.Store }
+
+func (migrated) Migrate(context.Context) error { return nil }
+
+// TestServe_BootstrapTokenExpires: the admin token serve prints on a new database expires
+// bootstrap.token_ttl after it is made (a day by default), so a copy left in a terminal's
+// scrollback or a deployment log stops working; a second serve on the database makes none.
+func TestServe_BootstrapTokenExpires(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		st := testdb.Open(t, kind, nil)
+		var out strings.Builder
+		c := &ServeCommand{stdout: &out, config: DefaultConfig(), logger: slog.New(slog.DiscardHandler), store: migrated{st}}
+		made := approval.Now()
+		if err := c.bootstrap(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		secret, ok := strings.CutPrefix(strings.TrimSpace(out.String()), "bootstrap admin token: ")
+		if !ok {
+			t.Fatalf("stdout %q, want the bootstrap token", out.String())
+		}
+		at := func(d time.Duration) error {
+			svc := &approval.Service{Store: st, Now: func() time.Time { return made.Add(d) }}
+			_, err := svc.Authenticate(t.Context(), secret)
+			return err
+		}
+		if err := at(24*time.Hour - time.Minute); err != nil {
+			t.Errorf("a minute before its day is out: %v, want the token to work", err)
+		}
+		if err := at(24*time.Hour + time.Second); approval.ErrorCode(err) != approval.EUNAUTHORIZED {
+			t.Errorf("after its day: %v, want it refused as expired", err)
+		}
+		out.Reset()
+		if err := c.bootstrap(t.Context()); err != nil || out.Len() != 0 {
+			t.Errorf("second bootstrap: %v, printed %q; want nothing", err, out.String())
+		}
+	})
 }

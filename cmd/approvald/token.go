@@ -202,7 +202,7 @@ func (c *TokenListCommand) Run(ctx context.Context) error {
 	w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tNAME\tSUBJECT\tROLE\tCREATED\tEXPIRES\tLAST USED\tREVOKED")
 	for _, t := range all {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, orDash(t.Name), t.Subject, t.Role,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, terminalText(orDash(t.Name)), terminalText(t.Subject), t.Role,
 			t.CreatedAt.Format(time.RFC3339), when(t.ExpiresAt), when(t.LastUsedAt), when(t.RevokedAt))
 	}
 	return w.Flush()

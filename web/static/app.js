@@ -30,10 +30,6 @@
       leaving = true;
       var submitter = ev.submitter;
       setTimeout(function () {
-  // Set once a form is being submitted: the page is leaving, and its own vote must not make
-  // the long-poll below reload it over the answer.
-  var leaving = false;
-
         form.querySelectorAll("button").forEach(function (b) {
           b.disabled = true;
           if (b === submitter) { b.classList.add("busy"); }
@@ -67,10 +63,6 @@
         poll();
       })
       .catch(function () {
-  // Set once a form is being submitted: the page is leaving, and its own vote must not make
-  // the long-poll below reload it over the answer.
-  var leaving = false;
-
         delay = Math.min(delay * 2, 30000);
         setTimeout(poll, delay);
       });
