@@ -20,6 +20,7 @@ type Store interface {
 	ExecutionStore
 	OutboxStore
 	Notifier
+	SessionStore
 
 	// InsertApproval writes a new approval under its operation key, all in one transaction:
 	// a (ID, Version 1, Status pending, CreatedAt, ExpiresAt, OperationKey and Fingerprint

@@ -221,6 +221,18 @@ type Tx interface {
 	// used), and returns how many.
 	SigninTokenDeleteExpired(ctx context.Context, createdBefore time.Time, limit int) (int, error)
 
+	// SessionInsert stores a new page session (every field but EndedAt and Token).
+	SessionInsert(ctx context.Context, sess *Session) error
+	// SessionSetEndedIfLive sets the session's ended_at to Now, only while it is unset, and
+	// returns how many sessions it ended (0 or 1).
+	SessionSetEndedIfLive(ctx context.Context, id string) (int, error)
+	// SessionSetEndedIfLiveBySubject sets ended_at to Now on every session of subject where
+	// it is unset, and returns how many it ended.
+	SessionSetEndedIfLiveBySubject(ctx context.Context, subject string) (int, error)
+	// SessionDeleteExpired deletes up to limit sessions whose expires_at is before
+	// expiredBefore, ended or not, and returns how many.
+	SessionDeleteExpired(ctx context.Context, expiredBefore time.Time, limit int) (int, error)
+
 	// PersonEmailGetMany returns the addresses stored for the persons (Store.PersonEmails),
 	// person to address; persons without one are absent.
 	PersonEmailGetMany(ctx context.Context, persons []string) (map[string]string, error)

@@ -237,6 +237,7 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodGet, "/v1/tokens", http.HandlerFunc(s.handleListTokens)},
 		{http.MethodPost, "/v1/tokens/{id}/revoke", http.HandlerFunc(s.handleRevokeToken)},
 		{http.MethodPost, "/v1/tokens/{id}/rotate", http.HandlerFunc(s.handleRotateToken)},
+		{http.MethodPost, "/v1/sessions/revoke", http.HandlerFunc(s.handleRevokeSessions)},
 
 		{http.MethodGet, "/v1/openapi.json", http.HandlerFunc(s.handleOpenAPI)},
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},

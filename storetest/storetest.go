@@ -64,6 +64,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Outbox", exerciseOutbox},
 		{"Signin", exerciseSignin},
 		{"Addresses", exerciseAddresses},
+		{"Sessions", exerciseSessions},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -191,17 +192,45 @@ func (s *Server) handleSignInToken(w http.ResponseWriter, r *http.Request) {
 		s.renderSignIn(w, r, http.StatusBadRequest, "Paste an API token to sign in.")
 		return
 	}
+	// Counted per client address: a guesser is slowed, and the log says from where.
+	addr, counted := clientAddr(r, s.trustedProxies())
+	if counted {
+		if blocked, until := s.failures.blocked(addr, s.now()); blocked {
+			s.log.Warn("web: token sign-in refused: too many failures from the address", "addr", addr.String())
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(until.Sub(s.now()).Seconds()+0.5))))
+			s.renderSignIn(w, r, http.StatusTooManyRequests, "Too many wrong tokens were pasted from your address. Try again in a minute.")
+			return
+		}
+	}
 	t, err := s.svc.Authenticate(r.Context(), secret)
 	if approval.ErrorCode(err) == approval.EUNAUTHORIZED {
+		if counted {
+			s.failures.fail(addr, s.now())
+		}
+		// The reason, never the token: a token pasted into the wrong field is still a secret.
+		s.log.Warn("web: token sign-in failed", "addr", addr.String(), "reason", approval.ErrorMessage(err))
 		s.renderSignIn(w, r, http.StatusUnauthorized, "That token is not known. Check that you pasted all of it.")
 		return
 	} else if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.startSession(w, r, t.Principal(), viaToken, t.Hash)
+	if err := s.startSession(w, r, t.Principal(), approval.SessionViaToken, t.Hash, ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.setCookie(w, r, preCookie, "", 0)
 	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+}
+
+// trustedProxies are the proxies whose X-Forwarded-For names the client, for the counts per
+// client address: those of the sign-in links' settings, the one place the configuration
+// names them.
+func (s *Server) trustedProxies() []netip.Prefix {
+	if s.links == nil {
+		return nil
+	}
+	return s.links.TrustedProxies
 }
 
 // checkPreSignIn refuses a sign-in post that does not come from a sign-in page this browser
@@ -237,9 +266,14 @@ func (s *Server) preSignInToken(pre string) string {
 	return s.sign("signin", []byte(pre+"."+strconv.FormatInt(s.now().Unix(), 10)))
 }
 
-// handleSignOut is POST /ui/signout: the session cookie is cleared.
+// handleSignOut is POST /ui/signout: the session's row is ended, so that a copy of the
+// cookie no longer works either, and the cookie is cleared.
 func (s *Server) handleSignOut(w http.ResponseWriter, r *http.Request, sess *session) {
 	if err := s.checkForm(r, sess); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.svc.EndSession(r.Context(), sess.ID); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -318,7 +352,10 @@ func (s *Server) handleOIDCCallback(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("web: the provider's e-mail address was not stored", "subject", p.Subject, "err", err)
 		}
 	}
-	s.startSession(w, r, p, viaOIDC, nil)
+	if err := s.startSession(w, r, p, approval.SessionViaOIDC, nil, email); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	http.Redirect(w, r, st.Next, http.StatusSeeOther)
 }
 

@@ -41,10 +41,17 @@ func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string
 // setupRouted is setup with the store's routing of notifications.
 func setupRouted(tb testing.TB, kind string, routing approval.Routing, opts ...func(cfg *web.Config, base string)) *fixture {
 	tb.Helper()
-	f := &fixture{tb: tb, store: testdb.OpenWith(tb, kind, testdb.Options{
+	return setupStore(tb, testdb.OpenWith(tb, kind, testdb.Options{
 		Targeted: func(action string) bool { return action == "payout" },
 		Routing:  routing,
-	})}
+	}), opts...)
+}
+
+// setupStore is setup over a store the caller opened: a second server over the database of
+// another fixture, say, as a replica or a restart with another configuration.
+func setupStore(tb testing.TB, store approval.Store, opts ...func(cfg *web.Config, base string)) *fixture {
+	tb.Helper()
+	f := &fixture{tb: tb, store: store}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
 	api := httpapi.New(httpapi.Config{Store: f.store, Service: &approval.Service{Store: f.store}})

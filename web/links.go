@@ -112,7 +112,10 @@ func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.startSession(w, r, approval.Principal{Subject: person, Role: s.links.role(person)}, viaLink, nil)
+	if err := s.startSession(w, r, approval.Principal{Subject: person, Role: s.links.role(person)}, approval.SessionViaLink, nil, ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.setCookie(w, r, preCookie, "", 0)
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }

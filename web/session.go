@@ -26,23 +26,23 @@ const (
 	preCookie = "approvald_pre"
 )
 
-// How a session was started.
-const (
-	viaToken = "token"
-	viaOIDC  = "oidc"
-	viaLink  = "link" // an e-mailed sign-in link
-)
-
-// session is the signed content of the session cookie.
+// session is a live page session: its row (approval.Session), with the role the current
+// configuration gives (see Server.session).
 type session struct {
-	ID      string        `json:"sid"` // new at every sign-in; form tokens are bound to it
-	Subject string        `json:"sub"`
-	Role    approval.Role `json:"role"`
-	Via     string        `json:"via"`
-	// TokenHash is the stored hash of the API token signed in with (never the token): each
-	// request looks it up again, so a token deleted from the store ends its sessions.
-	TokenHash []byte `json:"th,omitempty"`
-	Expires   int64  `json:"exp"` // Unix seconds
+	ID      string // new at every sign-in; form tokens are bound to it
+	Subject string
+	Role    approval.Role
+	Via     string // an approval.SessionVia constant
+}
+
+// sessionCookieValue is the signed content of the session cookie: the id of the session's
+// row, which is the truth, and its expiry, so that an expired cookie costs no read.
+type sessionCookieValue struct {
+	ID      string `json:"sid"`
+	Expires int64  `json:"exp"` // Unix seconds
+	// Email is the address an identity provider verified at an OIDC sign-in, signed with the
+	// rest: the role entries that name addresses are matched against it at each request.
+	Email string `json:"em,omitempty"`
 }
 
 func (s session) principal() approval.Principal {
@@ -78,20 +78,25 @@ func (s *Server) mac(purpose string, value []byte) []byte {
 	return h.Sum(nil)
 }
 
-// startSession signs the viewer in as p: a new session, with a new id, replaces any cookie
-// the browser held. Sign-in methods (the token form, OpenID Connect, and later e-mailed
-// links) all end here.
-func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p approval.Principal, via string, tokenHash []byte) {
-	sess := session{
-		ID: randomString(18), Subject: p.Subject, Role: p.Role, Via: via, TokenHash: tokenHash,
-		Expires: s.now().Add(s.ttl).Unix(),
+// startSession signs the viewer in as p: a new session row, with a new id, and a cookie
+// naming it, which replaces any cookie the browser held. Sign-in methods (the token form,
+// OpenID Connect, e-mailed links) all end here. tokenHash is the hash of the token signed in
+// with, for approval.SessionViaToken; email the address an identity provider verified, for
+// approval.SessionViaOIDC.
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p approval.Principal, via string, tokenHash []byte, email string) error {
+	row, err := s.svc.StartSession(r.Context(), p, via, tokenHash, s.ttl)
+	if err != nil {
+		return err
 	}
-	value, _ := json.Marshal(sess)
+	value, _ := json.Marshal(sessionCookieValue{ID: row.ID, Expires: row.ExpiresAt.Unix(), Email: email})
 	s.setCookie(w, r, sessionCookie, s.sign("session", value), s.ttl)
+	return nil
 }
 
-// session returns the request's valid session: signed by our key, not expired, and, for a
-// token's session, the token still in the store with the same subject and role.
+// session returns the request's live session: a cookie signed by our key and not expired,
+// naming a session row that is live (Service.CheckSession: not ended, not expired, its token
+// still usable, its link's person still configured), with the role the configuration gives
+// now to an OIDC or link session. One read of the store.
 func (s *Server) session(r *http.Request) (*session, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
@@ -101,27 +106,33 @@ func (s *Server) session(r *http.Request) (*session, error) {
 	if !ok {
 		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session cookie is not valid; sign in again")
 	}
-	var sess session
-	if err := json.Unmarshal(value, &sess); err != nil || sess.ID == "" || sess.Subject == "" || !sess.Role.Valid() {
+	var cv sessionCookieValue
+	if err := json.Unmarshal(value, &cv); err != nil || cv.ID == "" {
 		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session cookie is not valid; sign in again")
 	}
-	if s.now().Unix() >= sess.Expires {
+	if s.now().Unix() >= cv.Expires {
 		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the session has expired; sign in again")
 	}
-	if sess.Via == viaToken {
-		// The page asks the store on each request, so that a revoked or deleted token
-		// ends its sessions at once.
-		t, err := s.store.TokenByHash(r.Context(), sess.TokenHash)
-		if approval.ErrorCode(err) == approval.ENOTFOUND {
-			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the token this session signed in with no longer exists; sign in again")
-		} else if err != nil {
-			return nil, err
-		}
-		if !approval.SameName(t.Subject, sess.Subject) || t.Role != sess.Role {
-			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the token this session signed in with has changed; sign in again")
-		}
+	row, err := s.svc.CheckSession(r.Context(), cv.ID)
+	if err != nil {
+		return nil, err
 	}
-	return &sess, nil
+	sess := &session{ID: row.ID, Subject: row.Subject, Role: row.Role, Via: row.Via}
+	// The roles of OIDC and link sessions are the configuration's, read again at each
+	// request, so that a subject taken out of the operators or admins loses the role at once.
+	switch row.Via {
+	case approval.SessionViaOIDC:
+		if s.oidc == nil {
+			return nil, approval.Errorf(approval.EUNAUTHORIZED, "sign-in with an identity provider is no longer configured; sign in again")
+		}
+		sess.Role = s.oidc.role(row.Subject, cv.Email)
+	case approval.SessionViaLink:
+		if s.links == nil {
+			return nil, approval.Errorf(approval.EUNAUTHORIZED, "sign-in links are no longer enabled; sign in again")
+		}
+		sess.Role = s.links.role(row.Subject)
+	}
+	return sess, nil
 }
 
 // setCookie sets an HttpOnly, SameSite=Lax cookie under /ui, Secure over TLS or when the

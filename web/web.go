@@ -83,9 +83,10 @@ type Config struct {
 	StuckAfter time.Duration
 }
 
-// Server serves the pages. It keeps no state that correctness depends on: the session is
-// in a signed cookie, and the in-process memory of decision forms already submitted only
-// saves a second request the rules would anyway make harmless.
+// Server serves the pages. It keeps no state that correctness depends on: a session is a
+// row of the store, named by a signed cookie; the in-process memory of decision forms already
+// submitted only saves a second request the rules would anyway make harmless, and the count
+// of failed sign-ins per address only slows guessing.
 type Server struct {
 	store      approval.Store
 	svc        *approval.Service
@@ -108,6 +109,8 @@ type Server struct {
 	forms  *submitted
 	// linkAddrs counts the sign-in links asked for per client address.
 	linkAddrs *addrLimiter
+	// failures counts the failed token sign-ins per client address.
+	failures *failureLimiter
 }
 
 // New returns a Server for cfg, or an error when cfg cannot work (a short session key, a bad
@@ -125,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 		bodies:     cfg.Bodies,
 		mux:        http.NewServeMux(),
 		forms:      newSubmitted(),
+		failures:   newFailureLimiter(SigninFailures, SigninFailureWindow, maxFailingAddresses),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -210,12 +210,14 @@ func TestSession_TamperedCookieRefused(t *testing.T) {
 
 		payload, mac, _ := strings.Cut(cookie.Value, ".")
 		raw, _ := base64.RawURLEncoding.DecodeString(payload)
-		promoted := strings.Replace(string(raw), `"role":"approver"`, `"role":"admin"`, 1)
+		// The cookie names the session's row and its expiry; a longer life is a change too.
+		extended := strings.Replace(string(raw), `"exp":`, `"exp":9`, 1)
+		must(t, extended != string(raw), "the cookie %s has no expiry", raw)
 		for name, value := range map[string]string{
-			"role changed": base64.RawURLEncoding.EncodeToString([]byte(promoted)) + "." + mac,
-			"mac changed":  payload + "." + strings.Repeat("A", len(mac)),
-			"no mac":       payload,
-			"garbage":      "x",
+			"expiry changed": base64.RawURLEncoding.EncodeToString([]byte(extended)) + "." + mac,
+			"mac changed":    payload + "." + strings.Repeat("A", len(mac)),
+			"no mac":         payload,
+			"garbage":        "x",
 		} {
 			req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/ui/operations", nil)
 			req.AddCookie(&http.Cookie{Name: "approvald_session", Value: value})

@@ -17,7 +17,8 @@ const (
 )
 
 // Sweeper moves overdue approvals to expired, purges finished inbox events past their
-// retention and sign-in links past approval.SigninKeep. Every replica runs one: the store's conditional writes make concurrent
+// retention, sign-in links past approval.SigninKeep and page sessions expired more than
+// approval.SessionKeep ago. Every replica runs one: the store's conditional writes make concurrent
 // sweeps safe, so an approval is expired exactly once however many sweepers race for it.
 type Sweeper struct {
 	// Rules expires due approvals and purges old rows (an *approval.Service); required.
@@ -38,11 +39,12 @@ type Sweeper struct {
 }
 
 // SweepRules expires due approvals and purges what is kept no longer: approval.Service's
-// ExpireDue, PurgeInbox and PurgeSigninTokens.
+// ExpireDue, PurgeInbox, PurgeSigninTokens and PurgeSessions.
 type SweepRules interface {
 	ExpireDue(ctx context.Context, limit int) (int, error)
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
 	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
+	PurgeSessions(ctx context.Context, keep time.Duration, limit int) (int, error)
 }
 
 // Run sweeps at once and then every Interval until ctx ends, when it returns nil. A failed
@@ -74,7 +76,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 }
 
 // Sweep makes one pass: it expires due approvals, then purges the inbox (when InboxIDs is set)
-// and old sign-in links, each in batches until a batch comes back short. A failure of
+// old sign-in links and old page sessions, each in batches until a batch comes back short. A failure of
 // one does not skip the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
 	batch := s.Batch
@@ -107,11 +109,17 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	if signinErr != nil {
 		signinErr = fmt.Errorf("purge sign-in links: %w", signinErr)
 	}
-	if expired > 0 || inboxPurged > 0 || signins > 0 {
-		s.logger().InfoContext(ctx, "swept", "expired", expired, "inbox_purged", inboxPurged,
-			"signin_links_purged", signins)
+	sessions, sessionErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
+		return s.Rules.PurgeSessions(ctx, approval.SessionKeep, batch)
+	})
+	if sessionErr != nil {
+		sessionErr = fmt.Errorf("purge sessions: %w", sessionErr)
 	}
-	return errors.Join(expireErr, inboxErr, signinErr)
+	if expired > 0 || inboxPurged > 0 || signins > 0 || sessions > 0 {
+		s.logger().InfoContext(ctx, "swept", "expired", expired, "inbox_purged", inboxPurged,
+			"signin_links_purged", signins, "sessions_purged", sessions)
+	}
+	return errors.Join(expireErr, inboxErr, signinErr, sessionErr)
 }
 
 func (s *Sweeper) logger() *slog.Logger {
