@@ -281,8 +281,10 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := approval.ApprovalFilter{
 		Status:    approval.Status(q.Get("status")),
-		Approver:  q.Get("approver"),
-		Requester: q.Get("requester"),
+		// Names compare normalised, as the rules compare them (docs/security.md, "Names"); a
+		// name that does not normalise is kept as given, to find rows stored before.
+		Approver:  approval.NameKey(q.Get("approver")),
+		Requester: approval.NameKey(q.Get("requester")),
 		Action:    q.Get("action"),
 		Query:     q.Get("q"),
 		Cursor:    q.Get("cursor"),

@@ -155,3 +155,26 @@ func TestConfusableCannotApproveTwin(t *testing.T) {
 		}
 	})
 }
+
+// TestNamesInListFilters: the approver and requester filters of GET /v1/approvals compare
+// names as the rules do, so that ?approver=Alice lists what alice may decide.
+func TestNamesInListFilters(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setup(t, kind)
+		ci := f.token("ci-bot", approval.RoleRequester)
+		admin := f.token("root", approval.RoleAdmin)
+		if resp := f.create(ci, "listed-by-name", createBody("Deploy", "alice")); resp.status != http.StatusCreated {
+			t.Fatalf("create: got %d %s", resp.status, resp.body)
+		}
+		for _, q := range []string{"approver=Alice", "approver=ALICE", "requester=CI-BOT"} {
+			var page struct {
+				Approvals []json.RawMessage `json:"approvals"`
+			}
+			f.do("GET", "/v1/approvals?"+q, admin, "").decode(t, &page)
+			if len(page.Approvals) != 1 {
+				t.Errorf("GET /v1/approvals?%s: got %d approvals, want 1", q, len(page.Approvals))
+			}
+		}
+	})
+}
