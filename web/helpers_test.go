@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
@@ -126,31 +127,40 @@ func (f *fixture) create(title string, approvers []string, required int, ctx str
 	return &a
 }
 
-// needsReview makes an execution in needs_review: two requesters' approvals of the targeted
-// action "payout" under one operation key, both approved (the target could not tell them
-// apart, so the second waits for an operator).
+// needsReview makes an execution in needs_review: an approval of the targeted action
+// "payout", approved, whose first attempt ends uncertain, as the runner records a call that
+// may have reached a target that neither honours keys nor can be asked.
 func (f *fixture) needsReview() *approval.ExecutionRecord {
 	f.tb.Helper()
-	key := approval.NewID("op")
+	ctx := context.Background()
 	approver := f.token("ana", approval.RoleApprover)
-	for _, requester := range []string{"billing", "support"} {
-		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/approvals", strings.NewReader(
-			`{"action": "payout", "title": "Pay out invoice 88", "approvers": ["ana"], "context": {"invoice": 88}}`))
-		req.Header.Set("Authorization", "Bearer "+f.token(requester, approval.RoleRequester))
-		req.Header.Set("Idempotency-Key", key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			f.tb.Fatal(err)
-		}
-		var a approval.Approval
-		json.NewDecoder(resp.Body).Decode(&a)
-		resp.Body.Close()
-		if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", approver, "", nil); code != http.StatusOK {
-			f.tb.Fatalf("approve: %d", code)
-		}
+	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/approvals", strings.NewReader(
+		`{"action": "payout", "title": "Pay out invoice 88", "approvers": ["ana"], "context": {"invoice": 88}}`))
+	req.Header.Set("Authorization", "Bearer "+f.token("billing", approval.RoleRequester))
+	req.Header.Set("Idempotency-Key", approval.NewID("op"))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.tb.Fatal(err)
 	}
-	list, _, err := f.store.Executions(context.Background(), approval.ExecutionFilter{Status: approval.ExecutionNeedsReview})
+	var a approval.Approval
+	json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", approver, "", nil); code != http.StatusOK {
+		f.tb.Fatalf("approve: %d", code)
+	}
+	svc := &approval.Service{Store: f.store}
+	claims, err := svc.ClaimExecutions(ctx, time.Minute, 10)
+	if err != nil || len(claims) != 1 {
+		f.tb.Fatalf("claim executions: %d claimed, %v; want 1", len(claims), err)
+	}
+	if _, err := svc.FinishAttempt(ctx, claims[0].Record.ID, claims[0].Attempt, approval.AttemptOutcome{
+		Status: approval.ExecutionNeedsReview, Error: "the call timed out after the request was sent",
+		Reason: "the target neither honours the Idempotency-Key nor has a lookup URL",
+	}); err != nil {
+		f.tb.Fatalf("finish attempt: %v", err)
+	}
+	list, _, err := f.store.Executions(ctx, approval.ExecutionFilter{Status: approval.ExecutionNeedsReview})
 	if err != nil || len(list) != 1 {
 		f.tb.Fatalf("executions in needs_review: %d, %v; want 1", len(list), err)
 	}
