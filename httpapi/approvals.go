@@ -280,7 +280,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	f := approval.ApprovalFilter{
-		Status:    approval.Status(q.Get("status")),
+		Status: approval.Status(q.Get("status")),
 		// Names compare normalised, as the rules compare them (docs/security.md, "Names"); a
 		// name that does not normalise is kept as given, to find rows stored before.
 		Approver:  approval.NameKey(q.Get("approver")),
