@@ -29,10 +29,13 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/batch"
+	"github.com/approvald/approval/internal/pgpool"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
 var _ approval.Store = (*Store)(nil)
+
+func init() { pgpool.Open = openPool }
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -85,11 +88,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return openConfig(ctx, cfg)
 }
 
-// OpenPool returns the connection pool a Store works on, configured as Open configures it
-// (pgx's defaults, or pool_max_conns and the like from the URL). It is exported so that a
-// benchmark's baseline can run plain statements on a pool of the store's size; the caller
-// closes it.
-func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// openPool returns a connection pool configured as Open configures the store's (pgx's
+// defaults, or pool_max_conns and the like from the URL), for the benchmark's baseline
+// (internal/pgpool), which runs plain statements on a pool of the store's size.
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := parseConfig(url)
 	if err != nil {
 		return nil, err
@@ -104,15 +106,15 @@ func parseConfig(url string) (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("parse postgres url: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = DefaultMaxConns()
+		cfg.MaxConns = defaultMaxConns()
 	}
 	return cfg, nil
 }
 
-// DefaultMaxConns is the pool size when the URL sets no pool_max_conns: 4 per CPU, at least
+// defaultMaxConns is the pool size when the URL sets no pool_max_conns: 4 per CPU, at least
 // 16, so that more commits share each WAL flush (docs/operations.md, "PostgreSQL's
 // connections").
-func DefaultMaxConns() int32 {
+func defaultMaxConns() int32 {
 	return int32(max(16, 4*runtime.NumCPU()))
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/signal"
 	"github.com/approvald/approval/internal/sqldb"
+	"github.com/approvald/approval/internal/sqlitepool"
 )
 
 //go:embed migrations/*.sql
@@ -46,6 +47,8 @@ const busyTimeout = 10 * time.Second
 const readConns = 4
 
 var _ approval.Store = (*Store)(nil)
+
+func init() { sqlitepool.Open = openPools }
 
 // Store is the SQLite implementation of approval.Store.
 type Store struct {
@@ -80,7 +83,7 @@ type Store struct {
 // (passed on to the driver) or a bare path, creating the file if needed. It does not migrate;
 // call Migrate.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	write, read, err := OpenPools(ctx, dsn)
+	write, read, err := openPools(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -91,12 +94,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return s, nil
 }
 
-// OpenPools opens the two pools a Store works on, as Open does: a write pool of exactly one
-// connection whose transactions begin IMMEDIATE, and a read-only pool of readConns
-// connections, both with the store's pragmas (WAL, busy_timeout, foreign_keys). It is
-// exported so that a benchmark's baseline can run plain statements on connections opened
-// exactly as the store's are; the caller closes both.
-func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error) {
+// openPools opens the two pools a Store works on: a write pool of exactly one connection
+// whose transactions begin IMMEDIATE, and a read-only pool of readConns connections, both
+// with the store's pragmas (WAL, busy_timeout, foreign_keys). The benchmark's baseline opens
+// its connections with it too (internal/sqlitepool).
+func openPools(ctx context.Context, dsn string) (write, read *sql.DB, err error) {
 	writeDSN, readDSN, err := poolDSNs(dsn)
 	if err != nil {
 		return nil, nil, err
