@@ -1,5 +1,9 @@
 package httpapi
 
+// OpenAPI returns the OpenAPI 3.1 document of the API (a copy), so that tests can validate
+// answers against it.
+func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
+
 // LongPolls returns how many long-polls are waiting, so that tests can change an approval once
 // a long-poll is parked and so prove the wake-up.
 func (s *Server) LongPolls() int { return int(s.longPolls.Load()) }

@@ -12,9 +12,6 @@ import (
 //go:embed openapi.json
 var openAPIDocument []byte
 
-// OpenAPI returns the OpenAPI 3.1 document of the API (a copy), for tools and tests.
-func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
-
 // handleOpenAPI is GET /v1/openapi.json. Like /healthz it needs no token: the document holds
 // nothing secret, and clients and tools read it before they have one.
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {

@@ -115,7 +115,7 @@ type read struct {
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
 	c := approval.PendingTokenCheck(ctx)
 	a, err := s.reads.Do(read{id: id, check: c})
-	return s.Reads.Checked(ctx, id, c, a, err)
+	return s.shared.Checked(ctx, id, c, a, err)
 }
 
 // TokenByHash finds the token with the given hash (see approval.Store) through the store's

@@ -40,10 +40,17 @@ func refusedWhole(err error) bool {
 	return errors.As(err, &pgErr)
 }
 
-// BatchStats returns what each kind of batch has run so far in this process ("create",
-// "intake", "read", "token"), for the metrics approvald_store_batches_total and
-// approvald_store_batched_calls_total.
-func (s *Store) BatchStats() map[string]batch.Stats {
+// BatchStats calls report with what each kind of batch has run so far in this process
+// ("create", "intake", "read", "token"): batches run and calls in them, for the metrics
+// approvald_store_batches_total and approvald_store_batched_calls_total.
+func (s *Store) BatchStats(report func(kind string, batches, calls uint64)) {
+	for kind, st := range s.batchStats() {
+		report(kind, st.Batches, st.Calls)
+	}
+}
+
+// batchStats is BatchStats' counts by kind.
+func (s *Store) batchStats() map[string]batch.Stats {
 	return map[string]batch.Stats{"create": s.creates.Stats(), "intake": s.intakes.Stats(), "read": s.reads.Stats(),
 		"token": s.tokens.Stats()}
 }

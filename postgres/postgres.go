@@ -29,10 +29,13 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/batch"
+	"github.com/approvald/approval/internal/pgpool"
 	"github.com/approvald/approval/internal/sqldb"
 )
 
 var _ approval.Store = (*Store)(nil)
+
+func init() { pgpool.Open = openPool }
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -43,18 +46,26 @@ const migrationLock int64 = 0x61707664
 
 // Store is the PostgreSQL approval.Store.
 type Store struct {
-	// Settings are the clock (Now), the actions with a target (Targeted) and the routing of
-	// notifications (Routing), as on SQLite's Store.
-	sqldb.Settings
+	// Now is the store's clock, time.Now by default. A method or transaction reads it once,
+	// once it holds its connection, and uses that instant for every comparison with an expiry
+	// or a lease and for every time it stores, never the database's clock, so tests can move
+	// time. Set it, Targeted and Routing before the store is used.
+	Now func() time.Time
+
+	// Targeted reports whether an action has a downstream target, which decides whether the
+	// approving transaction queues its execution or records it as not_configured. Nil means
+	// no action has one.
+	Targeted func(action string) bool
+
+	// Routing says who is told of what, and how (approval.Routing): the transactions that
+	// cause notifications and callbacks queue them by it. Zero: nobody is told.
+	Routing approval.Routing
 
 	// Logger receives what the store cannot return to a caller: the LISTEN connection
 	// dropping and reconnecting. slog.Default() when nil.
 	Logger *slog.Logger
 
-	// Reads are the read methods both drivers run alike (internal/sqldb), on the pool: each
-	// is one statement, one round trip.
-	sqldb.Reads
-
+	shared    sqldb.Reads // the reads both drivers run alike (reads.go)
 	pool      *pgxpool.Pool
 	batchPool *pgxpool.Pool // the batches' connections (see openConfig)
 	notifier  *notifier
@@ -77,11 +88,10 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return openConfig(ctx, cfg)
 }
 
-// OpenPool returns the connection pool a Store works on, configured as Open configures it
-// (pgx's defaults, or pool_max_conns and the like from the URL). It is exported so that a
-// benchmark's baseline can run plain statements on a pool of the store's size; the caller
-// closes it.
-func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// openPool returns a connection pool configured as Open configures the store's (pgx's
+// defaults, or pool_max_conns and the like from the URL), for the benchmark's baseline
+// (internal/pgpool), which runs plain statements on a pool of the store's size.
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := parseConfig(url)
 	if err != nil {
 		return nil, err
@@ -96,15 +106,15 @@ func parseConfig(url string) (*pgxpool.Config, error) {
 		return nil, fmt.Errorf("parse postgres url: %w", err)
 	}
 	if !strings.Contains(url, "pool_max_conns") {
-		cfg.MaxConns = DefaultMaxConns()
+		cfg.MaxConns = defaultMaxConns()
 	}
 	return cfg, nil
 }
 
-// DefaultMaxConns is the pool size when the URL sets no pool_max_conns: 4 per CPU, at least
+// defaultMaxConns is the pool size when the URL sets no pool_max_conns: 4 per CPU, at least
 // 16, so that more commits share each WAL flush (docs/operations.md, "PostgreSQL's
 // connections").
-func DefaultMaxConns() int32 {
+func defaultMaxConns() int32 {
 	return int32(max(16, 4*runtime.NumCPU()))
 }
 
@@ -145,8 +155,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{Settings: sqldb.Settings{Now: time.Now}, pool: pool, batchPool: batchPool}
-	s.Reads = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.Instant, Translate: translate}
+	s := &Store{Now: time.Now, pool: pool, batchPool: batchPool}
+	s.shared = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.instant, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	s.creates = batch.New(writeBatches, writeBatchMax, eachAlone(s.insertBatch))
 	s.intakes = batch.New(writeBatches, writeBatchMax, eachAlone(s.recordInboxBatch))
@@ -193,7 +203,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 		return translate("take migration lock", err)
 	}
-	if err := schema.Apply(ctx, querier{tx}, dialect, s.Instant()); err != nil {
+	if err := schema.Apply(ctx, querier{tx}, dialect, s.instant()); err != nil {
 		return translate("migrate", err)
 	}
 	return translate("commit migrations", tx.Commit(ctx))
@@ -218,7 +228,7 @@ func (s *Store) acquire(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn,
 	if err != nil {
 		return nil, time.Time{}, translate("acquire connection", err)
 	}
-	return conn, s.Instant(), nil
+	return conn, s.instant(), nil
 }
 
 // translate is sqldb.Translate with PostgreSQL's meanings of its errors (classify).

@@ -48,7 +48,7 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	// looks free (or a token that may be refused) goes on to the write transaction, which
 	// checks both again under the write lock.
 	check := approval.PendingTokenCheck(ctx)
-	if h, err := keyHolder(ctx, s.Reads.DB, a.Requester, a.OperationKey, check); err != nil || h != nil {
+	if h, err := keyHolder(ctx, s.shared.DB, a.Requester, a.OperationKey, check); err != nil || h != nil {
 		return h, fail("read the approval holding the key", err)
 	}
 	out, err := s.creates.Do(insert{a: a, cause: cause, outbox: outbox, check: check})

@@ -78,10 +78,17 @@ func writeBatch[Req, Res any](s *Store, op string, calls []*batch.Call[Req, Res]
 	}
 }
 
-// BatchStats returns what each kind of batch has run so far in this process ("create",
-// "intake", and "transaction": the groups of write transactions that shared a commit, see
-// writer), for the metrics approvald_store_batches_total and
-// approvald_store_batched_calls_total.
-func (s *Store) BatchStats() map[string]batch.Stats {
+// BatchStats calls report with what each kind of batch has run so far in this process
+// ("create", "intake", and "transaction": the groups of write transactions that
+// shared a commit, see writer): batches run and calls in them, for the metrics
+// approvald_store_batches_total and approvald_store_batched_calls_total.
+func (s *Store) BatchStats(report func(kind string, batches, calls uint64)) {
+	for kind, st := range s.batchStats() {
+		report(kind, st.Batches, st.Calls)
+	}
+}
+
+// batchStats is BatchStats' counts by kind.
+func (s *Store) batchStats() map[string]batch.Stats {
 	return map[string]batch.Stats{"create": s.creates.Stats(), "intake": s.intakes.Stats(), "transaction": s.writer.stats()}
 }

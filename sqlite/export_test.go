@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/approvald/approval/internal/batch"
 )
 
 // HoldWriter takes the store's one write connection and returns the function that gives it
@@ -35,3 +37,6 @@ func WaitUntil(tb testing.TB, what string, cond func() bool) {
 		}
 	}
 }
+
+// BatchCounts is what BatchStats reports, by kind.
+func (s *Store) BatchCounts() map[string]batch.Stats { return s.batchStats() }

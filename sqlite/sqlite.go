@@ -31,6 +31,7 @@ import (
 	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/internal/signal"
 	"github.com/approvald/approval/internal/sqldb"
+	"github.com/approvald/approval/internal/sqlitepool"
 )
 
 //go:embed migrations/*.sql
@@ -47,16 +48,26 @@ const readConns = 4
 
 var _ approval.Store = (*Store)(nil)
 
+func init() { sqlitepool.Open = openPools }
+
 // Store is the SQLite implementation of approval.Store.
 type Store struct {
-	// Settings are the clock (Now), the actions with a target (Targeted) and the routing of
-	// notifications (Routing), as on PostgreSQL's Store.
-	sqldb.Settings
+	// Now is the store's clock, time.Now by default. A method or transaction reads it once,
+	// once it holds its connection, and uses that instant for every comparison with an expiry
+	// or a lease and for every time it stores, never the database's clock, so tests can move
+	// time. Set it, Targeted and Routing before the store is used.
+	Now func() time.Time
 
-	// Reads are the read methods both drivers run alike (internal/sqldb), on the read pool:
-	// each is one statement, one snapshot.
-	sqldb.Reads
+	// Targeted reports whether an action has a downstream target, which decides whether the
+	// approving transaction queues its execution or records it as not_configured. Nil means
+	// no action has one.
+	Targeted func(action string) bool
 
+	// Routing says who is told of what, and how (approval.Routing): the transactions that
+	// cause notifications and callbacks queue them by it. Zero: nobody is told.
+	Routing approval.Routing
+
+	shared sqldb.Reads // the reads both drivers run alike (reads.go)
 	write  *sql.DB     // exactly one connection, BEGIN IMMEDIATE
 	writer *writer     // hands write's connection to one write transaction at a time, in groups
 	read   *sql.DB     // read-only connections
@@ -72,23 +83,22 @@ type Store struct {
 // (passed on to the driver) or a bare path, creating the file if needed. It does not migrate;
 // call Migrate.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	write, read, err := OpenPools(ctx, dsn)
+	write, read, err := openPools(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Settings: sqldb.Settings{Now: time.Now}, write: write, writer: &writer{db: write}, read: read, hub: signal.NewHub()}
+	s := &Store{Now: time.Now, write: write, writer: &writer{db: write}, read: read, hub: signal.NewHub()}
 	s.creates = newBatcher(s, "insert approval", insertOne)
 	s.intakes = newBatcher(s, "record inbox", recordInbox)
-	s.Reads = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.Instant, Translate: fail}
+	s.shared = sqldb.Reads{DB: querier{read}, Dialect: dialect, Clock: s.instant, Translate: fail}
 	return s, nil
 }
 
-// OpenPools opens the two pools a Store works on, as Open does: a write pool of exactly one
-// connection whose transactions begin IMMEDIATE, and a read-only pool of readConns
-// connections, both with the store's pragmas (WAL, busy_timeout, foreign_keys). It is
-// exported so that a benchmark's baseline can run plain statements on connections opened
-// exactly as the store's are; the caller closes both.
-func OpenPools(ctx context.Context, dsn string) (write, read *sql.DB, err error) {
+// openPools opens the two pools a Store works on: a write pool of exactly one connection
+// whose transactions begin IMMEDIATE, and a read-only pool of readConns connections, both
+// with the store's pragmas (WAL, busy_timeout, foreign_keys). The benchmark's baseline opens
+// its connections with it too (internal/sqlitepool).
+func openPools(ctx context.Context, dsn string) (write, read *sql.DB, err error) {
 	writeDSN, readDSN, err := poolDSNs(dsn)
 	if err != nil {
 		return nil, nil, err
@@ -323,7 +333,7 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(err))
 	}
-	return &tx{write: wr, now: s.Instant(), hub: s.hub}, nil
+	return &tx{write: wr, now: s.instant(), hub: s.hub}, nil
 }
 
 // checkToken runs the pending approval.TokenCheck of ctx, if any, as the first statement of a

@@ -419,7 +419,7 @@ func TestInsertApproval_Batch(t *testing.T) {
 	release()
 	wg.Wait()
 
-	if st := s.BatchStats()["create"]; st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
+	if st := s.BatchCounts()["create"]; st.Batches != 2 || st.Calls != uint64(1+len(creates)) {
 		t.Fatalf("ran %d creates in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(creates))
 	}
 	exists := func(a *approval.Approval) bool {
@@ -494,13 +494,13 @@ func holdBehindFirst(t *testing.T, s *sqlite.Store, kind string, wg *sync.WaitGr
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := s.BatchStats()[kind].Calls
+	before := s.BatchCounts()[kind].Calls
 	wg.Go(func() {
 		if err := first(); err != nil {
 			t.Errorf("the first %s, ahead of the batch: %v", kind, err)
 		}
 	})
-	waitUntil(t, "the first "+kind+"'s batch", func() bool { return s.BatchStats()[kind].Calls == before+1 })
+	waitUntil(t, "the first "+kind+"'s batch", func() bool { return s.BatchCounts()[kind].Calls == before+1 })
 	return release
 }
 
@@ -542,7 +542,7 @@ func TestRecordInbox_Batch(t *testing.T) {
 	release()
 	wg.Wait()
 
-	if st := s.BatchStats()["intake"]; st.Batches != 2 || st.Calls != uint64(1+len(dup)) {
+	if st := s.BatchCounts()["intake"]; st.Batches != 2 || st.Calls != uint64(1+len(dup)) {
 		t.Fatalf("ran %d deliveries in %d batches, want %d in 2", st.Calls, st.Batches, 1+len(dup))
 	}
 	for i, want := range []bool{false, true, true} {

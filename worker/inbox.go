@@ -141,7 +141,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	return ctx.Err() == nil
 }
 
-// ProcessOnce takes a batch of due events (up to Batch), handles them, and returns how many it
+// process takes a batch of up to limit due events, handles them, and returns how many it
 // took. The batch is taken, applied and marked done in one transaction, in the order taken:
 // one commit for the batch, and no lease written, since the transaction's lock is the claim
 // (one event at a time, each waiting for its own commit, the processor applied 85 events a
@@ -154,11 +154,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // Events claimed with a lease are handled to the end even if ctx ends meanwhile: a store
 // transaction is short, and abandoning a claim would cost the event an attempt and a lease
 // of delay. Their work is bounded by the lease instead, after which the claim is void anyway.
-func (p *InboxProcessor) ProcessOnce(ctx context.Context) (int, error) {
-	return p.process(ctx, p.batch())
-}
-
-// process is ProcessOnce with a batch of up to limit events.
 func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
 	// The batch holds its events' locks until it ends, and no lease frees them meanwhile: it
 	// is bounded by the lease as a claimed event's work is.

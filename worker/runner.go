@@ -197,28 +197,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// RunOnce claims up to Batch executions, executes them with up to Concurrency calls at once,
-// and returns how many it claimed once all are recorded. If ctx ends meanwhile, claims not
-// yet sent are released and calls in flight are finished and recorded, as in Run.
-func (r *Runner) RunOnce(ctx context.Context) (int, error) {
-	if err := r.validate(); err != nil {
-		return 0, err
-	}
-	claims, claimedAt, err := r.claim(ctx, r.batch())
-	if err != nil {
-		return 0, err
-	}
-	slots := make(chan struct{}, r.concurrency())
-	rec := r.startRecorder()
-	var wg sync.WaitGroup
-	for _, c := range claims {
-		wg.Go(func() { r.execute(ctx, c, claimedAt, slots, rec, func() {}) })
-	}
-	wg.Wait()
-	rec.stop()
-	return len(claims), nil
-}
-
 // claim claims up to limit executions, and returns when it asked: the claims' leases run out
 // no sooner than a lease after that.
 func (r *Runner) claim(ctx context.Context, limit int) ([]*approval.ExecutionClaim, askedAt, error) {

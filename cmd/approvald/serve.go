@@ -20,7 +20,6 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/httpapi"
-	"github.com/approvald/approval/internal/batch"
 	"github.com/approvald/approval/web"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -156,7 +155,7 @@ const DefaultMemoryLimit = 64 << 20
 // and token look-ups, SQLite's creates, intakes and write transactions: docs/architecture.md,
 // "Creates, intakes and reads in batches", "Write transactions that share a commit").
 type batching interface {
-	BatchStats() map[string]batch.Stats
+	BatchStats(report func(kind string, batches, calls uint64))
 }
 
 // batchCollector reports a batching store's counts: batches run and calls in them, by kind.
@@ -176,10 +175,10 @@ func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
-	for kind, st := range c.store.BatchStats() {
-		ch <- prometheus.MustNewConstMetric(batchesDesc, prometheus.CounterValue, float64(st.Batches), kind)
-		ch <- prometheus.MustNewConstMetric(batchedCallsDesc, prometheus.CounterValue, float64(st.Calls), kind)
-	}
+	c.store.BatchStats(func(kind string, batches, calls uint64) {
+		ch <- prometheus.MustNewConstMetric(batchesDesc, prometheus.CounterValue, float64(batches), kind)
+		ch <- prometheus.MustNewConstMetric(batchedCallsDesc, prometheus.CounterValue, float64(calls), kind)
+	})
 }
 
 // DefaultGCPercent is the collector's GOGC that serve sets when GOGC is not in its

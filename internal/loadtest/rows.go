@@ -10,8 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/approvald/approval/postgres"
-	"github.com/approvald/approval/sqlite"
+	"github.com/approvald/approval/internal/pgpool"
+	"github.com/approvald/approval/internal/sqlitepool"
+	_ "github.com/approvald/approval/postgres" // sets pgpool.Open
+	_ "github.com/approvald/approval/sqlite"   // sets sqlitepool.Open
 )
 
 // RowsTable is the table the baselines write and read. It is created by the bench, which
@@ -37,7 +39,7 @@ var (
 )
 
 // SQLiteRows is the baseline table in a SQLite database, on the store's own kind of
-// connections (sqlite.OpenPools): inserts queue for the one write connection and begin
+// connections (sqlite's, see internal/sqlitepool): inserts queue for the one write connection and begin
 // IMMEDIATE, selects use the read-only pool, with the same pragmas.
 type SQLiteRows struct {
 	write, read *sql.DB
@@ -45,7 +47,7 @@ type SQLiteRows struct {
 
 // OpenSQLiteRows opens the database dsn names as the sqlite store does and creates the table.
 func OpenSQLiteRows(ctx context.Context, dsn string) (*SQLiteRows, error) {
-	write, read, err := sqlite.OpenPools(ctx, dsn)
+	write, read, err := sqlitepool.Open(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,7 @@ func (r *SQLiteRows) Close() error {
 }
 
 // PostgresRows is the baseline table in a PostgreSQL database, on a pool configured as the
-// store's (postgres.OpenPool), so the same number of connections at most.
+// store's (postgres', see internal/pgpool), so the same number of connections at most.
 type PostgresRows struct {
 	pool *pgxpool.Pool
 	// checkpointsSQL reads the count of requested checkpoints on this server's version.
@@ -112,7 +114,7 @@ type PostgresRows struct {
 // OpenPostgresRows opens a pool on the database url names, in its search_path, as the
 // postgres store does, and creates the table.
 func OpenPostgresRows(ctx context.Context, url string) (*PostgresRows, error) {
-	pool, err := postgres.OpenPool(ctx, url)
+	pool, err := pgpool.Open(ctx, url)
 	if err != nil {
 		return nil, err
 	}

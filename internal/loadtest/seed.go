@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	newid "github.com/approvald/approval/internal/id"
 )
 
 // Seed describes the data approvald bench --seed puts in a fresh database before the
@@ -145,7 +146,7 @@ func (s *Seed) add(r *seedRows, i int) error {
 	created := s.Now.Add(-s.Span + time.Duration(float64(s.Span)*float64(i)/float64(max(s.N, 1)))).Truncate(approval.Precision)
 	expires := created.Add(approval.DefaultExpiresIn)
 	age := s.Now.Sub(created)
-	id := approval.NewIDAt("apr", created)
+	id := newid.New("apr", created)
 	requester := s.Requesters[i%len(s.Requesters)]
 	approvers := []string{s.Approvers[i%len(s.Approvers)], s.Approvers[(i+1)%len(s.Approvers)]}
 	action := SeedAction
@@ -193,7 +194,7 @@ func (s *Seed) add(r *seedRows, i int) error {
 		if status != approval.StatusApproved {
 			break
 		}
-		x := seedExecutionRow{id: approval.NewIDAt("exe", at), approvalID: id, key: key, action: action,
+		x := seedExecutionRow{id: newid.New("exe", at), approvalID: id, key: key, action: action,
 			status: approval.ExecutionNotConfigured, createdAt: at, updatedAt: at}
 		if action == SeedTargetedAction {
 			done := at.Add(150 * time.Millisecond)
@@ -216,7 +217,7 @@ func (s *Seed) add(r *seedRows, i int) error {
 	if i%4 == 0 && age < s.InboxRetain {
 		received := created.Add(2 * time.Second)
 		eventID := "seed-evt-" + strconv.Itoa(i)
-		e := seedInboxRow{id: approval.NewIDAt("inb", received), source: s.Source, eventID: eventID,
+		e := seedInboxRow{id: newid.New("inb", received), source: s.Source, eventID: eventID,
 			receivedAt: received, processedAt: received.Add(20 * time.Millisecond)}
 		e.headers = mustJSON(map[string]string{
 			"Content-Type":      "application/json",

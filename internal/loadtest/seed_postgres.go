@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/approvald/approval/postgres"
+	"github.com/approvald/approval/internal/pgpool"
 )
 
 // seedWorkers is how many batches are written at once: on PostgreSQL the server does the
@@ -24,7 +24,7 @@ func SeedPostgres(ctx context.Context, url string, s Seed, progress io.Writer) (
 	if err := s.defaults(); err != nil {
 		return SeedCounts{}, err
 	}
-	pool, err := postgres.OpenPool(ctx, url)
+	pool, err := pgpool.Open(ctx, url)
 	if err != nil {
 		return SeedCounts{}, err
 	}

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/approvald/approval/sqlite"
+	"github.com/approvald/approval/internal/sqlitepool"
 )
 
 // sqliteVars bounds the parameters of one multi-row INSERT, under SQLite's limit of 32766.
 const sqliteVars = 30000
 
 // SeedSQLite writes s into the migrated, empty SQLite database dsn names, on a write
-// connection opened as the store's (sqlite.OpenPools): one transaction per seedBatch
+// connection opened as the store's (sqlite's, see internal/sqlitepool): one transaction per seedBatch
 // approvals, each table in multi-row INSERTs. Times are unix microseconds and booleans 0 or
 // 1, as the store writes them. It does not ANALYZE: the store never does, so the plans the
 // scenarios meet are those of a database without statistics.
@@ -23,7 +23,7 @@ func SeedSQLite(ctx context.Context, dsn string, s Seed, progress io.Writer) (Se
 	if err := s.defaults(); err != nil {
 		return SeedCounts{}, err
 	}
-	write, read, err := sqlite.OpenPools(ctx, dsn)
+	write, read, err := sqlitepool.Open(ctx, dsn)
 	if err != nil {
 		return SeedCounts{}, err
 	}

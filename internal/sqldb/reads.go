@@ -12,7 +12,8 @@ import (
 
 // Reads are the read methods of approval.Store that both drivers run alike: each is one
 // statement, so it sees one snapshot and needs no transaction (one round trip on
-// PostgreSQL). A driver's Store embeds Reads, set up with its read pool and dialect.
+// PostgreSQL). A driver's Store holds Reads, set up with its read pool and dialect, and
+// names each method it takes from it.
 type Reads struct {
 	// DB runs the statements: the driver's read pool.
 	DB Querier

@@ -3,8 +3,7 @@
 // dialects but for what the Dialect gives (the placeholders, the stored form of a time, the
 // lock clauses, the binding of a list), the scanning of approval, execution, inbox event and
 // event rows, the building of paged listings with keyset cursors, the applying of embedded
-// migrations, the shape of the translation of errors (Translate, Classify), and the settings
-// a Store is configured by (Settings). It decides nothing: the rules are the root package's,
+// migrations and the shape of the translation of errors (Translate, Classify). It decides nothing: the rules are the root package's,
 // and each driver keeps the statements whose SQL is its own (the claims, advisory locks,
 // statements over arrays, NOTIFY), how its transaction runs statements (Runner) and what its
 // own error codes mean. See docs/architecture.md, "Layers" and "What is left in the drivers".
@@ -19,35 +18,6 @@ import (
 
 	"github.com/approvald/approval"
 )
-
-// Settings are the fields a driver's Store is configured by, alike in both drivers: a Store
-// embeds them, so that they read as its own. Set them before the store is used.
-type Settings struct {
-	// Now is the store's clock, time.Now by default. A method or transaction reads it once
-	// (Instant), once it holds its connection, and uses that instant for every comparison
-	// with an expiry or a lease and for every time it stores, never the database's clock, so
-	// tests can move time.
-	Now func() time.Time
-
-	// Targeted reports whether an action has a downstream target, which decides whether the
-	// approving transaction queues its execution or records it as not_configured. Nil means
-	// no action has one.
-	Targeted func(action string) bool
-
-	// Routing says who is told of what, and how (approval.Routing): the transactions that
-	// cause notifications and callbacks queue them by it. Zero: nobody is told.
-	Routing approval.Routing
-}
-
-// Instant reads the clock once, at approval.Precision in UTC. Its receiver is a pointer, so
-// that a method value (sqldb.Reads' Clock) sees a clock set after it was taken.
-func (s *Settings) Instant() time.Time { return s.Now().UTC().Truncate(approval.Precision) }
-
-// HasTarget reports whether an action has a downstream target (the Targeted field).
-func (s *Settings) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
-
-// Routes returns the routing the store was configured with.
-func (s *Settings) Routes() approval.Routing { return s.Routing }
 
 // Dialect is what a driver tells the shared code about its SQL.
 type Dialect struct {
