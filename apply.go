@@ -216,8 +216,12 @@ func (s *Service) FailInbox(ctx context.Context, e *InboxEvent, errMsg string, r
 }
 
 // RetryInbox puts a failed event back in the queue, pending and due now with its attempts
-// kept, and signals the inbox; ECONFLICT if the event is not failed.
-func (s *Service) RetryInbox(ctx context.Context, id string) (*InboxEvent, error) {
+// kept, and signals the inbox, for the operator p; EFORBIDDEN, before anything else, unless
+// p may operate (Principal.MayOperate); ECONFLICT if the event is not failed.
+func (s *Service) RetryInbox(ctx context.Context, p Principal, id string) (*InboxEvent, error) {
+	if err := mayOperate(p); err != nil {
+		return nil, err
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err

@@ -77,11 +77,14 @@ func (s *Service) Vote(ctx context.Context, d DecideRequest) (VoteResult, error)
 	return v, nil
 }
 
-// Cancel moves a pending approval to cancelled (version+1, decided_at = now, EventCancelled
-// with actor and cause). ENOTFOUND if missing; ECONFLICT carrying the current approval if it
-// is already terminal, or past expires_at (it is expired then, as in Decide). Who may cancel
-// is the caller's check.
-func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*Approval, error) {
+// Cancel moves a pending approval to cancelled for p (version+1, decided_at = now,
+// EventCancelled with p's subject as actor, and cause). ENOTFOUND if missing or if p may not
+// see it (Principal.MayRead: its existence is not revealed); EFORBIDDEN unless p may cancel
+// it (Principal.MayCancel); ECONFLICT carrying the current approval if it is already
+// terminal, or past expires_at (it is expired then, as in Decide). A refusal for p's sake
+// changes nothing, not even an expiry.
+func (s *Service) Cancel(ctx context.Context, p Principal, id string, cause Cause) (*Approval, error) {
+	actor := p.Subject
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -91,6 +94,12 @@ func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*A
 	a, err := tx.ApprovalGetForUpdate(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if !p.MayRead(a) {
+		return nil, Errorf(ENOTFOUND, "approval %s not found", id)
+	}
+	if !p.MayCancel(a) {
+		return nil, Errorf(EFORBIDDEN, "only the requester (%s) or an admin may cancel approval %s", a.Requester, id)
 	}
 	refusal, err := s.refuseUnlessPending(ctx, tx, a, cause)
 	if err != nil {

@@ -452,7 +452,7 @@ func TestCallback_URLOnCreate(t *testing.T) {
 		if _, err := svc.Decide(t.Context(), approval.DecideRequest{ApprovalID: approved, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Cancel(t.Context(), cancelled, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := svc.Cancel(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleAdmin}, cancelled, approval.HTTPCause("cancel")); err != nil {
 			t.Fatal(err)
 		}
 		h.outbox(nil).RunOnceT(t)
@@ -551,7 +551,7 @@ func TestCallback_PortAndAddress(t *testing.T) {
 
 		// The same callback with the opt-in is delivered once an operator retries it.
 		svc := h.service()
-		if _, err := svc.RetryOutbox(t.Context(), msgs[0].ID); err != nil {
+		if _, err := svc.RetryOutbox(t.Context(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, msgs[0].ID); err != nil {
 			t.Fatalf("retry the refused callback: %v", err)
 		}
 		h.outbox(nil).RunOnceT(t)

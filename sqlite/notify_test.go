@@ -103,7 +103,7 @@ func TestSubscribe_CoalescesAndUnsubscribes(t *testing.T) {
 
 	for _, key := range []string{"deploy-1", "deploy-2"} {
 		a := MustCreateApproval(t, s, "ci-bot", key)
-		if _, err := (&approval.Service{Store: s}).Cancel(ctx, a.ID, "ci-bot", approval.Cause{Kind: "request"}); err != nil {
+		if _, err := (&approval.Service{Store: s}).Cancel(ctx, approval.Principal{Subject: "ci-bot", Role: approval.RoleAdmin}, a.ID, approval.Cause{Kind: "request"}); err != nil {
 			t.Fatalf("cancel %s: %v", key, err)
 		}
 	}

@@ -46,7 +46,7 @@ func exerciseAudit(t *testing.T, s suite) {
 		mustDecide(t, f.store, a.ID, "alice", approval.VerdictReject)
 		_, err := f.service().Decide(t.Context(), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.service().Cancel(t.Context(), a.ID, "ci-bot", approval.HTTPCause("cancel"))
+		_, err = f.service().Cancel(t.Context(), asAdmin("ci-bot"), a.ID, approval.HTTPCause("cancel"))
 		wantCode(t, err, approval.ECONFLICT)
 
 		evs := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventRejected)
@@ -58,7 +58,7 @@ func exerciseAudit(t *testing.T, s suite) {
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		f.clock.Advance(time.Minute)
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root", Note: "superseded by 1043"}
-		if _, err := f.service().Cancel(t.Context(), a.ID, "root", cause); err != nil {
+		if _, err := f.service().Cancel(t.Context(), asAdmin("root"), a.ID, cause); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		evs := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventCancelled)
@@ -103,7 +103,7 @@ func exerciseAudit(t *testing.T, s suite) {
 		rejected := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		mustDecide(t, f.store, rejected.ID, "bob", approval.VerdictReject)
 		cancelled := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		if _, err := f.service().Cancel(t.Context(), cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := f.service().Cancel(t.Context(), asAdmin("ci-bot"), cancelled.ID, approval.HTTPCause("cancel")); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		soon := PendingApproval(t, f.clock.Now())

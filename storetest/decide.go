@@ -178,7 +178,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "admin", Note: "wrong branch"}
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		f.clock.Advance(time.Minute)
-		got, err := f.service().Cancel(ctx, a.ID, "admin", cause)
+		got, err := f.service().Cancel(ctx, asAdmin("admin"), a.ID, cause)
 		if err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
@@ -189,20 +189,20 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantTime(t, "decided_at", *got.DecidedAt, f.clock.Now())
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusCancelled, 2)
 
-		_, err = f.service().Cancel(ctx, a.ID, "admin", cause)
+		_, err = f.service().Cancel(ctx, asAdmin("admin"), a.ID, cause)
 		wantConflict(t, err, approval.StatusCancelled, 2)
 		_, err = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantConflict(t, err, approval.StatusCancelled, 2)
 
 		b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		mustDecide(t, f.store, b.ID, "alice", approval.VerdictApprove)
-		_, err = f.service().Cancel(ctx, b.ID, "ci-bot", approval.HTTPCause("cancel-b"))
+		_, err = f.service().Cancel(ctx, asAdmin("ci-bot"), b.ID, approval.HTTPCause("cancel-b"))
 		wantConflict(t, err, approval.StatusApproved, 2)
 
 		// Past expires_at a cancel finds the approval expired, as a vote would.
 		c := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		f.clock.Advance(c.ExpiresAt.Sub(f.clock.Now()))
-		_, err = f.service().Cancel(ctx, c.ID, "ci-bot", approval.HTTPCause("cancel-c"))
+		_, err = f.service().Cancel(ctx, asAdmin("ci-bot"), c.ID, approval.HTTPCause("cancel-c"))
 		wantConflict(t, err, approval.StatusExpired, 2)
 		wantState(t, mustApproval(t, f.store, c.ID), approval.StatusExpired, 2)
 		wantEventTypes(t, f.store, c.ID, approval.EventCreated, approval.EventExpired)
@@ -293,7 +293,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantCode(t, err, approval.ENOTFOUND)
 		_, err = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: missing, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantCode(t, err, approval.ENOTFOUND)
-		_, err = f.service().Cancel(ctx, missing, "ci-bot", approval.HTTPCause("cancel"))
+		_, err = f.service().Cancel(ctx, asAdmin("ci-bot"), missing, approval.HTTPCause("cancel"))
 		wantCode(t, err, approval.ENOTFOUND)
 		_, err = f.store.Events(ctx, missing)
 		wantCode(t, err, approval.ENOTFOUND)

@@ -196,7 +196,7 @@ func exerciseRace(t *testing.T, s suite) {
 			raceTwo(round, func() {
 				results[0], errs[0] = f.service().Decide(ctx, req)
 			}, func() {
-				results[1], errs[1] = f.service().Cancel(ctx, a.ID, a.Requester, cancelCause)
+				results[1], errs[1] = f.service().Cancel(ctx, approval.Principal{Subject: a.Requester, Role: approval.RoleRequester}, a.ID, cancelCause)
 			})
 
 			final := mustApproval(t, f.store, a.ID)
