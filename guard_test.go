@@ -54,6 +54,13 @@ func TestServiceGuards(t *testing.T) {
 					}
 					return err
 				}},
+			{"Decide", want{owner: approval.EFORBIDDEN, stranger: approval.EFORBIDDEN, listed: "",
+				unlisted: approval.ENOTFOUND, operator: approval.EFORBIDDEN, admin: approval.EFORBIDDEN},
+				func(t *testing.T, p approval.Principal) error {
+					a := pending(t)
+					_, err := svc.Decide(ctx, p, approval.DecideRequest{ApprovalID: a.ID, Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")})
+					return err
+				}},
 			{"RetryExecution", operatorsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
 				_, err := svc.RetryExecution(ctx, p, approval.NewID("exe"), approval.Cause{Kind: approval.CauseOperator, Operator: p.Subject})
 				return err

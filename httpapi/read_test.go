@@ -122,7 +122,7 @@ func TestLongPoll(t *testing.T) {
 				got <- resp
 			}()
 			waitForLongPoll(t, f)
-			if _, err := f.service().Decide(context.Background(), approval.DecideRequest{
+			if _, err := f.service().Decide(context.Background(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{
 				ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictReject, Cause: approval.HTTPCause("elsewhere"),
 			}); err != nil {
 				t.Fatal(err)

@@ -167,7 +167,7 @@ func TestCallback_OncePerEvent(t *testing.T) {
 		for _, verdict := range []approval.Verdict{approval.VerdictApprove, approval.VerdictReject} {
 			id := h.create(t, "op-"+string(verdict), 1)
 			ids = append(ids, id)
-			if _, err := svc.Decide(t.Context(), approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: verdict, Cause: approval.HTTPCause("vote")}); err != nil {
+			if _, err := svc.Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: verdict, Cause: approval.HTTPCause("vote")}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -449,7 +449,7 @@ func TestCallback_URLOnCreate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Decide(t.Context(), approval.DecideRequest{ApprovalID: approved, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+		if _, err := svc.Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: approved, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := svc.Cancel(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleAdmin}, cancelled, approval.HTTPCause("cancel")); err != nil {
@@ -527,7 +527,7 @@ func TestCallback_PortAndAddress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.service().Decide(t.Context(), approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+		if _, err := h.service().Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
 			t.Fatal(err)
 		}
 		// Sent without the opt-in, as callbacks are by default.

@@ -115,7 +115,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			race(2, func(i int) {
 				// One vote wins; the other finds the approval approved (ECONFLICT), which the
 				// checks below account for.
-				f.service().Decide(t.Context(), approval.DecideRequest{
+				f.service().Decide(t.Context(), asAdmin(a.Approvers[i]), approval.DecideRequest{
 					ApprovalID: a.ID, Approver: a.Approvers[i], Verdict: approval.VerdictApprove, Cause: voteCause(a.Approvers[i]),
 				})
 			})
@@ -176,7 +176,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			}
 			errs := make([]error, 2)
 			race(2, func(i int) {
-				_, errs[i] = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+				_, errs[i] = f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 			})
 			for i := range pair {
 				if errs[i] != nil {

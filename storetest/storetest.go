@@ -214,7 +214,7 @@ func mustApproval(tb testing.TB, s approval.Store, id string) *approval.Approval
 
 func mustDecide(tb testing.TB, s approval.Store, id, approver string, verdict approval.Verdict) *approval.Approval {
 	tb.Helper()
-	a, err := (&approval.Service{Store: s}).Decide(tb.Context(), approval.DecideRequest{
+	a, err := (&approval.Service{Store: s}).Decide(tb.Context(), asAdmin(approver), approval.DecideRequest{
 		ApprovalID: id, Approver: approver, Verdict: verdict, Cause: voteCause(approver),
 	})
 	if err != nil {
