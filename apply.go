@@ -12,7 +12,10 @@ import (
 // marking cannot apply an event twice (docs/invariants.md, invariants 3 and 4). A decision
 // goes through the same rules as Decide and a result through those of ReportExecution: what
 // they refuse (403, 404, 409 of the API) is a processed event whose Outcome says why, not an
-// error. The audit events name the cause {kind: inbox, source, event_id}.
+// error. A decision acts for the approver it names, on the word of the source that signed
+// the event, through the unexported path Vote also takes after its role check: it takes no
+// principal, and is held to the rules of the approval itself (listed, not approving one's
+// own request). The audit events name the cause {kind: inbox, source, event_id}.
 func (s *Service) ApplyInbox(ctx context.Context, e *InboxEvent, a InboxAction) (*InboxEvent, error) {
 	if err := checkInboxAction(a); err != nil {
 		return nil, err
@@ -216,8 +219,12 @@ func (s *Service) FailInbox(ctx context.Context, e *InboxEvent, errMsg string, r
 }
 
 // RetryInbox puts a failed event back in the queue, pending and due now with its attempts
-// kept, and signals the inbox; ECONFLICT if the event is not failed.
-func (s *Service) RetryInbox(ctx context.Context, id string) (*InboxEvent, error) {
+// kept, and signals the inbox, for the operator p; EFORBIDDEN, before anything else, unless
+// p may operate (Principal.MayOperate); ECONFLICT if the event is not failed.
+func (s *Service) RetryInbox(ctx context.Context, p Principal, id string) (*InboxEvent, error) {
+	if err := mayOperate(p); err != nil {
+		return nil, err
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err

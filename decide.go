@@ -9,11 +9,10 @@ import (
 // ActorSystem is the actor of transitions nobody asked for, such as expiry.
 const ActorSystem = "system"
 
-// Decide records one approver's vote (docs/invariants.md, invariant 1), in one store
-// transaction, and returns the approval as it then is. It is Vote without the word on a
-// repeat.
-func (s *Service) Decide(ctx context.Context, d DecideRequest) (*Approval, error) {
-	v, err := s.Vote(ctx, d)
+// Decide records p's vote (docs/invariants.md, invariant 1), in one store transaction, and
+// returns the approval as it then is. It is Vote without the word on a repeat.
+func (s *Service) Decide(ctx context.Context, p Principal, d DecideRequest) (*Approval, error) {
+	v, err := s.Vote(ctx, p, d)
 	if err != nil {
 		return nil, err
 	}
@@ -34,12 +33,15 @@ type VoteResult struct {
 	CommentIgnored bool
 }
 
-// Vote records one approver's vote (docs/invariants.md, invariant 1), in one store
-// transaction. In order:
-//   - EINVALID if the request breaks the input policy (DecideRequest.Validate);
+// Vote records p's vote (docs/invariants.md, invariant 1), in one store transaction; the
+// approver is p's subject, whatever d.Approver says. In order:
+//   - EFORBIDDEN if p's role may not vote (Principal.MayDecide);
+//   - EINVALID if the verdict is unknown or the request breaks the input policy
+//     (DecideRequest.Validate);
 //   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
-//     ApprovalID is empty; an operation key used by several requesters is ECONFLICT);
-//   - EFORBIDDEN if d.Approver is not an approver, or is the requester voting approve;
+//     ApprovalID is empty; an operation key used by several requesters is ECONFLICT), or if p
+//     is not listed and may not see it (Principal.MayRead: its existence is not revealed);
+//   - EFORBIDDEN if p is not an approver, or is the requester voting approve;
 //   - if d.Approver already voted: the same verdict returns the current approval with no
 //     change, AlreadyVoted (a repeat); the other verdict is ECONFLICT carrying the current
 //     approval;
@@ -53,7 +55,14 @@ type VoteResult struct {
 //
 // A refusal is committed before it is returned, because finding the approval past its expiry
 // expires it, and that truth is kept.
-func (s *Service) Vote(ctx context.Context, d DecideRequest) (VoteResult, error) {
+func (s *Service) Vote(ctx context.Context, p Principal, d DecideRequest) (VoteResult, error) {
+	if !p.MayDecide() {
+		return VoteResult{}, Errorf(EFORBIDDEN, "role %s may not decide approvals; use an approver token", p.Role)
+	}
+	d.Approver = p.Subject
+	if !d.Verdict.Valid() {
+		return VoteResult{}, Errorf(EINVALID, "unknown verdict %q; use approve or reject", d.Verdict)
+	}
 	if err := d.Validate(); err != nil {
 		return VoteResult{}, err // before any store work; decide checks again for the inbox
 	}
@@ -71,17 +80,29 @@ func (s *Service) Vote(ctx context.Context, d DecideRequest) (VoteResult, error)
 		return VoteResult{}, err
 	}
 	v := VoteResult{Approval: res.approval, AlreadyVoted: res.repeat, CommentIgnored: res.commentIgnored}
+	if res.refusal != nil && res.refusal.Code == EFORBIDDEN && v.Approval != nil && !p.MayRead(v.Approval) {
+		// An approver not listed may not see the approval: the vote must not reveal that it
+		// exists.
+		id := d.ApprovalID
+		if id == "" {
+			id = v.Approval.ID
+		}
+		return VoteResult{}, Errorf(ENOTFOUND, "approval %s not found", id)
+	}
 	if res.refusal != nil {
 		return v, res.refusal
 	}
 	return v, nil
 }
 
-// Cancel moves a pending approval to cancelled (version+1, decided_at = now, EventCancelled
-// with actor and cause). ENOTFOUND if missing; ECONFLICT carrying the current approval if it
-// is already terminal, or past expires_at (it is expired then, as in Decide). Who may cancel
-// is the caller's check.
-func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*Approval, error) {
+// Cancel moves a pending approval to cancelled for p (version+1, decided_at = now,
+// EventCancelled with p's subject as actor, and cause). ENOTFOUND if missing or if p may not
+// see it (Principal.MayRead: its existence is not revealed); EFORBIDDEN unless p may cancel
+// it (Principal.MayCancel); ECONFLICT carrying the current approval if it is already
+// terminal, or past expires_at (it is expired then, as in Decide). A refusal for p's sake
+// changes nothing, not even an expiry.
+func (s *Service) Cancel(ctx context.Context, p Principal, id string, cause Cause) (*Approval, error) {
+	actor := p.Subject
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -91,6 +112,12 @@ func (s *Service) Cancel(ctx context.Context, id, actor string, cause Cause) (*A
 	a, err := tx.ApprovalGetForUpdate(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if !p.MayRead(a) {
+		return nil, Errorf(ENOTFOUND, "approval %s not found", id)
+	}
+	if !p.MayCancel(a) {
+		return nil, Errorf(EFORBIDDEN, "only the requester (%s) or an admin may cancel approval %s", a.Requester, id)
 	}
 	refusal, err := s.refuseUnlessPending(ctx, tx, a, cause)
 	if err != nil {

@@ -323,9 +323,10 @@ func (s *Service) ReleaseExecution(ctx context.Context, id string, attempt int) 
 // keep counting, so every attempt number stays a unique fence. ECONFLICT otherwise, a
 // running execution an attempt holds included; ENOTFOUND for an unknown one. The
 // EventExecutionRetried names the operator and the status the execution left; the retry
-// signals TopicExecutions.
-func (s *Service) RetryExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error) {
-	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, now time.Time) (string, map[string]any, error) {
+// signals TopicExecutions. p is the operator: EFORBIDDEN, before anything else, unless p
+// may operate (Principal.MayOperate).
+func (s *Service) RetryExecution(ctx context.Context, p Principal, id string, cause Cause) (*ExecutionRecord, error) {
+	return s.operate(ctx, p, id, cause, func(rec *ExecutionRecord, now time.Time) (string, map[string]any, error) {
 		switch {
 		case rec.Status == ExecutionFailed, rec.Status == ExecutionNeedsReview,
 			rec.Status == ExecutionCancelled, rec.AwaitingReport():
@@ -345,15 +346,18 @@ func (s *Service) RetryExecution(ctx context.Context, id, actor string, cause Ca
 // EventExecutionResolved, and clears Uncertain: nothing about it is uncertain any more.
 // ECONFLICT otherwise; ENOTFOUND for an unknown execution. A report arriving afterwards finds
 // a targeted execution that no longer takes reports (Reportable), unless one was applied
-// before.
-func (s *Service) ResolveExecution(ctx context.Context, id string, status ExecutionStatus, note, actor string, cause Cause) (*ExecutionRecord, error) {
+// before. p is the operator: EFORBIDDEN, before anything else, unless p may operate.
+func (s *Service) ResolveExecution(ctx context.Context, p Principal, id string, status ExecutionStatus, note string, cause Cause) (*ExecutionRecord, error) {
+	if err := mayOperate(p); err != nil {
+		return nil, err
+	}
 	if status != ExecutionSucceeded && status != ExecutionFailed {
 		return nil, Errorf(EINVALID, "an execution is resolved as succeeded or failed, not %q", status)
 	}
 	if err := CheckNote(note); err != nil {
 		return nil, err
 	}
-	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
+	return s.operate(ctx, p, id, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
 		if rec.Status != ExecutionNeedsReview && rec.Status != ExecutionFailed && !rec.AwaitingReport() {
 			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a needs_review or failed execution, or an accepted one awaiting its report, can be resolved", id, rec.Status)
 		}
@@ -365,9 +369,10 @@ func (s *Service) ResolveExecution(ctx context.Context, id string, status Execut
 
 // CancelExecution cancels a queued execution before the runner claims it, with an
 // EventExecutionCancelled naming the operator. ECONFLICT in any other status; ENOTFOUND for
-// an unknown execution.
-func (s *Service) CancelExecution(ctx context.Context, id, actor string, cause Cause) (*ExecutionRecord, error) {
-	return s.operate(ctx, id, actor, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
+// an unknown execution. p is the operator: EFORBIDDEN, before anything else, unless p may
+// operate.
+func (s *Service) CancelExecution(ctx context.Context, p Principal, id string, cause Cause) (*ExecutionRecord, error) {
+	return s.operate(ctx, p, id, cause, func(rec *ExecutionRecord, _ time.Time) (string, map[string]any, error) {
 		if rec.Status != ExecutionQueued {
 			return "", nil, Errorf(ECONFLICT, "execution %s is %s; only a queued execution can be cancelled", id, rec.Status)
 		}
@@ -376,12 +381,17 @@ func (s *Service) CancelExecution(ctx context.Context, id, actor string, cause C
 	})
 }
 
-// operate runs an operator's action on the execution id in one transaction. move decides
-// from the execution as read under its lock and changes rec to what it becomes at now, or
-// refuses, and then nothing is written. The new state is written guarded by the status it
-// was read in, with move's event by actor for cause; an execution queued again signals
-// TopicExecutions.
-func (s *Service) operate(ctx context.Context, id, actor string, cause Cause, move func(rec *ExecutionRecord, now time.Time) (event string, detail map[string]any, err error)) (*ExecutionRecord, error) {
+// operate runs an operator's action for p on the execution id in one transaction:
+// EFORBIDDEN before anything is read unless p may operate (Principal.MayOperate). move
+// decides from the execution as read under its lock and changes rec to what it becomes at
+// now, or refuses, and then nothing is written. The new state is written guarded by the
+// status it was read in, with move's event by p's subject for cause; an execution queued
+// again signals TopicExecutions.
+func (s *Service) operate(ctx context.Context, p Principal, id string, cause Cause, move func(rec *ExecutionRecord, now time.Time) (event string, detail map[string]any, err error)) (*ExecutionRecord, error) {
+	if err := mayOperate(p); err != nil {
+		return nil, err
+	}
+	actor := p.Subject
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err

@@ -463,10 +463,14 @@ func (s *Service) FinishOutbox(ctx context.Context, id string, attempt int, o Ou
 	return m, nil
 }
 
-// RetryOutbox puts a failed message back in the queue for an operator: pending, due now,
-// its attempts kept (so every attempt number stays a unique fence). ECONFLICT unless it is
-// failed; ENOTFOUND for an unknown message.
-func (s *Service) RetryOutbox(ctx context.Context, id string) (*OutboxMessage, error) {
+// RetryOutbox puts a failed message back in the queue for the operator p: pending, due now,
+// its attempts kept (so every attempt number stays a unique fence). EFORBIDDEN, before
+// anything else, unless p may operate (Principal.MayOperate); ECONFLICT unless it is failed;
+// ENOTFOUND for an unknown message.
+func (s *Service) RetryOutbox(ctx context.Context, p Principal, id string) (*OutboxMessage, error) {
+	if err := mayOperate(p); err != nil {
+		return nil, err
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err

@@ -49,3 +49,11 @@ func (p Principal) MayOperate() bool {
 func (p Principal) MayManageTokens() bool {
 	return p.Role == RoleAdmin
 }
+
+// mayOperate is EFORBIDDEN unless p may operate: the one refusal of every operator action.
+func mayOperate(p Principal) error {
+	if !p.MayOperate() {
+		return Errorf(EFORBIDDEN, "role %s may not manage executions or the inbox; use an operator or admin token", p.Role)
+	}
+	return nil
+}

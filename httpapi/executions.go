@@ -65,15 +65,15 @@ func (s *Server) handleGetExecution(w http.ResponseWriter, r *http.Request) {
 // execution, or an accepted async call whose report has not come, is queued again under the
 // same operation key, without a new approval.
 func (s *Server) handleRetryExecution(w http.ResponseWriter, r *http.Request) {
-	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-		return s.svc.RetryExecution(ctx, id, actor, cause)
+	s.operatorChange(w, r, func(ctx context.Context, p principal, id string, cause approval.Cause) (*approval.ExecutionRecord, error) {
+		return s.svc.RetryExecution(ctx, p, id, cause)
 	})
 }
 
 // handleCancelExecution is POST /v1/executions/{id}/cancel: a queued execution is not run.
 func (s *Server) handleCancelExecution(w http.ResponseWriter, r *http.Request) {
-	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-		return s.svc.CancelExecution(ctx, id, actor, cause)
+	s.operatorChange(w, r, func(ctx context.Context, p principal, id string, cause approval.Cause) (*approval.ExecutionRecord, error) {
+		return s.svc.CancelExecution(ctx, p, id, cause)
 	})
 }
 
@@ -89,32 +89,45 @@ type resolveRequest struct {
 // come. The note is required: it is the audit trail's only
 // account of how the operator knows.
 func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request) {
-	s.operatorChange(w, r, func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-		body, err := readBody(w, r)
-		if err != nil {
-			return nil, err
+	s.operatorChange(w, r, func(ctx context.Context, p principal, id string, cause approval.Cause) (*approval.ExecutionRecord, error) {
+		req, bad := readResolve(w, r)
+		if bad != nil {
+			// A refused body is the answer only for a caller who may operate: the Service is
+			// asked with no outcome, which it refuses (EINVALID) after the caller's role.
+			req = resolveRequest{}
 		}
-		var req resolveRequest
-		if err := decodeObject(body, &req); err != nil {
-			return nil, err
+		rec, err := s.svc.ResolveExecution(ctx, p, id, req.Outcome, req.Note, cause)
+		if bad != nil && approval.ErrorCode(err) == approval.EINVALID {
+			return nil, bad
 		}
-		if req.Outcome != approval.ExecutionSucceeded && req.Outcome != approval.ExecutionFailed {
-			return nil, approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", req.Outcome)
-		}
-		if err := approval.CheckNote(req.Note); err != nil {
-			return nil, err
-		}
-		return s.svc.ResolveExecution(ctx, id, req.Outcome, req.Note, actor, cause)
+		return rec, err
 	})
 }
 
-// operatorChange runs one operator action on the execution {id}: it authenticates an
-// operator or admin, runs change with the operator as actor and cause {kind: operator,
-// operator, request_id}, and answers the execution. When the execution's state does not
-// allow the action (ECONFLICT) the 409 carries the execution as it is, under "execution".
+// readResolve reads and checks the body of POST /v1/executions/{id}/resolve.
+func readResolve(w http.ResponseWriter, r *http.Request) (resolveRequest, error) {
+	var req resolveRequest
+	body, err := readBody(w, r)
+	if err != nil {
+		return req, err
+	}
+	if err := decodeObject(body, &req); err != nil {
+		return req, err
+	}
+	if req.Outcome != approval.ExecutionSucceeded && req.Outcome != approval.ExecutionFailed {
+		return req, approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", req.Outcome)
+	}
+	return req, approval.CheckNote(req.Note)
+}
+
+// operatorChange runs one operator action on the execution {id}: it authenticates the
+// caller, runs change for them with cause {kind: operator, operator, request_id}, and
+// answers the execution. The Service refuses a caller who may not operate (EFORBIDDEN). When
+// the execution's state does not allow the action (ECONFLICT) the 409 carries the execution
+// as it is, under "execution".
 func (s *Server) operatorChange(w http.ResponseWriter, r *http.Request,
-	change func(ctx context.Context, id, actor string, cause approval.Cause) (*approval.ExecutionRecord, error)) {
-	p, err := s.authenticateOperator(r)
+	change func(ctx context.Context, p principal, id string, cause approval.Cause) (*approval.ExecutionRecord, error)) {
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -122,7 +135,7 @@ func (s *Server) operatorChange(w http.ResponseWriter, r *http.Request,
 	id := r.PathValue("id")
 	cause := s.cause(r)
 	cause.Kind, cause.Operator = approval.CauseOperator, p.Subject
-	rec, err := change(r.Context(), id, p.Subject, cause)
+	rec, err := change(r.Context(), p, id, cause)
 	if approval.ErrorCode(err) == approval.ECONFLICT {
 		if cur, rerr := s.store.Execution(r.Context(), id); rerr == nil {
 			err = &executionConflict{err: err, execution: cur}

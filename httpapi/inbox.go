@@ -324,15 +324,15 @@ func (s *Server) handleGetInboxEvent(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleRetryInboxEvent is POST /v1/inbox/{id}/retry: a failed event goes back to pending,
-// due now (409 for any other status). Operators and admins only.
+// due now (409 for any other status). Service.RetryInbox lets operators and admins only.
 func (s *Server) handleRetryInboxEvent(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticateOperator(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")
-	e, err := s.svc.RetryInbox(r.Context(), id)
+	e, err := s.svc.RetryInbox(r.Context(), p, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

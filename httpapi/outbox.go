@@ -58,13 +58,15 @@ func (s *Server) handleGetOutbox(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, outboxDetail{OutboxMessage: m.Redacted(), AttemptLog: attempts})
 }
 
-// handleRetryOutbox is POST /v1/outbox/{id}/retry: a failed message is queued again.
+// handleRetryOutbox is POST /v1/outbox/{id}/retry: a failed message is queued again
+// (Service.RetryOutbox refuses a caller who may not operate).
 func (s *Server) handleRetryOutbox(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	m, err := s.svc.RetryOutbox(r.Context(), r.PathValue("id"))
+	m, err := s.svc.RetryOutbox(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -99,7 +99,7 @@ func TestLongPoll(t *testing.T) {
 			}()
 			waitForLongPoll(t, f)
 			// Another replica's change: straight to the store, this server is not told.
-			if _, err := f.service().Cancel(context.Background(), a.ID, "root", approval.HTTPCause("elsewhere")); err != nil {
+			if _, err := f.service().Cancel(context.Background(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, a.ID, approval.HTTPCause("elsewhere")); err != nil {
 				t.Fatal(err)
 			}
 			if resp := <-got; resp == nil || resp.status != http.StatusOK || resp.approval(t).Status != approval.StatusCancelled {
@@ -122,7 +122,7 @@ func TestLongPoll(t *testing.T) {
 				got <- resp
 			}()
 			waitForLongPoll(t, f)
-			if _, err := f.service().Decide(context.Background(), approval.DecideRequest{
+			if _, err := f.service().Decide(context.Background(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{
 				ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictReject, Cause: approval.HTTPCause("elsewhere"),
 			}); err != nil {
 				t.Fatal(err)

@@ -167,7 +167,7 @@ func TestCallback_OncePerEvent(t *testing.T) {
 		for _, verdict := range []approval.Verdict{approval.VerdictApprove, approval.VerdictReject} {
 			id := h.create(t, "op-"+string(verdict), 1)
 			ids = append(ids, id)
-			if _, err := svc.Decide(t.Context(), approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: verdict, Cause: approval.HTTPCause("vote")}); err != nil {
+			if _, err := svc.Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: verdict, Cause: approval.HTTPCause("vote")}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -449,10 +449,10 @@ func TestCallback_URLOnCreate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Decide(t.Context(), approval.DecideRequest{ApprovalID: approved, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+		if _, err := svc.Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: approved, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := svc.Cancel(t.Context(), cancelled, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := svc.Cancel(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleAdmin}, cancelled, approval.HTTPCause("cancel")); err != nil {
 			t.Fatal(err)
 		}
 		h.outbox(nil).RunOnceT(t)
@@ -527,7 +527,7 @@ func TestCallback_PortAndAddress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.service().Decide(t.Context(), approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+		if _, err := h.service().Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: id, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
 			t.Fatal(err)
 		}
 		// Sent without the opt-in, as callbacks are by default.
@@ -551,7 +551,7 @@ func TestCallback_PortAndAddress(t *testing.T) {
 
 		// The same callback with the opt-in is delivered once an operator retries it.
 		svc := h.service()
-		if _, err := svc.RetryOutbox(t.Context(), msgs[0].ID); err != nil {
+		if _, err := svc.RetryOutbox(t.Context(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, msgs[0].ID); err != nil {
 			t.Fatalf("retry the refused callback: %v", err)
 		}
 		h.outbox(nil).RunOnceT(t)

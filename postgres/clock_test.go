@@ -28,7 +28,7 @@ func TestClockReadInsideTheTransaction(t *testing.T) {
 		return time.Now()
 	}
 	a := storetest.MustCreate(t, s, storetest.PendingApproval(t, approval.Now()))
-	if _, err := (&approval.Service{Store: s}).Decide(t.Context(), approval.DecideRequest{
+	if _, err := (&approval.Service{Store: s}).Decide(t.Context(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{
 		ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote"),
 	}); err != nil {
 		t.Fatalf("decide: %v", err)

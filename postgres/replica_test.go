@@ -365,7 +365,7 @@ func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
 	if h, err := s.InsertApproval(ctx, a, approval.HTTPCause("create"), nil); err != nil || h != nil {
 		tb.Fatalf("create approval: got holder %+v, error %v, want neither", h, err)
 	}
-	approved, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
+	approved, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
 	if err != nil {
 		tb.Fatalf("approve %s: %v", a.ID, err)
 	}

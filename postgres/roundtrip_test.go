@@ -92,7 +92,7 @@ func TestRoundTrips(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = svc.Decide(ctx, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")})
+		_, err = svc.Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")})
 		decideTrips = rt.Count() - before
 		if err == nil && approval.PendingTokenCheck(ctx) != nil {
 			return fmt.Errorf("decide: the token check did not run")
@@ -207,7 +207,7 @@ func TestRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
-		if _, err := svc.Decide(ctx, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
+		if _, err := svc.Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote")}); err != nil {
 			t.Fatalf("decide: %v", err)
 		}
 		before := rt.Count()

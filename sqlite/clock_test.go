@@ -34,7 +34,7 @@ func TestClockReadAfterWaitingForTheWriter(t *testing.T) {
 	waits := s.WriterWaits()
 	voted := make(chan error, 1)
 	go func() {
-		_, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{
+		_, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{
 			ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("vote"),
 		})
 		voted <- err

@@ -44,7 +44,7 @@ func TestMigrate_UpgradesFromPhaseOne(t *testing.T) {
 		}
 	}
 	s.Targeted = func(string) bool { return true }
-	a, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
+	a, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
 	if err != nil {
 		t.Fatalf("approve the old approval: %v", err)
 	}

@@ -30,14 +30,14 @@ func TestSubscribe_SignalsAfterCommit(t *testing.T) {
 	assertSignalled(t, "create", executions, false)
 
 	// A refused vote changes nothing and wakes nobody.
-	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "mallory", Verdict: approval.VerdictApprove}); approval.ErrorCode(err) != approval.EFORBIDDEN {
+	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "mallory", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "mallory", Verdict: approval.VerdictApprove}); approval.ErrorCode(err) != approval.EFORBIDDEN {
 		t.Fatalf("vote by a stranger: got %v, want forbidden", err)
 	}
 	assertSignalled(t, "refused vote", approvals, false)
 
 	// The approving vote queues the execution in the same commit: both topics fire, and a
 	// subscriber woken by them already sees both changes.
-	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err != nil {
+	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
 	assertSignalled(t, "approve", approvals, true)
@@ -78,7 +78,7 @@ func TestSubscribe_NoSignalAfterRollback(t *testing.T) {
 	// last write, after the approval itself has changed inside it.
 	execRaw(t, path, `INSERT INTO executions (id, approval_id, operation_key, action, status,
 		created_at, updated_at) VALUES ('exe_stray', ?, 'deploy-1', 'deploy', 'cancelled', 0, 0)`, a.ID)
-	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err == nil {
+	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err == nil {
 		t.Fatal("approve with a conflicting execution row: got no error, want one")
 	}
 	assertSignalled(t, "rolled back approve", approvals, false)
@@ -103,7 +103,7 @@ func TestSubscribe_CoalescesAndUnsubscribes(t *testing.T) {
 
 	for _, key := range []string{"deploy-1", "deploy-2"} {
 		a := MustCreateApproval(t, s, "ci-bot", key)
-		if _, err := (&approval.Service{Store: s}).Cancel(ctx, a.ID, "ci-bot", approval.Cause{Kind: "request"}); err != nil {
+		if _, err := (&approval.Service{Store: s}).Cancel(ctx, approval.Principal{Subject: "ci-bot", Role: approval.RoleAdmin}, a.ID, approval.Cause{Kind: "request"}); err != nil {
 			t.Fatalf("cancel %s: %v", key, err)
 		}
 	}

@@ -24,7 +24,7 @@ func exerciseAudit(t *testing.T, s suite) {
 		// Bob decides from a chat button: the cause is the inbox event, not an HTTP request.
 		f.clock.Advance(time.Minute)
 		inbox := approval.Cause{Kind: approval.CauseInbox, Source: "chat", EventID: "evt_42"}
-		if _, err := f.service().Decide(t.Context(), approval.DecideRequest{
+		if _, err := f.service().Decide(t.Context(), asAdmin("bob"), approval.DecideRequest{
 			ApprovalID: a.ID, Approver: "bob", Verdict: approval.VerdictApprove, Comment: "ship it", Cause: inbox,
 		}); err != nil {
 			t.Fatalf("bob approves: %v", err)
@@ -44,9 +44,9 @@ func exerciseAudit(t *testing.T, s suite) {
 		mustDecide(t, f.store, a.ID, "alice", approval.VerdictReject)
 		// A repeat, a conflicting vote and a cancel after the outcome add nothing.
 		mustDecide(t, f.store, a.ID, "alice", approval.VerdictReject)
-		_, err := f.service().Decide(t.Context(), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+		_, err := f.service().Decide(t.Context(), asAdmin("alice"), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.service().Cancel(t.Context(), a.ID, "ci-bot", approval.HTTPCause("cancel"))
+		_, err = f.service().Cancel(t.Context(), asAdmin("ci-bot"), a.ID, approval.HTTPCause("cancel"))
 		wantCode(t, err, approval.ECONFLICT)
 
 		evs := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventRejected)
@@ -58,7 +58,7 @@ func exerciseAudit(t *testing.T, s suite) {
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		f.clock.Advance(time.Minute)
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root", Note: "superseded by 1043"}
-		if _, err := f.service().Cancel(t.Context(), a.ID, "root", cause); err != nil {
+		if _, err := f.service().Cancel(t.Context(), asAdmin("root"), a.ID, cause); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		evs := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventCancelled)
@@ -103,7 +103,7 @@ func exerciseAudit(t *testing.T, s suite) {
 		rejected := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		mustDecide(t, f.store, rejected.ID, "bob", approval.VerdictReject)
 		cancelled := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		if _, err := f.service().Cancel(t.Context(), cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := f.service().Cancel(t.Context(), asAdmin("ci-bot"), cancelled.ID, approval.HTTPCause("cancel")); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		soon := PendingApproval(t, f.clock.Now())

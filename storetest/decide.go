@@ -19,7 +19,7 @@ func exerciseDecide(t *testing.T, s suite) {
 
 		f.clock.Advance(time.Minute)
 		voted := f.clock.Now()
-		got, err := f.service().Decide(ctx, approval.DecideRequest{
+		got, err := f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{
 			ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Comment: "lgtm", Cause: voteCause("alice"),
 		})
 		if err != nil {
@@ -75,7 +75,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantState(t, mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove), approval.StatusApproved, 2)
 		// ... anyone else voting now is in conflict with the outcome, whatever the verdict.
 		for _, v := range []approval.Verdict{approval.VerdictApprove, approval.VerdictReject} {
-			_, err := f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "carol", Verdict: v, Cause: voteCause("carol")})
+			_, err := f.service().Decide(ctx, asAdmin("carol"), approval.DecideRequest{ApprovalID: a.ID, Approver: "carol", Verdict: v, Cause: voteCause("carol")})
 			wantConflict(t, err, approval.StatusApproved, 2)
 		}
 		got := mustApproval(t, f.store, a.ID)
@@ -92,7 +92,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		a.RequiredApprovals = 2
 		MustCreate(t, f.store, a)
 		mustDecide(t, f.store, a.ID, "alice", approval.VerdictApprove)
-		_, err := f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictReject, Cause: voteCause("alice")})
+		_, err := f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictReject, Cause: voteCause("alice")})
 		wantConflict(t, err, approval.StatusPending, 2)
 		got := mustApproval(t, f.store, a.ID)
 		wantState(t, got, approval.StatusPending, 2)
@@ -115,7 +115,7 @@ func exerciseDecide(t *testing.T, s suite) {
 			t.Fatalf("decided_at of a rejected approval: got nil, want %v", f.clock.Now())
 		}
 		wantTime(t, "decided_at", *got.DecidedAt, f.clock.Now())
-		_, err := f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "carol", Verdict: approval.VerdictApprove, Cause: voteCause("carol")})
+		_, err := f.service().Decide(ctx, asAdmin("carol"), approval.DecideRequest{ApprovalID: a.ID, Approver: "carol", Verdict: approval.VerdictApprove, Cause: voteCause("carol")})
 		wantConflict(t, err, approval.StatusRejected, 3)
 	})
 
@@ -130,7 +130,7 @@ func exerciseDecide(t *testing.T, s suite) {
 			{ApprovalID: a.ID, Approver: "mallory", Verdict: approval.VerdictApprove}, // not listed
 			{ApprovalID: a.ID, Approver: "mallory", Verdict: approval.VerdictReject},
 		} {
-			_, err := f.service().Decide(ctx, d)
+			_, err := f.service().Decide(ctx, asAdmin(d.Approver), d)
 			if got := approval.ErrorCode(err); got != approval.EFORBIDDEN {
 				t.Fatalf("%s votes %s: got code %q (%v), want %q", d.Approver, d.Verdict, got, err, approval.EFORBIDDEN)
 			}
@@ -155,7 +155,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		// Exactly at expires_at an approval is over, even though no sweeper has run: the vote
 		// expires it, in its own transaction, and loses. One microsecond earlier it counts.
 		f.clock.Advance(a.ExpiresAt.Sub(f.clock.Now()))
-		_, err := f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+		_, err := f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantConflict(t, err, approval.StatusExpired, 2)
 		got := mustApproval(t, f.store, a.ID)
 		wantState(t, got, approval.StatusExpired, 2)
@@ -165,7 +165,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantState(t, mustDecide(t, f.store, b.ID, "alice", approval.VerdictApprove), approval.StatusApproved, 2)
 
 		// Expired once: another vote, or the sweeper, finds it terminal and adds nothing.
-		_, err = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "bob", Verdict: approval.VerdictReject, Cause: voteCause("bob")})
+		_, err = f.service().Decide(ctx, asAdmin("bob"), approval.DecideRequest{ApprovalID: a.ID, Approver: "bob", Verdict: approval.VerdictReject, Cause: voteCause("bob")})
 		wantConflict(t, err, approval.StatusExpired, 2)
 		if n := mustExpire(t, f.store, 10); n != 0 {
 			t.Fatalf("expire due after the vote expired it: got %d, want 0", n)
@@ -178,7 +178,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "admin", Note: "wrong branch"}
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		f.clock.Advance(time.Minute)
-		got, err := f.service().Cancel(ctx, a.ID, "admin", cause)
+		got, err := f.service().Cancel(ctx, asAdmin("admin"), a.ID, cause)
 		if err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
@@ -189,20 +189,20 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantTime(t, "decided_at", *got.DecidedAt, f.clock.Now())
 		wantState(t, mustApproval(t, f.store, a.ID), approval.StatusCancelled, 2)
 
-		_, err = f.service().Cancel(ctx, a.ID, "admin", cause)
+		_, err = f.service().Cancel(ctx, asAdmin("admin"), a.ID, cause)
 		wantConflict(t, err, approval.StatusCancelled, 2)
-		_, err = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+		_, err = f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantConflict(t, err, approval.StatusCancelled, 2)
 
 		b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		mustDecide(t, f.store, b.ID, "alice", approval.VerdictApprove)
-		_, err = f.service().Cancel(ctx, b.ID, "ci-bot", approval.HTTPCause("cancel-b"))
+		_, err = f.service().Cancel(ctx, asAdmin("ci-bot"), b.ID, approval.HTTPCause("cancel-b"))
 		wantConflict(t, err, approval.StatusApproved, 2)
 
 		// Past expires_at a cancel finds the approval expired, as a vote would.
 		c := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		f.clock.Advance(c.ExpiresAt.Sub(f.clock.Now()))
-		_, err = f.service().Cancel(ctx, c.ID, "ci-bot", approval.HTTPCause("cancel-c"))
+		_, err = f.service().Cancel(ctx, asAdmin("ci-bot"), c.ID, approval.HTTPCause("cancel-c"))
 		wantConflict(t, err, approval.StatusExpired, 2)
 		wantState(t, mustApproval(t, f.store, c.ID), approval.StatusExpired, 2)
 		wantEventTypes(t, f.store, c.ID, approval.EventCreated, approval.EventExpired)
@@ -242,7 +242,7 @@ func exerciseDecide(t *testing.T, s suite) {
 	s.run(t, "ByOperationKey", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		got, err := f.service().Decide(ctx, approval.DecideRequest{
+		got, err := f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{
 			OperationKey: a.OperationKey, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
 		})
 		if err != nil {
@@ -254,7 +254,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantState(t, got, approval.StatusApproved, 2)
 		wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
 
-		_, err = f.service().Decide(ctx, approval.DecideRequest{
+		_, err = f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{
 			OperationKey: "no-such-operation", Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
 		})
 		wantCode(t, err, approval.ENOTFOUND)
@@ -264,7 +264,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		other := PendingApproval(t, f.clock.Now())
 		other.Requester, other.OperationKey, other.Fingerprint = "deployer", b.OperationKey, "fp-deployer-"+b.OperationKey
 		MustCreate(t, f.store, other)
-		_, err = f.service().Decide(ctx, approval.DecideRequest{
+		_, err = f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{
 			OperationKey: b.OperationKey, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice"),
 		})
 		wantCode(t, err, approval.ECONFLICT)
@@ -272,7 +272,7 @@ func exerciseDecide(t *testing.T, s suite) {
 		wantState(t, mustApproval(t, f.store, other.ID), approval.StatusPending, 1)
 
 		// The id wins when both are given: the key is only looked at when the id is empty.
-		got, err = f.service().Decide(ctx, approval.DecideRequest{
+		got, err = f.service().Decide(ctx, asAdmin("bob"), approval.DecideRequest{
 			ApprovalID: other.ID, OperationKey: "no-such-operation", Approver: "bob", Verdict: approval.VerdictReject, Cause: voteCause("bob"),
 		})
 		if err != nil {
@@ -291,9 +291,9 @@ func exerciseDecide(t *testing.T, s suite) {
 		missing := approval.NewID("apr")
 		_, err := f.store.Approval(ctx, missing)
 		wantCode(t, err, approval.ENOTFOUND)
-		_, err = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: missing, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+		_, err = f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{ApprovalID: missing, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantCode(t, err, approval.ENOTFOUND)
-		_, err = f.service().Cancel(ctx, missing, "ci-bot", approval.HTTPCause("cancel"))
+		_, err = f.service().Cancel(ctx, asAdmin("ci-bot"), missing, approval.HTTPCause("cancel"))
 		wantCode(t, err, approval.ENOTFOUND)
 		_, err = f.store.Events(ctx, missing)
 		wantCode(t, err, approval.ENOTFOUND)

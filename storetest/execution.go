@@ -87,7 +87,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		rejected := create(nil)
 		mustDecide(t, f.store, rejected.ID, "bob", approval.VerdictReject)
 		cancelled := create(nil)
-		if _, err := f.service().Cancel(ctx, cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := f.service().Cancel(ctx, asAdmin("ci-bot"), cancelled.ID, approval.HTTPCause("cancel")); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		halfway := create(func(a *approval.Approval) { a.RequiredApprovals = 2 })
@@ -115,7 +115,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			race(2, func(i int) {
 				// One vote wins; the other finds the approval approved (ECONFLICT), which the
 				// checks below account for.
-				f.service().Decide(t.Context(), approval.DecideRequest{
+				f.service().Decide(t.Context(), asAdmin(a.Approvers[i]), approval.DecideRequest{
 					ApprovalID: a.ID, Approver: a.Approvers[i], Verdict: approval.VerdictApprove, Cause: voteCause(a.Approvers[i]),
 				})
 			})
@@ -176,7 +176,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			}
 			errs := make([]error, 2)
 			race(2, func(i int) {
-				_, errs[i] = f.service().Decide(ctx, approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
+				_, errs[i] = f.service().Decide(ctx, asAdmin("alice"), approval.DecideRequest{ApprovalID: pair[i].ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 			})
 			for i := range pair {
 				if errs[i] != nil {
@@ -619,15 +619,15 @@ func exerciseExecutions(t *testing.T, s suite) {
 		f.clock.Advance(24 * time.Hour)
 
 		// The call in flight: its lease has run out, but it is still the runner's to recover.
-		_, err := f.service().RetryExecution(ctx, inFlight.ID, "root", cause)
+		_, err := f.service().RetryExecution(ctx, asAdmin("root"), inFlight.ID, cause)
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.service().ResolveExecution(ctx, inFlight.ID, approval.ExecutionFailed, "gave up", "root", cause)
+		_, err = f.service().ResolveExecution(ctx, asAdmin("root"), inFlight.ID, approval.ExecutionFailed, "gave up", cause)
 		wantCode(t, err, approval.ECONFLICT)
 		if got := mustExecution(t, f.store, inFlight.ID); got.Status != approval.ExecutionRunning || got.LeaseExpiresAt == nil {
 			t.Fatalf("refused operator actions on a call in flight: got %s, lease %v; want running with its lease", got.Status, got.LeaseExpiresAt)
 		}
 
-		got, err := f.service().RetryExecution(ctx, retried.ID, "root", cause)
+		got, err := f.service().RetryExecution(ctx, asAdmin("root"), retried.ID, cause)
 		if err != nil {
 			t.Fatalf("retry an accepted execution awaiting its report: %v", err)
 		}
@@ -639,7 +639,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantEvent(t, evs[2], "root", cause, f.clock.Now())
 
 		const note = "the target lost the job; refunded by hand"
-		got, err = f.service().ResolveExecution(ctx, resolved.ID, approval.ExecutionSucceeded, note, "root", cause)
+		got, err = f.service().ResolveExecution(ctx, asAdmin("root"), resolved.ID, approval.ExecutionSucceeded, note, cause)
 		if err != nil {
 			t.Fatalf("resolve an accepted execution awaiting its report: %v", err)
 		}
@@ -719,7 +719,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		want("review 3, sure", finish(3, approval.AttemptOutcome{Status: approval.ExecutionNeedsReview, Error: "boom", Reason: "test"}), true, 0)
 
 		// An operator's retry starts a new run: counted from attempt 3, nothing uncertain.
-		got, err := f.service().RetryExecution(ctx, rec.ID, "root", cause)
+		got, err := f.service().RetryExecution(ctx, asAdmin("root"), rec.ID, cause)
 		if err != nil {
 			t.Fatalf("retry: %v", err)
 		}
@@ -737,12 +737,12 @@ func exerciseExecutions(t *testing.T, s suite) {
 		want("failed 5", finish(5, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "refused", Reason: "test"}), true, 3)
 
 		// An operator's resolution settles what happened.
-		got, err = f.service().ResolveExecution(ctx, rec.ID, approval.ExecutionFailed, "never reached the ledger", "root", cause)
+		got, err = f.service().ResolveExecution(ctx, asAdmin("root"), rec.ID, approval.ExecutionFailed, "never reached the ledger", cause)
 		if err != nil {
 			t.Fatalf("resolve: %v", err)
 		}
 		want("resolved", got, false, 3)
-		got, err = f.service().RetryExecution(ctx, rec.ID, "root", cause)
+		got, err = f.service().RetryExecution(ctx, asAdmin("root"), rec.ID, cause)
 		if err != nil {
 			t.Fatalf("retry after the resolution: %v", err)
 		}
@@ -781,15 +781,15 @@ func exerciseExecutions(t *testing.T, s suite) {
 			refuse []*approval.ExecutionRecord
 		}{
 			{"retry", func(id string) error {
-				_, err := f.service().RetryExecution(ctx, id, "root", cause)
+				_, err := f.service().RetryExecution(ctx, asAdmin("root"), id, cause)
 				return err
 			}, []*approval.ExecutionRecord{queued, running, succeeded}},
 			{"resolve", func(id string) error {
-				_, err := f.service().ResolveExecution(ctx, id, approval.ExecutionSucceeded, "done by hand", "root", cause)
+				_, err := f.service().ResolveExecution(ctx, asAdmin("root"), id, approval.ExecutionSucceeded, "done by hand", cause)
 				return err
 			}, []*approval.ExecutionRecord{queued, running, succeeded}},
 			{"cancel", func(id string) error {
-				_, err := f.service().CancelExecution(ctx, id, "root", cause)
+				_, err := f.service().CancelExecution(ctx, asAdmin("root"), id, cause)
 				return err
 			}, []*approval.ExecutionRecord{running, succeeded, failed2, review2}},
 		} {
@@ -809,14 +809,14 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Cancel: queued only, and then it is not claimed.
 		f.clock.Advance(time.Second)
-		got, err := f.service().CancelExecution(ctx, queued.ID, "root", cause)
+		got, err := f.service().CancelExecution(ctx, asAdmin("root"), queued.ID, cause)
 		if err != nil {
 			t.Fatalf("cancel a queued execution: %v", err)
 		}
 		wantExecution(t, got, approval.ExecutionCancelled, 0, "")
 		evs := wantExecutionEvents(t, f.store, queuedA.ID, approval.EventExecutionCancelled)
 		wantEvent(t, evs[0], "root", cause, f.clock.Now())
-		_, err = f.service().CancelExecution(ctx, queued.ID, "root", cause)
+		_, err = f.service().CancelExecution(ctx, asAdmin("root"), queued.ID, cause)
 		wantCode(t, err, approval.ECONFLICT)
 		wantClaims(t, "claim after the cancel", mustClaimExecutions(t, f.service(), 10), 0)
 
@@ -825,7 +825,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		failedRetriedAt := f.clock.Now().Add(time.Second)
 		for _, rec := range []*approval.ExecutionRecord{failed, review2, queued} {
 			f.clock.Advance(time.Second)
-			got, err := f.service().RetryExecution(ctx, rec.ID, "root", cause)
+			got, err := f.service().RetryExecution(ctx, asAdmin("root"), rec.ID, cause)
 			if err != nil {
 				t.Fatalf("retry a %s execution: %v", mustExecution(t, f.store, rec.ID).Status, err)
 			}
@@ -843,7 +843,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 
 		// Resolve: needs_review and failed only, to what really happened.
 		const note = "payout po_77 found in the ledger"
-		got, err = f.service().ResolveExecution(ctx, review.ID, approval.ExecutionSucceeded, note, "root", cause)
+		got, err = f.service().ResolveExecution(ctx, asAdmin("root"), review.ID, approval.ExecutionSucceeded, note, cause)
 		if err != nil {
 			t.Fatalf("resolve an execution in needs_review: %v", err)
 		}
@@ -852,7 +852,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if evs[2].Actor != "root" || evs[2].Cause.Kind != approval.CauseOperator || !strings.Contains(fmt.Sprint(evs[2].Detail)+evs[2].Cause.Note, note) {
 			t.Fatalf("resolved event: got actor %q, cause %+v, detail %v; want root, the operator's cause and the note %q", evs[2].Actor, evs[2].Cause, evs[2].Detail, note)
 		}
-		got, err = f.service().ResolveExecution(ctx, failed2.ID, approval.ExecutionFailed, "never sent", "root", cause)
+		got, err = f.service().ResolveExecution(ctx, asAdmin("root"), failed2.ID, approval.ExecutionFailed, "never sent", cause)
 		if err != nil {
 			t.Fatalf("resolve a failed execution: %v", err)
 		}
@@ -1015,7 +1015,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		claimOne(queued)
 		finish(queued, approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Result: []byte(`{"payout": "po_1"}`), Reason: "200"})
 		refused("a synchronous success", queuedA, queued)
-		_, err := f.service().RetryExecution(ctx, queued.ID, "root", cause)
+		_, err := f.service().RetryExecution(ctx, asAdmin("root"), queued.ID, cause)
 		wantCode(t, err, approval.ECONFLICT)
 
 		// Failed, in needs_review, cancelled: approvald's own record, which an operator settles.
@@ -1026,7 +1026,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			refused("a "+string(status)+" execution", a, rec)
 		}
 		cancelledA, cancelled := mustApprovedExecution(t, f)
-		if _, err := f.service().CancelExecution(ctx, cancelled.ID, "root", cause); err != nil {
+		if _, err := f.service().CancelExecution(ctx, asAdmin("root"), cancelled.ID, cause); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		refused("a cancelled execution", cancelledA, cancelled)

@@ -718,16 +718,16 @@ func exerciseInbox(t *testing.T, s suite) {
 
 		// Only a failed event can be retried.
 		other := mustRecordNew(t, f.store, newInboxEvent(f.clock.Now(), "chat", "evt_2", "ping", `{}`))
-		_, err = f.service().RetryInbox(ctx, other.ID)
+		_, err = f.service().RetryInbox(ctx, asAdmin("root"), other.ID)
 		wantCode(t, err, approval.ECONFLICT)
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "evt_2"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "ping"})
-		_, err = f.service().RetryInbox(ctx, other.ID)
+		_, err = f.service().RetryInbox(ctx, asAdmin("root"), other.ID)
 		wantCode(t, err, approval.ECONFLICT)
-		_, err = f.service().RetryInbox(ctx, approval.NewID("inb"))
+		_, err = f.service().RetryInbox(ctx, asAdmin("root"), approval.NewID("inb"))
 		wantCode(t, err, approval.ENOTFOUND)
 
 		f.clock.Advance(time.Minute)
-		retried, err := f.service().RetryInbox(ctx, e.ID)
+		retried, err := f.service().RetryInbox(ctx, asAdmin("root"), e.ID)
 		if err != nil {
 			t.Fatalf("retry a failed event: %v", err)
 		}
@@ -735,7 +735,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("retried event: got %s, %d attempts, next %v; want pending, 2 kept, due now", retried.Status, retried.Attempts, retried.NextAttemptAt)
 		}
 		wantTime(t, "next_attempt_at of a retried event", *retried.NextAttemptAt, f.clock.Now())
-		_, err = f.service().RetryInbox(ctx, e.ID)
+		_, err = f.service().RetryInbox(ctx, asAdmin("root"), e.ID)
 		wantCode(t, err, approval.ECONFLICT)
 		wantClaimed(t, "claim after the retry", mustClaimInbox(t, f.store, 10), 3, e)
 	})
@@ -886,7 +886,7 @@ func exerciseInbox(t *testing.T, s suite) {
 			t.Fatalf("old failed event after purge: got %s with body %q, want failed with %q (an operator has yet to retry it)", got.Status, got.Body, oldFailed.Body)
 		}
 		// Once retried and handled it is purged like any other.
-		if _, err := f.service().RetryInbox(ctx, oldFailed.ID); err != nil {
+		if _, err := f.service().RetryInbox(ctx, asAdmin("root"), oldFailed.ID); err != nil {
 			t.Fatalf("retry the failed event: %v", err)
 		}
 		mustApplyInbox(t, f.store, mustClaimOneInbox(t, f.store, "old-failed"), approval.InboxAction{Kind: approval.ActionIgnore, Reason: "test"})

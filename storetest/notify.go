@@ -202,7 +202,7 @@ func wantSignalled(tb testing.TB, ch <-chan struct{}, what string) {
 
 func mustCancel(tb testing.TB, f *fixture, id string) {
 	tb.Helper()
-	if _, err := f.service().Cancel(tb.Context(), id, "ci-bot", approval.HTTPCause("cancel-"+id)); err != nil {
+	if _, err := f.service().Cancel(tb.Context(), asAdmin("ci-bot"), id, approval.HTTPCause("cancel-"+id)); err != nil {
 		tb.Fatalf("cancel %s: %v", id, err)
 	}
 }

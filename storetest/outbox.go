@@ -81,7 +81,7 @@ func exerciseOutbox(t *testing.T, s suite) {
 		svc := f.service()
 		expiring := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 		cancelled := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
-		if _, err := svc.Cancel(ctx, cancelled.ID, "ci-bot", approval.HTTPCause("cancel")); err != nil {
+		if _, err := svc.Cancel(ctx, asAdmin("ci-bot"), cancelled.ID, approval.HTTPCause("cancel")); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
 		f.clock.Advance(25 * time.Hour)
@@ -198,7 +198,7 @@ func exerciseOutbox(t *testing.T, s suite) {
 		if err != nil || len(c) != 1 {
 			t.Fatalf("claim: %v", err)
 		}
-		_, err = svc.RetryOutbox(ctx, c[0].ID)
+		_, err = svc.RetryOutbox(ctx, asAdmin("root"), c[0].ID)
 		wantCode(t, err, approval.ECONFLICT)
 		if _, err := svc.FinishOutbox(ctx, c[0].ID, 1, approval.OutboxOutcome{Status: approval.OutboxFailed, Error: "550 no such user"}); err != nil {
 			t.Fatal(err)
@@ -207,7 +207,7 @@ func exerciseOutbox(t *testing.T, s suite) {
 		if len(failed) != 1 || failed[0].LastError != "550 no such user" {
 			t.Fatalf("failed: got %+v", failed)
 		}
-		if m, err := svc.RetryOutbox(ctx, c[0].ID); err != nil || m.Status != approval.OutboxPending {
+		if m, err := svc.RetryOutbox(ctx, asAdmin("root"), c[0].ID); err != nil || m.Status != approval.OutboxPending {
 			t.Fatalf("retry: got %+v, %v", m, err)
 		}
 		if c, err := svc.ClaimOutbox(ctx, time.Minute, 1); err != nil || len(c) != 1 || c[0].Attempts != 2 {

@@ -46,7 +46,7 @@ func exerciseRace(t *testing.T, s suite) {
 			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
 			got := make([]*approval.Approval, racers)
 			errs := make([]error, racers)
-			race(racers, func(i int) { got[i], errs[i] = f.service().Decide(ctx, req) })
+			race(racers, func(i int) { got[i], errs[i] = f.service().Decide(ctx, asAdmin(req.Approver), req) })
 			for i := range racers {
 				if errs[i] != nil {
 					t.Fatalf("racer %d: %v", i, errs[i])
@@ -85,7 +85,7 @@ func exerciseRace(t *testing.T, s suite) {
 				reqs[i] = approval.DecideRequest{ApprovalID: a.ID, Approver: v.approver, Verdict: v.verdict, Cause: voteCause(v.approver)}
 			}
 			vote := func(i int) func() {
-				return func() { got[i], errs[i] = f.service().Decide(ctx, reqs[i]) }
+				return func() { got[i], errs[i] = f.service().Decide(ctx, asAdmin(reqs[i].Approver), reqs[i]) }
 			}
 			raceTwo(round, vote(0), vote(1))
 
@@ -143,7 +143,7 @@ func exerciseRace(t *testing.T, s suite) {
 			)
 			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
 			raceTwo(round, func() {
-				voted, voteErr = f.service().Decide(ctx, req)
+				voted, voteErr = f.service().Decide(ctx, asAdmin(req.Approver), req)
 			}, func() {
 				f.clock.Advance(time.Microsecond)
 				expired, swpErr = f.service().ExpireDue(ctx, 10)
@@ -194,9 +194,9 @@ func exerciseRace(t *testing.T, s suite) {
 			req := approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
 			cancelCause := approval.HTTPCause("cancel")
 			raceTwo(round, func() {
-				results[0], errs[0] = f.service().Decide(ctx, req)
+				results[0], errs[0] = f.service().Decide(ctx, asAdmin(req.Approver), req)
 			}, func() {
-				results[1], errs[1] = f.service().Cancel(ctx, a.ID, a.Requester, cancelCause)
+				results[1], errs[1] = f.service().Cancel(ctx, approval.Principal{Subject: a.Requester, Role: approval.RoleRequester}, a.ID, cancelCause)
 			})
 
 			final := mustApproval(t, f.store, a.ID)

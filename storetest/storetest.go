@@ -89,6 +89,12 @@ func (f *fixture) service() *approval.Service {
 	return &approval.Service{Store: f.store, Now: f.clock.Now, Retention: Retention}
 }
 
+// asAdmin is subject acting with an admin token, whom every Service operation lets through:
+// the suite is about the statements, the permission rules have their own test in the root.
+func asAdmin(subject string) approval.Principal {
+	return approval.Principal{Subject: subject, Role: approval.RoleAdmin}
+}
+
 // start is where every case's clock begins. It is microsecond-aligned, like the stores, so a
 // time the suite computes equals the time a store reads back; the case about precision moves
 // the clock off the microsecond on purpose.
@@ -208,7 +214,7 @@ func mustApproval(tb testing.TB, s approval.Store, id string) *approval.Approval
 
 func mustDecide(tb testing.TB, s approval.Store, id, approver string, verdict approval.Verdict) *approval.Approval {
 	tb.Helper()
-	a, err := (&approval.Service{Store: s}).Decide(tb.Context(), approval.DecideRequest{
+	a, err := (&approval.Service{Store: s}).Decide(tb.Context(), asAdmin(approver), approval.DecideRequest{
 		ApprovalID: id, Approver: approver, Verdict: verdict, Cause: voteCause(approver),
 	})
 	if err != nil {

@@ -108,7 +108,7 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 			}
 		}
 		check = &approval.TokenCheck{ID: aliceTok.ID, Hash: approval.HashToken(aliceSecret), Now: f.clock.Now()}
-		_, err = a.Vote(approval.WithTokenCheck(ctx, check), approval.DecideRequest{
+		_, err = a.Vote(approval.WithTokenCheck(ctx, check), asAdmin("alice"), approval.DecideRequest{
 			ApprovalID: second.Approval.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")})
 		wantCode(t, err, approval.EUNAUTHORIZED)
 

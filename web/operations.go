@@ -85,12 +85,10 @@ func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *
 	s.render(w, r, http.StatusOK, "operations", sess, page)
 }
 
-// operatorForm checks an operator's form post: the role, the form token, the body's size.
+// operatorForm checks an operator's form post: the form token, the body's size. The Service
+// refuses a role that may not operate.
 func (s *Server) operatorForm(w http.ResponseWriter, r *http.Request, sess *session) (approval.Principal, approval.Cause, error) {
 	p := sess.principal()
-	if !p.MayOperate() {
-		return p, approval.Cause{}, approval.Errorf(approval.EFORBIDDEN, "role %s may not manage executions or the inbox", p.Role)
-	}
 	if err := s.readForm(w, r); err != nil {
 		return p, approval.Cause{}, err
 	}
@@ -105,7 +103,7 @@ func (s *Server) operatorForm(w http.ResponseWriter, r *http.Request, sess *sess
 func (s *Server) handleRetryExecution(w http.ResponseWriter, r *http.Request, sess *session) {
 	p, c, err := s.operatorForm(w, r, sess)
 	if err == nil {
-		_, err = s.svc.RetryExecution(r.Context(), r.PathValue("id"), p.Subject, c)
+		_, err = s.svc.RetryExecution(r.Context(), p, r.PathValue("id"), c)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -127,18 +125,25 @@ func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request, 
 	}
 	outcome := approval.ExecutionStatus(r.PostFormValue("outcome"))
 	note := r.PostFormValue("note")
+	var bad error
 	switch {
 	case outcome != approval.ExecutionSucceeded && outcome != approval.ExecutionFailed:
-		err = approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", outcome)
+		bad = approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", outcome)
 	case strings.TrimSpace(note) == "":
-		err = approval.Errorf(approval.EINVALID, "a note is required: say how you know what happened")
+		bad = approval.Errorf(approval.EINVALID, "a note is required: say how you know what happened")
 	case len(note) > maxNoteLength:
-		err = approval.Errorf(approval.EINVALID, "the note is longer than %d bytes", maxNoteLength)
+		bad = approval.Errorf(approval.EINVALID, "the note is longer than %d bytes", maxNoteLength)
 	default:
-		err = approval.CheckText("note", note)
+		bad = approval.CheckText("note", note)
 	}
-	if err == nil {
-		_, err = s.svc.ResolveExecution(r.Context(), r.PathValue("id"), outcome, note, p.Subject, c)
+	if bad != nil {
+		// A refused form is the answer only for someone who may operate: the Service is
+		// asked with no outcome, which it refuses (EINVALID) after the role.
+		outcome, note = "", ""
+	}
+	_, err = s.svc.ResolveExecution(r.Context(), p, r.PathValue("id"), outcome, note, c)
+	if bad != nil && approval.ErrorCode(err) == approval.EINVALID {
+		err = bad
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -151,7 +156,7 @@ func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request, 
 func (s *Server) handleRetryInbox(w http.ResponseWriter, r *http.Request, sess *session) {
 	p, _, err := s.operatorForm(w, r, sess)
 	if err == nil {
-		_, err = s.svc.RetryInbox(r.Context(), r.PathValue("id"))
+		_, err = s.svc.RetryInbox(r.Context(), p, r.PathValue("id"))
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -272,7 +272,7 @@ func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
 		env.clk.Add(time.Hour)
 		mustRun(t, r, 1)
 		rec := env.want(t, a, approval.ExecutionFailed, 2)
-		if _, err := (&approval.Service{Store: env.s}).RetryExecution(context.Background(), rec.ID, "root", approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
+		if _, err := (&approval.Service{Store: env.s}).RetryExecution(context.Background(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, rec.ID, approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 
