@@ -32,21 +32,9 @@ func NewCheckCommand(stdout, stderr io.Writer) *CheckCommand {
 
 // ParseFlags parses the flags and loads the configuration.
 func (c *CheckCommand) ParseFlags(ctx context.Context, args []string) error {
-	fs := newFlagSet("approvald check", checkUsage, c.stderr)
-	var cf configFlags
-	cf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := cf.load()
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
+	cfg, err := loadConfig("approvald check", checkUsage, c.stderr, args)
 	c.config = cfg
-	return nil
+	return err
 }
 
 // Run reads every token and approval, prints what it found, and returns an exitError of 1

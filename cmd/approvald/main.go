@@ -182,6 +182,22 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.databaseURL, "database-url", "", "database `URL`: file:PATH or postgres://... (default "+DefaultDatabaseURL+")")
 }
 
+// loadConfig parses args for a command whose only flags are --config and --database-url,
+// and returns its validated configuration.
+func loadConfig(name, usage string, stderr io.Writer, args []string) (Config, error) {
+	fs := newFlagSet(name, usage, stderr)
+	var cf configFlags
+	cf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return Config{}, err
+	}
+	cfg, err := cf.load()
+	if err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
 // load returns the configuration: the file (or the defaults without one), then the
 // APPROVALD_* environment, then --database-url. The caller applies its own flags and
 // validates.

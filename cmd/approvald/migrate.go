@@ -26,21 +26,9 @@ func NewMigrateCommand(stderr io.Writer) *MigrateCommand {
 
 // ParseFlags parses the flags and loads the configuration.
 func (c *MigrateCommand) ParseFlags(ctx context.Context, args []string) error {
-	fs := newFlagSet("approvald migrate", migrateUsage, c.stderr)
-	var cf configFlags
-	cf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := cf.load()
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
+	cfg, err := loadConfig("approvald migrate", migrateUsage, c.stderr, args)
 	c.config = cfg
-	return nil
+	return err
 }
 
 // Run opens the database, which applies the migrations.
