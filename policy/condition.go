@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -19,9 +18,11 @@ import (
 // over a list for each element of another does not.
 const CostLimit = 1_000_000
 
-// env is the CEL environment of every condition: the request's action, title and requester
-// (strings) and its context (a JSON object).
-var env = func() *cel.Env {
+// newEnv returns the CEL environment of a condition: the request's action, title and
+// requester (strings) and its context (a JSON object). Each compilation has its own: the race
+// detector finds checks of comprehensions racing in a shared one (cel-go v0.33.3), and
+// conditions are compiled only at start.
+func newEnv() *cel.Env {
 	e, err := cel.NewEnv(
 		cel.Variable("action", cel.StringType),
 		cel.Variable("title", cel.StringType),
@@ -33,7 +34,7 @@ var env = func() *cel.Env {
 		panic(err)
 	}
 	return e
-}()
+}
 
 // condition is a compiled match.when.
 type condition struct {
@@ -43,13 +44,14 @@ type condition struct {
 // compileCondition compiles expr, which must be boolean and within CostLimit at worst. An
 // error names the line and column within expr.
 func compileCondition(expr string) (*condition, error) {
+	env := newEnv()
 	ast, iss := env.Compile(expr)
 	if iss != nil && iss.Err() != nil {
-		var msgs []string
+		var errs conditionErrors
 		for _, e := range iss.Errors() {
-			msgs = append(msgs, fmt.Sprintf("line %d, column %d: %s", e.Location.Line(), e.Location.Column()+1, e.Message))
+			errs = append(errs, conditionError{line: e.Location.Line(), column: e.Location.Column() + 1, message: e.Message})
 		}
-		return nil, errors.New(strings.Join(msgs, "; "))
+		return nil, errs
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("the condition is of type %s; it must be true or false (bool)", ast.OutputType())
@@ -96,4 +98,28 @@ func (boundedSizes) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 
 func (boundedSizes) EstimateCallCost(function, overloadID string, target *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
 	return nil
+}
+
+// conditionErrors are the errors CEL found in a condition, each at a line and column of it.
+type conditionErrors []conditionError
+
+type conditionError struct {
+	line, column int // from 1, within the condition
+	message      string
+}
+
+func (e conditionErrors) Error() string { return e.at(0) }
+
+// at formats the errors; first is the configuration's line of the condition's first line, or
+// 0 when it is not known.
+func (e conditionErrors) at(first int) string {
+	msgs := make([]string, len(e))
+	for i, c := range e {
+		msgs[i] = fmt.Sprintf("line %d, column %d of the condition", c.line, c.column)
+		if first > 0 {
+			msgs[i] = fmt.Sprintf("line %d of the configuration (%s)", first+c.line-1, msgs[i])
+		}
+		msgs[i] += ": " + c.message
+	}
+	return strings.Join(msgs, "; ")
 }

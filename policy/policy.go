@@ -70,21 +70,29 @@ type Match struct {
 	Action string `yaml:"action" json:"action"`
 	When   string `yaml:"when" json:"when,omitempty"`
 
-	whenLine int // the line of When in the configuration, for errors
+	whenLine int // the configuration's line of When's first line, for errors
 }
 
 // UnmarshalYAML keeps the line of when, so that a CEL error names the configuration's line.
 func (m *Match) UnmarshalYAML(n *yaml.Node) error {
-	type plain Match
-	if err := n.Decode((*plain)(m)); err != nil {
-		return err
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: match is a map with action and when", n.Line)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "when" {
-			m.whenLine = n.Content[i+1].Line
+		switch k := n.Content[i]; k.Value {
+		case "when":
+			v := n.Content[i+1]
+			m.whenLine = v.Line
+			if v.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+				m.whenLine++ // a block: the condition starts on the line after the | or >
+			}
+		case "action":
+		default:
+			return fmt.Errorf("line %d: unknown setting %q in match; the settings there are action, when", k.Line, k.Value)
 		}
 	}
-	return nil
+	type plain Match
+	return n.Decode((*plain)(m))
 }
 
 // Stage is a set of rules that must all be met before the next stage is asked.
@@ -248,12 +256,11 @@ func (s *Set) compile(where string, p Policy) (*compiled, error) {
 	}
 	if p.Match.When != "" {
 		cond, err := compileCondition(p.Match.When)
-		if err != nil {
-			line := ""
-			if p.Match.whenLine > 0 {
-				line = fmt.Sprintf(" (line %d of the configuration)", p.Match.whenLine)
-			}
-			return nil, fmt.Errorf("%s.match.when%s: %w", where, line, err)
+		var errs conditionErrors
+		if errors.As(err, &errs) {
+			return nil, fmt.Errorf("%s.match.when: %s", where, errs.at(p.Match.whenLine))
+		} else if err != nil {
+			return nil, fmt.Errorf("%s.match.when: %w", where, err)
 		}
 		c.when = cond
 	}

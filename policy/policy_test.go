@@ -106,11 +106,11 @@ func TestCompile_errors(t *testing.T) {
 		{"a bad member", "groups:\n  sre: [alice, \"b\u0430b\"]\n",
 			"groups.sre[1] mixes the Latin and Cyrillic scripts"},
 		{"a CEL syntax error", groups + "policies:\n  - name: p\n    match:\n      action: a\n      when: 'context.env = \"prod\"'\n    rules: [{group: sre}]\n",
-			"policies[0] (p).match.when (line 8 of the configuration): line 1, column 13: Syntax error"},
+			"policies[0] (p).match.when: line 8 of the configuration (line 1, column 13 of the condition): Syntax error"},
 		{"a CEL type error", groups + "policies:\n  - {name: p, match: {action: a, when: 'context.env'}, rules: [{group: sre}]}\n",
-			"policies[0] (p).match.when (line 5 of the configuration): the condition is of type dyn; it must be true or false (bool)"},
+			"policies[0] (p).match.when: the condition is of type dyn; it must be true or false (bool)"},
 		{"an unknown variable", groups + "policies:\n  - {name: p, match: {action: a, when: 'ctx.env == 1'}, rules: [{group: sre}]}\n",
-			"line 1, column 1: undeclared reference to 'ctx'"},
+			"line 1, column 1 of the condition): undeclared reference to 'ctx'"},
 		{"a condition over the cost limit", groups + "policies:\n  - {name: p, match: {action: a, when: 'context.l.all(x, context.l.all(y, x == y))'}, rules: [{group: sre}]}\n",
 			"more than the limit of 1000000"},
 		{"rules and approvers from the request", groups + "policies:\n  - {name: p, match: {action: a}, approvers: from_request, rules: [{group: sre}]}\n",
@@ -285,5 +285,17 @@ policies:
 	in.Context = json.RawMessage(`{"replicas": 3, "tags": ["db"]}`)
 	if _, err := s.Resolve(context.Background(), in); approval.ErrorCode(err) != approval.EINVALID {
 		t.Errorf("got %v, want no policy to apply", err)
+	}
+}
+
+func TestDecode_unknownSettings(t *testing.T) {
+	t.Parallel()
+	for text, want := range map[string]string{
+		"policies:\n  - {name: p, match: {action: a, whn: x}, approvers: from_request}\n": `line 2: unknown setting "whn" in match`,
+		"groups:\n  sre: {members: [a], oidc: x}\n":                                       `line 2: unknown setting "oidc" in a group`,
+	} {
+		if _, err := compileText(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", text, err, want)
+		}
 	}
 }
