@@ -308,7 +308,22 @@ func TestTally_property(t *testing.T) {
 				t.Fatalf("seed %d: %s counted %d times, want once", seed, p, n)
 			}
 		}
-		// Maximality: with everyone but the requester approving, Satisfiable and Tally agree.
+		// Maximality: the first stage is met exactly when some assignment of distinct
+		// approvers to its rules' places exists, found here by exhaustive search.
+		var approvers []string
+		for _, v := range votes {
+			if v.Verdict == approval.VerdictApprove && !approval.SameName(v.Approver, requester) {
+				approvers = append(approvers, v.Approver)
+			}
+		}
+		need := make([]int, len(stages[0].Rules))
+		for i, rule := range stages[0].Rules {
+			need[i] = rule.Approvals
+		}
+		if got, want := want.Stages[0].Met, canMeet(stages[0].Rules, groups, approvers, need); got != want {
+			t.Fatalf("seed %d: stage 1 met: got %v, want %v (exhaustive search)", seed, got, want)
+		}
+		// With everyone but the requester approving, Satisfiable and Tally agree.
 		ok, _ := approval.Satisfiable(stages, groups, requester)
 		var all []approval.Decision
 		for _, p := range people {
@@ -318,6 +333,33 @@ func TestTally_property(t *testing.T) {
 			t.Fatalf("seed %d: everyone approving: got approved %v, want %v (Satisfiable)", seed, got, ok)
 		}
 	}
+}
+
+// canMeet reports whether the people can fill the places the rules still need, each person
+// at most one place of a rule that names them.
+func canMeet(rules []approval.Rule, groups approval.GroupMembers, people []string, need []int) bool {
+	if !slices.ContainsFunc(need, func(n int) bool { return n > 0 }) {
+		return true
+	}
+	if len(people) == 0 {
+		return false
+	}
+	p, rest := people[0], people[1:]
+	if canMeet(rules, groups, rest, need) {
+		return true
+	}
+	for i, r := range rules {
+		names := r.Group != "" && groups.InGroup(p, r.Group) || r.Group == "" && slices.Contains(r.People, p)
+		if need[i] > 0 && names {
+			need[i]--
+			ok := canMeet(rules, groups, rest, need)
+			need[i]++
+			if ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func BenchmarkTally(b *testing.B) {
