@@ -20,6 +20,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/policy"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -102,7 +103,16 @@ type Config struct {
 	Limits        LimitsConfig        `yaml:"limits"`
 	Bootstrap     BootstrapConfig     `yaml:"bootstrap"`
 	Metrics       MetricsConfig       `yaml:"metrics"`
+	// Who must approve what (docs/policies.md): groups of people and the ordered policies,
+	// compiled by Validate.
+	Groups   map[string]policy.Group `yaml:"groups"`
+	Policies []policy.Policy         `yaml:"policies"`
+
+	policies *policy.Set // compiled by Validate
 }
+
+// PolicySet returns the policies Validate compiled (nil before Validate).
+func (c *Config) PolicySet() *policy.Set { return c.policies }
 
 // LimitsConfig bounds what clients may hold of the server at once (docs/security.md, "Memory
 // under hostile load"). Past each, a client is answered 503 with Retry-After.
@@ -496,6 +506,11 @@ func (c *Config) Validate() error {
 	if err := c.validateNotifications(); err != nil {
 		return err
 	}
+	set, err := policy.Compile(c.Groups, c.Policies)
+	if err != nil {
+		return err
+	}
+	c.policies = set
 
 	seen = make(map[string]bool)
 	for i, a := range c.Actions {

@@ -160,7 +160,10 @@ func TestParseConfig_Errors(t *testing.T) {
 		name, text, want string
 	}{
 		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
-		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, bootstrap, callbacks, database_url, idempotency, limits, listen, log, metrics, notifications, people, retention, smtp, sources, web, workers`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, bootstrap, callbacks, database_url, groups, idempotency, limits, listen, log, metrics, notifications, people, policies, retention, smtp, sources, web, workers`},
+		{"unknown field in a policy", "policies:\n  - name: p\n    match: {action: a}\n    rule: []\n", `line 4: unknown setting "rule" in policies[0] (did you mean "rules"?)`},
+		{"bad duration in a policy", "policies:\n  - {name: p, expires_in: 1}\n", `line 2: policies[0].expires_in: "1" is not a duration`},
+		{"groups not a map", "groups: [sre]\n", `line 1: groups is a list; write "name: value" lines`},
 		{"unknown nested field", "retention: {response: 1h}\n", `line 1: unknown setting "response" in retention (did you mean "responses"?)`},
 		{"unknown field in a list item", "actions:\n  - name: a\n    url: http://x\n    timout: 5s\n", `line 4: unknown setting "timout" in actions[0] (did you mean "timeout"?)`},
 		{"duration without unit", "workers:\n  lease: 30\n", `line 2: workers.lease: "30" is not a duration; write 30s or 1m`},

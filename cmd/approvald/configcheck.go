@@ -31,7 +31,10 @@ func checkConfigText(text string) error {
 	return checkConfigNode(doc.Content[0], reflect.TypeFor[Config](), "")
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType    = reflect.TypeFor[time.Duration]()
+	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+)
 
 // checkConfigNode checks the node n, the setting path, against the Go type t.
 func checkConfigNode(n *yaml.Node, t reflect.Type, path string) error {
@@ -49,6 +52,17 @@ func checkConfigNode(n *yaml.Node, t reflect.Type, path string) error {
 		name = "the configuration"
 	}
 	switch {
+	case reflect.PointerTo(t).Implements(unmarshalerType):
+		return nil // the type checks its own forms (a group is a list or a map)
+	case t.Kind() == reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return fmt.Errorf("line %d: %s is %s; write \"name: value\" lines", n.Line, name, nodeKind(n))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := checkConfigNode(n.Content[i+1], t.Elem(), joinSetting(path, n.Content[i].Value)); err != nil {
+				return err
+			}
+		}
 	case t == durationType:
 		if n.Kind != yaml.ScalarNode {
 			return fmt.Errorf("line %d: %s is %s; write a duration such as 30s or 1m", n.Line, name, nodeKind(n))

@@ -3,6 +3,7 @@
 //	approvald serve          the HTTP API and the background workers
 //	approvald migrate        apply database migrations and exit
 //	approvald check          report stored names that now collide or are refused
+//	approvald policy check   explain which policy applies to a request and who would be asked
 //	approvald token create   make a bearer token and print it
 //	approvald token list     list tokens; revoke ID, rotate ID
 //	approvald request        ask for an approval (or find it) and wait for the decision
@@ -92,6 +93,13 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		name, args = "token "+args[0], args[1:]
 		cmd = newTokenCommand(strings.TrimPrefix(name, "token "), m.Stdout, m.Stderr)
+	case "policy":
+		if len(args) == 0 || args[0] != "check" {
+			fmt.Fprint(m.Stderr, policyCheckUsage)
+			return exitUsage
+		}
+		name, args = "policy check", args[1:]
+		cmd = NewPolicyCheckCommand(m.Stdout, m.Stderr)
 	case "bench":
 		cmd = NewBenchCommand(m.Stdout, m.Stderr)
 	case "version":
@@ -159,6 +167,7 @@ Commands:
 	serve          run the HTTP API and the background workers
 	migrate        apply database migrations and exit
 	check          report stored names of people that now collide or are refused
+	policy check   explain which policy applies to a request and who would be asked
 	token          create|list|revoke|rotate bearer tokens (create prints the new token)
 	request        ask for an approval under an operation key and wait for the decision
 	approvals      list|get|approve|reject|cancel approvals on a server

@@ -123,6 +123,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 		c.logger.Warn("failpoints armed: this process may fail or kill itself on purpose", "failpoints", c.failpoints.String())
 	}
 	tuneCollector(c.logger, os.LookupEnv)
+	warnNoPolicies(c.logger, c.config)
 	svc := newService(c.config, c.logger, c.failpoints)
 	svc.connState = c.connState
 	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted, c.config.routing(), c.logger)
