@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-
 )
 
 var _ command = (*MigrateCommand)(nil)
