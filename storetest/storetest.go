@@ -58,6 +58,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Signin", exerciseSignin},
 		{"Addresses", exerciseAddresses},
 		{"Sessions", exerciseSessions},
+		{"Tx", exerciseTx},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
