@@ -569,7 +569,9 @@ func txCases() []txCase {
 			}
 			done := *c.Record
 			done.Status, done.Result, done.LeaseExpiresAt, done.AppliedVersion = approval.ExecutionSucceeded, []byte(`{"ok":true}`), nil, 1
-			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.ExecutionUpdateIfAttempt(ctx, &done, c.Attempt) })
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.ExecutionUpdateIfAttempt(ctx, &done, c.Attempt)
+			})
 			if got := mustExecution(t, f.store, rec.ID); got.Status != approval.ExecutionSucceeded || got.AppliedVersion != 1 {
 				t.Fatalf("execution: got %s v%d, want succeeded v1", got.Status, got.AppliedVersion)
 			}
@@ -848,7 +850,9 @@ func txCases() []txCase {
 			if got, _ := outboxMessage(t, f, m.ID); got.Status != approval.OutboxSending {
 				t.Fatalf("message after the refused write: got %s, want sending", got.Status)
 			}
-			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.OutboxUpdateIfAttempt(ctx, &sent, claimed.Attempts) })
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.OutboxUpdateIfAttempt(ctx, &sent, claimed.Attempts)
+			})
 			if got, _ := outboxMessage(t, f, m.ID); got.Status != approval.OutboxSent || got.SentAt == nil {
 				t.Fatalf("message: got %s sent at %v, want sent", got.Status, got.SentAt)
 			}
