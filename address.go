@@ -56,7 +56,7 @@ func (s *Service) RecordEmail(ctx context.Context, person, email string) error {
 // EmailAddress returns the address a mail to person goes to: the configured one when the
 // configuration names one, else the stored one when Routing.ProviderEmails is set, else "".
 func (s *Service) EmailAddress(ctx context.Context, person string) (string, error) {
-	r := s.Store.Routes()
+	r := s.Routing
 	if a := r.Emails[person]; a != "" {
 		return a, nil
 	}

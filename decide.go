@@ -135,7 +135,7 @@ func (s *Service) Cancel(ctx context.Context, p Principal, id string, cause Caus
 			return nil, err
 		}
 		a.Status, a.DecidedAt, a.Version = StatusCancelled, &now, a.Version+1
-		if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, EventCancelled, actor, now), decisionRecipients(a)); err != nil {
+		if err := queueNotices(ctx, tx, s.Routing, decisionNotice(a, EventCancelled, actor, now), decisionRecipients(a)); err != nil {
 			return nil, err
 		}
 	}
@@ -259,7 +259,7 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	if event != "" {
 		// The final outcome is told in the deciding transaction: to the requester and the
 		// approvers who did not vote, and to the requester's callback.
-		if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, event, d.Approver, now), decisionRecipients(a)); err != nil {
+		if err := queueNotices(ctx, tx, s.Routing, decisionNotice(a, event, d.Approver, now), decisionRecipients(a)); err != nil {
 			return decided{}, err
 		}
 	}
@@ -280,7 +280,7 @@ func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor 
 		DownstreamKey: DownstreamKey(a.Requester, a.OperationKey), Action: a.Action,
 		Status: ExecutionNotConfigured, CreatedAt: now, UpdatedAt: now,
 	}
-	if s.Store.HasTarget(a.Action) {
+	if s.Targeted != nil && s.Targeted(a.Action) {
 		rec.Targeted, rec.Status, rec.NextAttemptAt = true, ExecutionQueued, &now
 	}
 	if err := tx.ExecutionInsert(ctx, rec); err != nil {
@@ -339,7 +339,7 @@ func (s *Service) ExpireDue(ctx context.Context, limit int) (int, error) {
 	for i, id := range ids {
 		approvals[i] = &Approval{ID: id, Status: StatusPending}
 	}
-	if r := s.Store.Routes(); len(ids) > 0 && (len(r.Channels) > 0 || len(r.Callbacks) > 0 || r.ProviderEmails) {
+	if r := s.Routing; len(ids) > 0 && (len(r.Channels) > 0 || len(r.Callbacks) > 0 || r.ProviderEmails) {
 		// The notices name the approval: read them, locked already, only when anyone is told.
 		if approvals, err = tx.ApprovalGetByIDMany(ctx, ids); err != nil {
 			return 0, err
@@ -367,7 +367,7 @@ func (s *Service) expire(ctx context.Context, tx Tx, a *Approval, cause Cause) e
 		return err
 	}
 	a.Status, a.DecidedAt, a.Version = StatusExpired, &now, a.Version+1
-	if err := queueNotices(ctx, tx, s.Store.Routes(), decisionNotice(a, EventExpired, ActorSystem, now), decisionRecipients(a)); err != nil {
+	if err := queueNotices(ctx, tx, s.Routing, decisionNotice(a, EventExpired, ActorSystem, now), decisionRecipients(a)); err != nil {
 		return err
 	}
 	return tx.Notify(ctx, TopicApproval(a.ID))
@@ -375,7 +375,7 @@ func (s *Service) expire(ctx context.Context, tx Tx, a *Approval, cause Cause) e
 
 // queueReview tells the operators, in tx, that the execution rec needs review.
 func (s *Service) queueReview(ctx context.Context, tx Tx, rec *ExecutionRecord) error {
-	r := s.Store.Routes()
+	r := s.Routing
 	if len(r.Operators) == 0 {
 		return nil
 	}

@@ -142,7 +142,7 @@ type ExecutionFilter struct {
 // operator, the report).
 //
 // The outbox: when Service.Decide (or ApplyInbox deciding) makes an approval approved, the
-// same transaction inserts its execution: queued and due now when the store's HasTarget
+// same transaction inserts its execution: queued and due now when Service.Targeted
 // reports that the action has a downstream target, not_configured otherwise (the caller
 // executes it and may report the outcome with Service.ReportExecution). Approval and
 // Approvals fill Approval.Execution from that row (nil before approval).

@@ -274,12 +274,10 @@ func (f OutboxFilter) Check() (int, error) {
 	return PageLimit(f.Limit)
 }
 
-// OutboxStore is the outbox's part of the driver contract: the routing the store was opened
-// with and the operators' reads. Queueing, claiming and recording are Tx statements under the
-// Service's rules.
+// OutboxStore is the outbox's part of the driver contract: the operators' reads. Queueing,
+// claiming and recording are Tx statements under the Service's rules (Service.Routing says
+// what they queue).
 type OutboxStore interface {
-	// Routes returns the routing of notifications and callbacks (see Routing).
-	Routes() Routing
 	// OutboxMessage returns one message with its attempts, oldest first, or ENOTFOUND.
 	OutboxMessage(ctx context.Context, id string) (*OutboxMessage, []OutboxAttempt, error)
 	// OutboxMessages lists messages newest first (created_at, then id, descending) and the

@@ -26,6 +26,15 @@ type Service struct {
 	// DefaultRetention when zero.
 	Retention time.Duration
 
+	// Targeted reports whether an action has a downstream target, which decides whether
+	// approving queues its execution or records it as not_configured. Nil means no action
+	// has one. Replicas sharing a database must agree on it.
+	Targeted func(action string) bool
+
+	// Routing says who is told of what, and how: the rules that cause notifications and
+	// callbacks queue them by it. Zero: nobody is told.
+	Routing Routing
+
 	// touchMu guards touched: when this process last sent each token's last_used_at, so
 	// that a busy token costs one write a minute, not one per request (see Authenticate).
 	touchMu sync.Mutex
@@ -140,7 +149,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 		return CreateResult{}, err
 	}
 	if a.CallbackURL != "" {
-		if err := s.Store.Routes().CheckCallbackURL(a.CallbackURL); err != nil {
+		if err := s.Routing.CheckCallbackURL(a.CallbackURL); err != nil {
 			return CreateResult{}, err
 		}
 	}
@@ -151,11 +160,11 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	}
 	// The provider's addresses are read before the create's one statement, outside it: an
 	// address stored by a sign-in at this moment may miss this approval's notification.
-	stored, err := providerEmails(ctx, s.Store.Routes(), s.Store.PersonEmails, a.Approvers)
+	stored, err := providerEmails(ctx, s.Routing, s.Store.PersonEmails, a.Approvers)
 	if err != nil {
 		return CreateResult{}, err
 	}
-	outbox, err := createNotices(s.Store.Routes(), a, stored)
+	outbox, err := createNotices(s.Routing, a, stored)
 	if err != nil {
 		return CreateResult{}, err
 	}

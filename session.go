@@ -108,7 +108,7 @@ func (s *Service) CheckSession(ctx context.Context, id string) (*Session, error)
 	case SessionViaLink:
 		// The rule of UseSignin, at every request: a person taken out of the configuration
 		// loses the sessions their links gave them.
-		if s.Store.Routes().emailPerson(sess.Subject) != sess.Subject {
+		if s.Routing.emailPerson(sess.Subject) != sess.Subject {
 			return nil, Errorf(EUNAUTHORIZED, "%s is no longer configured to sign in by link; sign in again", sess.Subject)
 		}
 	}

@@ -84,7 +84,7 @@ func (s *Service) RequestSignin(ctx context.Context, who, client string) (Signin
 	// Only the configuration's addresses: a person known by the address an identity provider
 	// verified signs in through that provider, so that removing them there ends their access
 	// (a link mailed to a stored address would outlive it).
-	person := s.Store.Routes().emailPerson(who)
+	person := s.Routing.emailPerson(who)
 	token := newSigninToken()
 	hash := HashToken(token)
 	tx, err := s.Store.Begin(ctx)
@@ -161,7 +161,7 @@ func (s *Service) UseSignin(ctx context.Context, token string) (string, error) {
 	} else if err != nil {
 		return "", err
 	}
-	if p := s.Store.Routes().emailPerson(person); p != person {
+	if p := s.Routing.emailPerson(person); p != person {
 		// Taken out of the configuration since the link was sent: the link is void.
 		return "", refused
 	}

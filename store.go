@@ -53,10 +53,6 @@ type Store interface {
 	// Begin opens a transaction for the Service to compose a rule in (see Tx).
 	Begin(ctx context.Context) (Tx, error)
 
-	// HasTarget reports whether an action has a downstream target, which decides whether
-	// approving queues its execution or records it as not_configured.
-	HasTarget(action string) bool
-
 	// ApprovalCounts returns how many approvals are in each status (for /metrics).
 	ApprovalCounts(ctx context.Context) (map[Status]int, error)
 

@@ -55,24 +55,29 @@ type fixture struct {
 }
 
 // service returns the rules over the fixture's store, for a change made behind the API's back.
-func (f *fixture) service() *approval.Service { return &approval.Service{Store: f.store} }
+func (f *fixture) service() *approval.Service { return rules(f.store) }
 
-// setup starts a server over a new store of the given kind. opts adjust the Config.
-func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
-	tb.Helper()
-	f := &fixture{tb: tb, clock: newClock(), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
-	f.store = testdb.OpenWith(tb, kind, testdb.Options{
-		Now:      f.clock.Now,
+// rules returns the rules the test servers run, over s: targetedAction is the one action
+// with a downstream target; alice is notified by e-mail, so that approvals fill the outbox
+// operators read; a create may name a callback_url on callbacks.example.com and
+// build.ci.example.com, https on 443.
+func rules(s approval.Store) *approval.Service {
+	return &approval.Service{
+		Store:    s,
 		Targeted: func(action string) bool { return action == targetedAction },
-		// alice is notified by e-mail, so that approvals fill the outbox operators read; a
-		// create may name a callback_url on callbacks.example.com and build.ci.example.com,
-		// https on 443.
 		Routing: approval.Routing{
 			Channels:        map[string][]string{"alice": {approval.ChannelEmail}},
 			Emails:          map[string]string{"alice": "alice@example.com"},
 			CallbackOrigins: []string{"https://callbacks.example.com:443", "https://build.ci.example.com:443"},
 		},
-	})
+	}
+}
+
+// setup starts a server over a new store of the given kind. opts adjust the Config.
+func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
+	tb.Helper()
+	f := &fixture{tb: tb, clock: newClock(), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
+	f.store = testdb.OpenWith(tb, kind, testdb.Options{Now: f.clock.Now})
 	cfg := httpapi.Config{
 		Store:    f.store,
 		Logger:   slog.New(slog.NewJSONHandler(f.logs, nil)),
@@ -83,7 +88,8 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 		o(&cfg)
 	}
 	if cfg.Service == nil {
-		cfg.Service = &approval.Service{Store: f.store, Now: f.clock.Now}
+		cfg.Service = rules(f.store)
+		cfg.Service.Now = f.clock.Now
 	}
 	f.api = httpapi.New(cfg)
 	f.srv = httptest.NewUnstartedServer(f.api)
@@ -100,7 +106,8 @@ func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 // token stores a new token for subject and role and returns its secret.
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
-	svc := &approval.Service{Store: f.store, Now: f.clock.Now}
+	svc := rules(f.store)
+	svc.Now = f.clock.Now
 	secret, _, err := svc.CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
 	if err != nil {
 		f.tb.Fatalf("create token: %v", err)

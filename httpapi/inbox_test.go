@@ -605,7 +605,7 @@ func TestInboxOperatorViews(t *testing.T) {
 		// Only a failed event can be retried: fail one the way a worker does.
 		f.do("POST", "/v1/inbox/"+ids[0]+"/retry", olga, "").problem(t, http.StatusConflict)
 		ctx := context.Background()
-		claimed, err := (&approval.Service{Store: f.store}).ClaimInbox(ctx, time.Minute, 10)
+		claimed, err := rules(f.store).ClaimInbox(ctx, time.Minute, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,8 @@ func TestTokens(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		var svc *approval.Service
 		f := setup(t, kind, func(c *httpapi.Config) {
-			svc = &approval.Service{Store: c.Store.(approval.Store), Now: c.Now}
+			svc = rules(c.Store.(approval.Store))
+			svc.Now = c.Now
 			c.Service = svc
 		})
 		t.Cleanup(svc.Wait)

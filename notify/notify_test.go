@@ -217,16 +217,17 @@ const (
 
 // harness is one store with routing, a recording SMTP server and a fake clock.
 type harness struct {
-	store approval.Store
-	clock *storetest.Clock
-	smtp  *mailtest.Server
+	store   approval.Store
+	clock   *storetest.Clock
+	routing approval.Routing
+	smtp    *mailtest.Server
 }
 
 func newHarness(t *testing.T, kind string, routing approval.Routing) *harness {
 	t.Helper()
 	clock := storetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	h := &harness{clock: clock, smtp: mailtest.Start(t)}
-	h.store = testdb.OpenWith(t, kind, testdb.Options{Now: clock.Now, Routing: routing})
+	h := &harness{clock: clock, smtp: mailtest.Start(t), routing: routing}
+	h.store = testdb.OpenWith(t, kind, testdb.Options{Now: clock.Now})
 	return h
 }
 
@@ -236,7 +237,7 @@ var approvers = approval.Routing{
 }
 
 func (h *harness) service() *approval.Service {
-	return &approval.Service{Store: h.store, Now: h.clock.Now}
+	return &approval.Service{Store: h.store, Now: h.clock.Now, Routing: h.routing}
 }
 
 // create makes one approval asked of alice and bob by ci-bot under key, times times, and

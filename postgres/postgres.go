@@ -49,17 +49,8 @@ type Store struct {
 	// Now is the store's clock, time.Now by default. A method or transaction reads it once,
 	// once it holds its connection, and uses that instant for every comparison with an expiry
 	// or a lease and for every time it stores, never the database's clock, so tests can move
-	// time. Set it, Targeted and Routing before the store is used.
+	// time. Set it before the store is used.
 	Now func() time.Time
-
-	// Targeted reports whether an action has a downstream target, which decides whether the
-	// approving transaction queues its execution or records it as not_configured. Nil means
-	// no action has one.
-	Targeted func(action string) bool
-
-	// Routing says who is told of what, and how (approval.Routing): the transactions that
-	// cause notifications and callbacks queue them by it. Zero: nobody is told.
-	Routing approval.Routing
 
 	// Logger receives what the store cannot return to a caller: the LISTEN connection
 	// dropping and reconnecting. slog.Default() when nil.

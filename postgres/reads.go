@@ -95,12 +95,6 @@ func (s *Store) Tokens(ctx context.Context, f approval.TokenFilter) ([]*approval
 	return s.shared.Tokens(ctx, f)
 }
 
-// HasTarget reports whether an action has a downstream target (the Targeted field).
-func (s *Store) HasTarget(action string) bool { return s.Targeted != nil && s.Targeted(action) }
-
-// Routes returns the routing the store was configured with (the Routing field).
-func (s *Store) Routes() approval.Routing { return s.Routing }
-
 // instant reads the clock once, at approval.Precision in UTC. Its receiver is a pointer, so
 // that a method value (sqldb.Reads' Clock) sees a clock set after it was taken.
 func (s *Store) instant() time.Time { return s.Now().UTC().Truncate(approval.Precision) }

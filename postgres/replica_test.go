@@ -286,7 +286,6 @@ func TestClaimExecutionsAcrossStores(t *testing.T) {
 	for i := range stores {
 		stores[i] = mustOpen(t, dsn)
 		stores[i].Now = now
-		stores[i].Targeted = func(string) bool { return true }
 	}
 	if err := stores[0].Migrate(t.Context()); err != nil {
 		t.Fatalf("migrate: %v", err)
@@ -350,8 +349,8 @@ func mustClaimEachOnce(tb testing.TB, what string, want int, claimed [][]string,
 	}
 }
 
-// mustApprove creates an approval as httpapi does and approves it; it returns the approval
-// as Decide answered.
+// mustApprove creates an approval as httpapi does and approves it, its action having a
+// target; it returns the approval as Decide answered.
 func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
 	tb.Helper()
 	ctx := tb.Context()
@@ -365,7 +364,7 @@ func mustApprove(tb testing.TB, s *postgres.Store) *approval.Approval {
 	if h, err := s.InsertApproval(ctx, a, approval.HTTPCause("create"), nil); err != nil || h != nil {
 		tb.Fatalf("create approval: got holder %+v, error %v, want neither", h, err)
 	}
-	approved, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
+	approved, err := (&approval.Service{Store: s, Targeted: func(string) bool { return true }}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("approve")})
 	if err != nil {
 		tb.Fatalf("approve %s: %v", a.ID, err)
 	}

@@ -35,7 +35,7 @@ func TestRoundTrips(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	svc := &approval.Service{Store: s}
+	svc := &approval.Service{Store: s, Targeted: func(action string) bool { return action == "payout" }}
 	secret, _, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 	if err != nil {
 		t.Fatalf("create token: %v", err)
@@ -191,7 +191,6 @@ func TestRoundTrips(t *testing.T) {
 
 	// A claim of one execution and its attempt's record, each counted alone: a success, and a
 	// retry (which also notifies).
-	s.Targeted = func(action string) bool { return action == "payout" }
 	var renewTrips int64
 	attempt := func(o approval.AttemptOutcome) (claimTrips, finishTrips int64) {
 		t.Helper()

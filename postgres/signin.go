@@ -17,5 +17,5 @@ func (t *ruleTx) SigninAskCountsForUpdate(ctx context.Context, p approval.Signin
 		key = "signin-client:" + p.Client
 	}
 	t.enqueue("lock sign-in links", `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`, key)
-	return t.Tx.SigninAskCountsForUpdate(ctx, p)
+	return t.Tx.SigninAskCounts(ctx, p)
 }

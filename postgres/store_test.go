@@ -12,6 +12,6 @@ import (
 func TestConformance(t *testing.T) {
 	testdb.PostgresURL(t) // skip (or fail, when required) once, not in every case
 	storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
-		return testdb.OpenWith(t, testdb.Postgres, testdb.Options{Now: o.Now, Targeted: o.Targeted, Routing: o.Routing})
+		return testdb.OpenWith(t, testdb.Postgres, testdb.Options{Now: o.Now})
 	})
 }

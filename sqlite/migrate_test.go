@@ -43,8 +43,7 @@ func TestMigrate_UpgradesFromPhaseOne(t *testing.T) {
 			t.Fatalf("approvals %+v after the upgrade: got %d (%v), want apr_old", f, len(list), err)
 		}
 	}
-	s.Targeted = func(string) bool { return true }
-	a, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
+	a, err := (&approval.Service{Store: s, Targeted: func(string) bool { return true }}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: "apr_old", Approver: "alice", Verdict: approval.VerdictApprove})
 	if err != nil {
 		t.Fatalf("approve the old approval: %v", err)
 	}

@@ -19,7 +19,7 @@ func TestSubscribe_SignalsAfterCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := MustOpen(t, filepath.Join(t.TempDir(), "approvald.db"))
-	s.Targeted = func(action string) bool { return action == "deploy" }
+	svc := &approval.Service{Store: s, Targeted: func(action string) bool { return action == "deploy" }}
 	approvals := MustSubscribe(t, s, approval.TopicApprovals)
 	executions := MustSubscribe(t, s, approval.TopicExecutions)
 	inbox := MustSubscribe(t, s, approval.TopicInbox)
@@ -30,14 +30,14 @@ func TestSubscribe_SignalsAfterCommit(t *testing.T) {
 	assertSignalled(t, "create", executions, false)
 
 	// A refused vote changes nothing and wakes nobody.
-	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "mallory", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "mallory", Verdict: approval.VerdictApprove}); approval.ErrorCode(err) != approval.EFORBIDDEN {
+	if _, err := svc.Decide(ctx, approval.Principal{Subject: "mallory", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "mallory", Verdict: approval.VerdictApprove}); approval.ErrorCode(err) != approval.EFORBIDDEN {
 		t.Fatalf("vote by a stranger: got %v, want forbidden", err)
 	}
 	assertSignalled(t, "refused vote", approvals, false)
 
 	// The approving vote queues the execution in the same commit: both topics fire, and a
 	// subscriber woken by them already sees both changes.
-	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err != nil {
+	if _, err := svc.Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
 	assertSignalled(t, "approve", approvals, true)
@@ -69,7 +69,6 @@ func TestSubscribe_NoSignalAfterRollback(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "approvald.db")
 	s := MustOpen(t, path)
-	s.Targeted = func(string) bool { return true }
 	a := MustCreateApproval(t, s, "ci-bot", "deploy-1")
 	approvals := MustSubscribe(t, s, approval.TopicApprovals)
 	executions := MustSubscribe(t, s, approval.TopicExecutions)
@@ -78,7 +77,7 @@ func TestSubscribe_NoSignalAfterRollback(t *testing.T) {
 	// last write, after the approval itself has changed inside it.
 	execRaw(t, path, `INSERT INTO executions (id, approval_id, operation_key, action, status,
 		created_at, updated_at) VALUES ('exe_stray', ?, 'deploy-1', 'deploy', 'cancelled', 0, 0)`, a.ID)
-	if _, err := (&approval.Service{Store: s}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err == nil {
+	if _, err := (&approval.Service{Store: s, Targeted: func(string) bool { return true }}).Decide(ctx, approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice", Verdict: approval.VerdictApprove}); err == nil {
 		t.Fatal("approve with a conflicting execution row: got no error, want one")
 	}
 	assertSignalled(t, "rolled back approve", approvals, false)

@@ -11,6 +11,6 @@ import (
 // TestConformance runs the shared store suite on SQLite.
 func TestConformance(t *testing.T) {
 	storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
-		return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now, Targeted: o.Targeted, Routing: o.Routing})
+		return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now})
 	})
 }

@@ -59,6 +59,27 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 	return fail("insert decision", err)
 }
 
+// EventInsertMany appends the events one statement each: a statement costs no round trip.
+func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+	return t.Tx.EventInsertEach(ctx, events)
+}
+
+// ExecutionUpdateIfAttemptMany writes the executions one guarded statement each.
+func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
+	return t.Tx.ExecutionUpdateIfAttemptEach(ctx, recs, attempts)
+}
+
+// InboxMarkDoneMany marks the events one guarded statement each.
+func (t *ruleTx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
+	return t.Tx.InboxMarkDoneEach(ctx, marks)
+}
+
+// SigninAskCountsForUpdate needs no lock of its own: the transaction holds the write lock
+// from its first statement, which orders every request.
+func (t *ruleTx) SigninAskCountsForUpdate(ctx context.Context, p approval.SigninCountParams) (approval.SigninCounts, error) {
+	return t.Tx.SigninAskCounts(ctx, p)
+}
+
 func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 	t.tx.topics.Add(topic)
 	return nil

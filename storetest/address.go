@@ -76,7 +76,11 @@ func exerciseAddresses(t *testing.T, s suite) {
 			t.Fatalf("messages of the create: got %v, want %v", got, want)
 		}
 		// So does its outcome (queued in the deciding transaction), to carol who did not vote.
-		mustDecide(t, f.store, res.Approval.ID, "alice", approval.VerdictReject)
+		if _, err := svc.Decide(ctx, asAdmin("alice"), approval.DecideRequest{
+			ApprovalID: res.Approval.ID, Approver: "alice", Verdict: approval.VerdictReject, Cause: voteCause("alice"),
+		}); err != nil {
+			t.Fatalf("alice rejects: %v", err)
+		}
 		var got []string
 		for _, m := range mustOutbox(t, f.store, approval.OutboxFilter{}) {
 			if m.Event == approval.EventRejected {

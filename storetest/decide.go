@@ -302,7 +302,7 @@ func exerciseDecide(t *testing.T, s suite) {
 
 func mustExpire(tb testing.TB, s approval.Store, limit int) int {
 	tb.Helper()
-	n, err := (&approval.Service{Store: s}).ExpireDue(tb.Context(), limit)
+	n, err := rules(s).ExpireDue(tb.Context(), limit)
 	if err != nil {
 		tb.Fatalf("expire due: %v", err)
 	}

@@ -197,7 +197,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		ctx := t.Context()
 		const body = `{"action":"deploy","title":"memory","approvers":["alice","bob"]}`
 		// here may not read an approval: its every replay must come from what it kept.
-		here := &approval.Service{Store: noApprovalReads{f.store}, Now: f.clock.Now, Retention: Retention}
+		here := &approval.Service{Store: noApprovalReads{f.store}, Now: f.clock.Now, Retention: Retention, Targeted: targeted, Routing: f.routing}
 		elsewhere := f.service()
 		first := mustServiceCreate(t, here, "ci-bot", "deploy-1", body)
 		if first.Replayed || first.Response == nil {

@@ -1050,7 +1050,7 @@ func mustInboxEvent(tb testing.TB, s approval.Store, id string) *approval.InboxE
 
 func mustClaimInbox(tb testing.TB, s approval.Store, limit int) []*approval.InboxEvent {
 	tb.Helper()
-	evs, err := (&approval.Service{Store: s}).ClaimInbox(tb.Context(), workLease, limit)
+	evs, err := rules(s).ClaimInbox(tb.Context(), workLease, limit)
 	if err != nil {
 		tb.Fatalf("claim inbox: %v", err)
 	}
@@ -1070,7 +1070,7 @@ func mustClaimOneInbox(tb testing.TB, s approval.Store, eventID string) *approva
 
 func mustApplyInbox(tb testing.TB, s approval.Store, e *approval.InboxEvent, a approval.InboxAction) *approval.InboxEvent {
 	tb.Helper()
-	got, err := (&approval.Service{Store: s}).ApplyInbox(tb.Context(), e, a)
+	got, err := rules(s).ApplyInbox(tb.Context(), e, a)
 	if err != nil {
 		tb.Fatalf("apply inbox %s: %v", e.EventID, err)
 	}

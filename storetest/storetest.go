@@ -9,7 +9,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Exercise(t, func(t *testing.T, o storetest.Options) approval.Store {
-//			return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now, Targeted: o.Targeted, Routing: o.Routing})
+//			return testdb.OpenWith(t, testdb.SQLite, testdb.Options{Now: o.Now})
 //		})
 //	}
 //
@@ -32,13 +32,6 @@ type Options struct {
 	// Now is the store's clock: a Clock the case moves by hand, so no case waits for real time
 	// to pass.
 	Now func() time.Time
-	// Targeted is the store's Targeted field: whether an action has a downstream target, and so
-	// whether approving creates a queued execution. The suite reports true for TargetedAction
-	// only.
-	Targeted func(action string) bool
-	// Routing is the store's Routing field: who is notified of what. The suite gives
-	// SuiteRouting to every case.
-	Routing approval.Routing
 }
 
 // Exercise runs every case of the suite as a parallel subtest. Each case gets a fresh, empty
@@ -65,6 +58,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Signin", exerciseSignin},
 		{"Addresses", exerciseAddresses},
 		{"Sessions", exerciseSessions},
+		{"Tx", exerciseTx},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
@@ -78,15 +72,24 @@ type suite struct {
 	open func(t *testing.T, o Options) approval.Store
 }
 
-// fixture is what one case works with: its own store and the clock that store reads.
+// fixture is what one case works with: its own store, the clock that store reads and the
+// routing of the case's rules.
 type fixture struct {
-	store approval.Store
-	clock *Clock
+	store   approval.Store
+	clock   *Clock
+	routing approval.Routing
 }
 
-// service returns the rules over the case's store, on the case's clock.
+// service returns the rules over the case's store, on the case's clock and routing, with
+// TargetedAction the one action that has a downstream target.
 func (f *fixture) service() *approval.Service {
-	return &approval.Service{Store: f.store, Now: f.clock.Now, Retention: Retention}
+	return &approval.Service{Store: f.store, Now: f.clock.Now, Retention: Retention, Targeted: targeted, Routing: f.routing}
+}
+
+// rules returns the rules of a case on the suite's routing (SuiteRouting), over s, for the
+// helpers given a store.
+func rules(s approval.Store) *approval.Service {
+	return &approval.Service{Store: s, Targeted: targeted, Routing: SuiteRouting}
 }
 
 // asAdmin is subject acting with an admin token, whom every Service operation lets through:
@@ -106,13 +109,13 @@ func (s suite) run(t *testing.T, name string, fn func(t *testing.T, f *fixture))
 	s.runRouted(t, name, SuiteRouting, fn)
 }
 
-// runRouted is run with a store whose Routing is r.
+// runRouted is run with rules whose Routing is r.
 func (s suite) runRouted(t *testing.T, name string, r approval.Routing, fn func(t *testing.T, f *fixture)) {
 	t.Helper()
 	t.Run(name, func(t *testing.T) {
 		t.Parallel()
 		clock := NewClock(start)
-		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now, Targeted: targeted, Routing: r}), clock: clock})
+		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now}), clock: clock, routing: r})
 	})
 }
 
@@ -214,7 +217,7 @@ func mustApproval(tb testing.TB, s approval.Store, id string) *approval.Approval
 
 func mustDecide(tb testing.TB, s approval.Store, id, approver string, verdict approval.Verdict) *approval.Approval {
 	tb.Helper()
-	a, err := (&approval.Service{Store: s}).Decide(tb.Context(), asAdmin(approver), approval.DecideRequest{
+	a, err := rules(s).Decide(tb.Context(), asAdmin(approver), approval.DecideRequest{
 		ApprovalID: id, Approver: approver, Verdict: verdict, Cause: voteCause(approver),
 	})
 	if err != nil {

@@ -26,10 +26,11 @@ var testKey = []byte("0123456789abcdef0123456789abcdef-test")
 // fixture is the binary's handler (the API and the pages, as serve wires them) on a real
 // loopback server over a fresh store.
 type fixture struct {
-	tb    testing.TB
-	store approval.Store
-	srv   *httptest.Server
-	ui    *web.Server
+	tb      testing.TB
+	store   approval.Store
+	routing approval.Routing // the rules' routing of notifications
+	srv     *httptest.Server
+	ui      *web.Server
 }
 
 // setup starts the pages and the API over a new store of the given kind. opts adjust the
@@ -39,29 +40,30 @@ func setup(tb testing.TB, kind string, opts ...func(cfg *web.Config, base string
 	return setupRouted(tb, kind, approval.Routing{}, opts...)
 }
 
-// setupRouted is setup with the store's routing of notifications.
+// setupRouted is setup with the rules' routing of notifications.
 func setupRouted(tb testing.TB, kind string, routing approval.Routing, opts ...func(cfg *web.Config, base string)) *fixture {
 	tb.Helper()
-	return setupStore(tb, testdb.OpenWith(tb, kind, testdb.Options{
-		Targeted: func(action string) bool { return action == "payout" },
-		Routing:  routing,
-	}), opts...)
+	return setupStore(tb, testdb.Open(tb, kind, nil), routing, opts...)
 }
 
-// setupStore is setup over a store the caller opened: a second server over the database of
-// another fixture, say, as a replica or a restart with another configuration.
-func setupStore(tb testing.TB, store approval.Store, opts ...func(cfg *web.Config, base string)) *fixture {
+// setupStore is setupRouted over a store the caller opened: a second server over the
+// database of another fixture, say, as a replica or a restart with another configuration.
+// A Service an option sets without targets or routing gets the fixture's.
+func setupStore(tb testing.TB, store approval.Store, routing approval.Routing, opts ...func(cfg *web.Config, base string)) *fixture {
 	tb.Helper()
-	f := &fixture{tb: tb, store: store}
+	f := &fixture{tb: tb, store: store, routing: routing}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
-	api := httpapi.New(httpapi.Config{Store: f.store, Service: &approval.Service{Store: f.store}})
+	api := httpapi.New(httpapi.Config{Store: f.store, Service: f.rules(f.store)})
 	cfg := web.Config{Store: f.store, SessionKey: testKey, Logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg, base)
 	}
 	if cfg.Service == nil {
-		cfg.Service = &approval.Service{Store: f.store, Now: cfg.Now}
+		cfg.Service = f.rules(f.store)
+		cfg.Service.Now = cfg.Now
+	} else if cfg.Service.Targeted == nil {
+		cfg.Service.Targeted, cfg.Service.Routing = payoutTargeted, f.routing
 	}
 	ui, err := web.New(cfg)
 	if err != nil {
@@ -149,7 +151,7 @@ func (f *fixture) needsReview() *approval.ExecutionRecord {
 	if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", approver, "", nil); code != http.StatusOK {
 		f.tb.Fatalf("approve: %d", code)
 	}
-	svc := &approval.Service{Store: f.store}
+	svc := f.rules(f.store)
 	claims, err := svc.ClaimExecutions(ctx, time.Minute, 10)
 	if err != nil || len(claims) != 1 {
 		f.tb.Fatalf("claim executions: %d claimed, %v; want 1", len(claims), err)
@@ -274,3 +276,12 @@ func must(tb testing.TB, ok bool, format string, args ...any) {
 		tb.Fatalf(format, args...)
 	}
 }
+
+// rules returns the rules the fixture's server runs, over store: payout is the one action
+// with a downstream target, and notifications go by the fixture's routing.
+func (f *fixture) rules(store approval.Store) *approval.Service {
+	return &approval.Service{Store: store, Targeted: payoutTargeted, Routing: f.routing}
+}
+
+// payoutTargeted reports that payout, and only payout, has a downstream target.
+func payoutTargeted(action string) bool { return action == "payout" }

@@ -205,7 +205,7 @@ func TestOIDC_ProviderAddress(t *testing.T) {
 
 		a := f.create("Deploy api", []string{"u-alice", "u-carol", "u-dana", "u-eve"}, 1, "")
 		srv := mailtest.Start(t)
-		svc := &approval.Service{Store: f.store}
+		svc := f.rules(f.store)
 		outbox := &worker.Outbox{Store: f.store, Mailbox: svc, Senders: map[string]worker.Sender{
 			approval.ChannelEmail: &notify.Mail{
 				Host: "127.0.0.1", Port: srv.Port, StartTLS: notify.StartTLSNone,

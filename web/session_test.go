@@ -49,14 +49,14 @@ func getWith(tb testing.TB, base, path string, c *http.Cookie) int {
 	return resp.StatusCode
 }
 
-// sharedStores opens one new database once per routing: stores over the same tables, as
-// replicas or a restart with another configuration see them.
-func sharedStores(tb testing.TB, kind string, routings ...approval.Routing) []approval.Store {
+// sharedStores opens one new database n times: stores over the same tables, as replicas or
+// a restart with another configuration see them.
+func sharedStores(tb testing.TB, kind string, n int) []approval.Store {
 	tb.Helper()
 	dsn := testdb.DSN(tb, kind)
 	ctx := context.Background()
 	var stores []approval.Store
-	for i, r := range routings {
+	for i := range n {
 		var s interface {
 			approval.Store
 			Migrate(context.Context) error
@@ -67,14 +67,12 @@ func sharedStores(tb testing.TB, kind string, routings ...approval.Routing) []ap
 			if err != nil {
 				tb.Fatal(err)
 			}
-			st.Routing = r
 			s = st
 		case testdb.Postgres:
 			st, err := postgres.Open(ctx, dsn)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			st.Routing = r
 			s = st
 		}
 		tb.Cleanup(func() { s.Close() })
@@ -197,9 +195,9 @@ func TestSession_LinkPersonRemoved(t *testing.T) {
 			Channels: map[string][]string{"alice": {approval.ChannelEmail}},
 			Emails:   map[string]string{"alice": "alice@example.com"},
 		}
-		stores := sharedStores(t, kind, linkRouting, without)
+		stores := sharedStores(t, kind, 2)
 		links := func(cfg *web.Config, _ string) { cfg.Links = &web.LinksConfig{Operators: []string{"olga"}} }
-		before, after := setupStore(t, stores[0], links), setupStore(t, stores[1], links)
+		before, after := setupStore(t, stores[0], linkRouting, links), setupStore(t, stores[1], without, links)
 
 		olga := before.browser()
 		must(t, olga.askLink("olga").status == http.StatusOK, "ask for olga's link")
@@ -231,8 +229,8 @@ func TestSession_OIDCRoleFollowsConfiguration(t *testing.T) {
 				}
 			}
 		}
-		stores := sharedStores(t, kind, approval.Routing{}, approval.Routing{})
-		before, after := setupStore(t, stores[0], oidc("olga@example.com")), setupStore(t, stores[1], oidc())
+		stores := sharedStores(t, kind, 2)
+		before, after := setupStore(t, stores[0], approval.Routing{}, oidc("olga@example.com")), setupStore(t, stores[1], approval.Routing{}, oidc())
 
 		m.QueueUser(&mockoidc.MockUser{Subject: "u-olga", Email: "olga@example.com", EmailVerified: true})
 		olga := followingBrowser()

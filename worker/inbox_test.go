@@ -459,7 +459,13 @@ func mustEvents(tb testing.TB, s approval.Store, approvalID string) []approval.E
 // mustApprove has alice approve a, through the API's path.
 func mustApprove(tb testing.TB, s approval.Store, a *approval.Approval) *approval.Approval {
 	tb.Helper()
-	got, err := (&approval.Service{Store: s}).Decide(context.Background(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice",
+	return mustApproveBy(tb, &approval.Service{Store: s}, a)
+}
+
+// mustApproveBy is mustApprove under the given rules.
+func mustApproveBy(tb testing.TB, rules *approval.Service, a *approval.Approval) *approval.Approval {
+	tb.Helper()
+	got, err := rules.Decide(context.Background(), approval.Principal{Subject: "alice", Role: approval.RoleAdmin}, approval.DecideRequest{ApprovalID: a.ID, Approver: "alice",
 		Verdict: approval.VerdictApprove, Cause: approval.HTTPCause("req-approve-" + a.OperationKey)})
 	if err != nil {
 		tb.Fatalf("approve %s: %v", a.OperationKey, err)

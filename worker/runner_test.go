@@ -50,7 +50,7 @@ type runnerEnv struct {
 func newRunnerEnv(t *testing.T, kind string, tk targetKind) *runnerEnv {
 	t.Helper()
 	clk := newClock()
-	s := testdb.OpenWith(t, kind, testdb.Options{Now: clk.Now, Targeted: func(action string) bool { return action == "deploy" }})
+	s := testdb.OpenWith(t, kind, testdb.Options{Now: clk.Now})
 	ds := downstream.New(downstream.Options{HonourKeys: tk == idempotentTarget, Secrets: []string{actionSecret}, Now: clk.Now})
 	t.Cleanup(ds.Close)
 	target := worker.Target{
@@ -71,14 +71,14 @@ func newRunnerEnv(t *testing.T, kind string, tk targetKind) *runnerEnv {
 // runner returns a new runner (with a client of its own) for the env's target. Its jitter
 // source sits in the middle of the range, so every delay is exactly the policy's base.
 func (env *runnerEnv) runner() *worker.Runner {
-	return &worker.Runner{Store: env.s, Ledger: &approval.Service{Store: env.s}, Logger: discard, Targets: map[string]worker.Target{"deploy": env.target},
+	return &worker.Runner{Store: env.s, Ledger: deployRules(env.s), Logger: discard, Targets: map[string]worker.Target{"deploy": env.target},
 		Lease: lease, Batch: 10, Concurrency: 4, Now: env.clk.Now, Rand: func() float64 { return 0.5 }}
 }
 
 // approved creates and approves an approval, and returns it with its queued execution.
 func (env *runnerEnv) approved(t *testing.T, key string) *approval.Approval {
 	t.Helper()
-	a := mustApprove(t, env.s, mustCreateApproval(t, env.s, env.clk, key, time.Hour))
+	a := mustApproveBy(t, deployRules(env.s), mustCreateApproval(t, env.s, env.clk, key, time.Hour))
 	if a.Execution == nil || a.Execution.Status != approval.ExecutionQueued {
 		t.Fatalf("approve %s: got execution %+v, want a queued one", key, a.Execution)
 	}
@@ -272,7 +272,7 @@ func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
 		env.clk.Add(time.Hour)
 		mustRun(t, r, 1)
 		rec := env.want(t, a, approval.ExecutionFailed, 2)
-		if _, err := (&approval.Service{Store: env.s}).RetryExecution(context.Background(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, rec.ID, approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
+		if _, err := deployRules(env.s).RetryExecution(context.Background(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, rec.ID, approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
 			t.Fatalf("retry: %v", err)
 		}
 
@@ -378,7 +378,7 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 				t.Parallel()
 				env := newRunnerEnv(t, kind, tt.target)
 				a := env.approved(t, "deploy-1")
-				claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10)
+				claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10)
 				if err != nil || len(claims) != 1 {
 					t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 				}
@@ -452,7 +452,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 		env := newRunnerEnv(t, kind, lookupTarget)
 		a := env.approved(t, "deploy-1")
 		// A runner died mid-call, so each later claim is recovered and looks up first.
-		if claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
 		env.clk.Add(lease)
@@ -512,7 +512,7 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 		// A runner died mid-call, so the next claim is recovered and looks up first; the
 		// lookup's answer comes when all but a minute of the lease has gone.
 		late := env.approved(t, "deploy-2")
-		if claims, err := (&approval.Service{Store: env.s}).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
 		env.clk.Add(lease)
@@ -605,7 +605,7 @@ type observedStore struct {
 
 // observe watches s and the Service's ledger over it.
 func observe(s approval.Store) *observedStore {
-	return &observedStore{Store: s, ledger: &approval.Service{Store: s}}
+	return &observedStore{Store: s, ledger: deployRules(s)}
 }
 
 func (s *observedStore) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
@@ -713,7 +713,7 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 		}()
 		<-g.entered
 
-		applied, _, err := (&approval.Service{Store: env.s}).ReportExecution(context.Background(), approval.ExecutionReport{ApprovalID: a.ID,
+		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.ExecutionReport{ApprovalID: a.ID,
 			Status: approval.ExecutionSucceeded, Version: 1, Actor: "deployer", Cause: approval.Cause{Kind: approval.CauseOperator}})
 		if err != nil || !applied {
 			t.Fatalf("report: got applied %t, %v; want applied", applied, err)
@@ -990,7 +990,7 @@ func TestRunner_AsyncTarget(t *testing.T) {
 		env.clk.Add(time.Hour)
 		mustRun(t, r, 0) // no lease to expire: never claimed again
 
-		applied, _, err := (&approval.Service{Store: env.s}).ReportExecution(context.Background(), approval.ExecutionReport{OperationKey: "deploy-1",
+		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.ExecutionReport{OperationKey: "deploy-1",
 			Status: approval.ExecutionSucceeded, Version: 1, Result: json.RawMessage(`{"done": true}`), Actor: "deployer",
 			Cause: approval.Cause{Kind: approval.CauseInbox, Source: "deployer", EventID: "msg_1"}})
 		if err != nil || !applied {
@@ -1140,7 +1140,7 @@ func TestRunner_Run(t *testing.T) {
 func TestRunner_RejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	s := testdb.Open(t, testdb.SQLite, nil)
-	l := &approval.Service{Store: s}
+	l := deployRules(s)
 	good := worker.Target{URL: "http://127.0.0.1:9/deploy"}
 	for _, r := range []*worker.Runner{
 		{},
@@ -1283,7 +1283,7 @@ func TestRunner_RequestersShareAnOperationKey(t *testing.T) {
 					if h, err := env.s.InsertApproval(context.Background(), a, approval.HTTPCause("req-"+requester), nil); err != nil || h != nil {
 						t.Fatalf("create %s's approval: got holder %+v, error %v, want neither", requester, h, err)
 					}
-					a = mustApprove(t, env.s, a)
+					a = mustApproveBy(t, deployRules(env.s), a)
 					if a.Execution == nil || a.Execution.Status != approval.ExecutionQueued {
 						t.Fatalf("approve %s's approval: got execution %+v, want a queued one", requester, a.Execution)
 					}
@@ -1316,4 +1316,10 @@ func TestRunner_RequestersShareAnOperationKey(t *testing.T) {
 			})
 		}
 	})
+}
+
+// deployRules returns the rules over s with deploy, and only deploy, an action with a
+// downstream target.
+func deployRules(s approval.Store) *approval.Service {
+	return &approval.Service{Store: s, Targeted: func(action string) bool { return action == "deploy" }}
 }

@@ -308,7 +308,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	// serve's collector settings, which then hold for the load generator in this process too.
 	tuneCollector(logger, os.LookupEnv)
 	svc := newService(cfg, logger, nil)
-	st, err := openStore(ctx, dsn, svc.targeted, svc.config.routing(), svc.logger)
+	st, err := openStore(ctx, dsn, svc.logger)
 	if err != nil {
 		return nil, err
 	}

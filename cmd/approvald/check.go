@@ -40,7 +40,7 @@ func (c *CheckCommand) ParseFlags(ctx context.Context, args []string) error {
 // Run reads every token and approval, prints what it found, and returns an exitError of 1
 // when it found anything.
 func (c *CheckCommand) Run(ctx context.Context) error {
-	s, err := openStore(ctx, c.config.DatabaseURL, nil, approval.Routing{}, nil)
+	s, err := openStore(ctx, c.config.DatabaseURL, nil)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ func TestCheckNames(t *testing.T) {
 			return stdout.String(), stderr.String(), code
 		}
 
-		s, err := openStore(t.Context(), dsn, nil, approval.Routing{}, nil)
+		s, err := openStore(t.Context(), dsn, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

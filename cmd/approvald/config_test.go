@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/approvald/approval"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -518,13 +517,13 @@ func TestConfigDatabasePath(t *testing.T) {
 			"may not create files in the directory " + locked + " (permission denied)"})
 	}
 	for _, c := range cases {
-		_, err := openStore(t.Context(), c.url, nil, approval.Routing{}, nil)
+		_, err := openStore(t.Context(), c.url, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error saying %q", c.name, err, c.want)
 		}
 	}
 	// A directory that exists opens.
-	s, err := openStore(t.Context(), "file:"+filepath.Join(dir, "approvald.db"), nil, approval.Routing{}, nil)
+	s, err := openStore(t.Context(), "file:"+filepath.Join(dir, "approvald.db"), nil)
 	if err != nil {
 		t.Fatalf("open in an existing directory: %v", err)
 	}

@@ -265,10 +265,9 @@ type store interface {
 
 // openStore opens the store the database URL names and applies its migrations. Migrating is
 // idempotent, so every subcommand that touches the database does it first and works on a new
-// database. targeted tells the store which actions have an execution target (serve's
-// configured actions); nil, for subcommands that decide nothing, means none. logger receives
-// what the PostgreSQL store cannot return to a caller (nil: slog's default).
-func openStore(ctx context.Context, databaseURL string, targeted func(action string) bool, routing approval.Routing, logger *slog.Logger) (store, error) {
+// database. logger receives what the PostgreSQL store cannot return to a caller (nil: slog's
+// default).
+func openStore(ctx context.Context, databaseURL string, logger *slog.Logger) (store, error) {
 	kind, err := ParseDatabaseURL(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -280,7 +279,6 @@ func openStore(ctx context.Context, databaseURL string, targeted func(action str
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
-		pg.Targeted, pg.Routing = targeted, routing
 		if logger != nil {
 			pg.Logger = logger.With("component", "postgres")
 		}
@@ -293,7 +291,6 @@ func openStore(ctx context.Context, databaseURL string, targeted func(action str
 			}
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
-		lite.Targeted, lite.Routing = targeted, routing
 		s = lite
 	}
 	if err := s.Migrate(ctx); err != nil {

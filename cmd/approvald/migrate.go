@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-
-	"github.com/approvald/approval"
 )
 
 var _ command = (*MigrateCommand)(nil)
@@ -33,7 +31,7 @@ func (c *MigrateCommand) ParseFlags(ctx context.Context, args []string) error {
 
 // Run opens the database, which applies the migrations.
 func (c *MigrateCommand) Run(ctx context.Context) error {
-	s, err := openStore(ctx, c.config.DatabaseURL, nil, approval.Routing{}, nil)
+	s, err := openStore(ctx, c.config.DatabaseURL, nil)
 	if err != nil {
 		return err
 	}

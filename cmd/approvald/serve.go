@@ -126,7 +126,7 @@ func (c *ServeCommand) Run(ctx context.Context) error {
 	warnNoPolicies(c.logger, c.config)
 	svc := newService(c.config, c.logger, c.failpoints)
 	svc.connState = c.connState
-	s, err := openStore(ctx, c.config.DatabaseURL, svc.targeted, c.config.routing(), c.logger)
+	s, err := openStore(ctx, c.config.DatabaseURL, c.logger)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ type service struct {
 	connState func(net.Conn, http.ConnState)
 }
 
-// newService returns the service cfg describes. Open its store with targeted.
+// newService returns the service cfg describes.
 func newService(cfg Config, logger *slog.Logger, fp *failpoint.Set) *service {
 	targets := make(map[string]worker.Target, len(cfg.Actions))
 	for _, a := range cfg.Actions {
@@ -298,7 +298,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	}
 	// One Service holds the rules for every consumer in this process: the API, the pages and
 	// the workers decide alike.
-	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses}
+	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses,
+		Targeted: svc.targeted, Routing: svc.config.routing()}
 	// One budget for every body read before its sender is known: the intake's and the
 	// sign-in forms'.
 	bodies := httpapi.NewBodyBudget(svc.config.Limits.MaxInflightBodyBytes)

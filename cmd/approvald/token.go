@@ -79,7 +79,7 @@ func (c *tokenStore) parse(fs *flag.FlagSet, args []string, nargs int) ([]string
 
 // open opens (and migrates) the store and returns the rules over it.
 func (c *tokenStore) open(ctx context.Context) (*approval.Service, error) {
-	s, err := openStore(ctx, c.config.DatabaseURL, nil, approval.Routing{}, nil)
+	s, err := openStore(ctx, c.config.DatabaseURL, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -169,9 +169,9 @@ func (t Tx) EventInsert(ctx context.Context, approvalID, typ, actor string, caus
 		approvalID, typ, t.Dialect.Time(t.At), actor, string(causeJSON), detailText)
 }
 
-// EventInsertMany appends the events one statement each; PostgreSQL's driver replaces it with
-// one statement over arrays.
-func (t Tx) EventInsertMany(ctx context.Context, events []approval.Event) error {
+// EventInsertEach appends the events one statement each: approval.Tx's EventInsertMany for a
+// driver without statements over arrays (SQLite, where a statement costs no round trip).
+func (t Tx) EventInsertEach(ctx context.Context, events []approval.Event) error {
 	for _, e := range events {
 		if err := t.EventInsert(ctx, e.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
 			return err
@@ -251,9 +251,9 @@ func (t Tx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.Executio
 	return t.updateExecution(ctx, "record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
 }
 
-// ExecutionUpdateIfAttemptMany writes the executions one guarded statement each; PostgreSQL's
-// driver replaces it with one statement over arrays.
-func (t Tx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
+// ExecutionUpdateIfAttemptEach writes the executions one guarded statement each:
+// approval.Tx's ExecutionUpdateIfAttemptMany for a driver without statements over arrays.
+func (t Tx) ExecutionUpdateIfAttemptEach(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
 	if len(recs) != len(attempts) {
 		return fmt.Errorf("update executions: %d records for %d attempts", len(recs), len(attempts))
 	}
@@ -317,9 +317,9 @@ func (t Tx) markInboxDone(ctx context.Context, m approval.InboxMark) error {
 		m.ID, string(m.Status), m.Outcome, ref, t.Dialect.Time(t.At), attempted)
 }
 
-// InboxMarkDoneMany marks the events one guarded statement each; PostgreSQL's driver replaces
-// it with one statement over arrays.
-func (t Tx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
+// InboxMarkDoneEach marks the events one guarded statement each: approval.Tx's
+// InboxMarkDoneMany for a driver without statements over arrays.
+func (t Tx) InboxMarkDoneEach(ctx context.Context, marks []approval.InboxMark) error {
 	for _, m := range marks {
 		if err := t.markInboxDone(ctx, m); err != nil {
 			return err
@@ -446,9 +446,10 @@ func (t Tx) OutboxAttemptFinish(ctx context.Context, id string, attempt int, out
 		id, attempt, t.Dialect.Time(t.At), outcome, errText)
 }
 
-// SigninAskCountsForUpdate counts in one statement. It takes no lock: PostgreSQL takes one
-// first, SQLite's writer orders every request.
-func (t Tx) SigninAskCountsForUpdate(ctx context.Context, p approval.SigninCountParams) (approval.SigninCounts, error) {
+// SigninAskCounts counts in one statement, taking no lock: approval.Tx's
+// SigninAskCountsForUpdate is this after the driver's lock (PostgreSQL's advisory lock, or
+// SQLite's write lock, which its transaction holds from its first statement).
+func (t Tx) SigninAskCounts(ctx context.Context, p approval.SigninCountParams) (approval.SigninCounts, error) {
 	d := t.Dialect
 	list, err := query(ctx, t, `
 		SELECT

@@ -52,9 +52,7 @@ func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
 
 // Options sets up a store opened by OpenWith. A nil field keeps the store's default.
 type Options struct {
-	Now      func() time.Time  // the store's clock (default time.Now)
-	Targeted func(string) bool // which actions have a downstream target (default none)
-	Routing  approval.Routing  // who is notified of what (default nobody)
+	Now func() time.Time // the store's clock (default time.Now)
 }
 
 // OpenWith is Open with every store setting a test may need: a new, migrated, empty store of
@@ -72,7 +70,6 @@ func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 		if o.Now != nil {
 			s.Now = o.Now
 		}
-		s.Targeted, s.Routing = o.Targeted, o.Routing
 		if err := s.Migrate(ctx); err != nil {
 			tb.Fatalf("migrate sqlite: %v", err)
 		}
@@ -86,7 +83,6 @@ func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 		if o.Now != nil {
 			s.Now = o.Now
 		}
-		s.Targeted, s.Routing = o.Targeted, o.Routing
 		if err := s.Migrate(ctx); err != nil {
 			tb.Fatalf("migrate postgres: %v", err)
 		}
