@@ -250,8 +250,8 @@ func (h *harness) create(t *testing.T, key string, times int) string {
 	}
 	id := ""
 	for range times {
-		res, err := h.service().Create(t.Context(), approval.CreateCommand{
-			Requester: "ci-bot", Key: key, Body: []byte(body), Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+		res, err := h.service().Create(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, approval.CreateCommand{
+			Key: key, Body: []byte(body), Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 			Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 				return approval.StoredResponse{StatusCode: 201, Body: []byte(`{"id":"` + a.ID + `"}`)}, nil
 			},
@@ -415,8 +415,8 @@ func TestCallback_URLOnCreate(t *testing.T) {
 			if err := json.Unmarshal(body, &req); err != nil {
 				t.Fatal(err)
 			}
-			res, err := svc.Create(t.Context(), approval.CreateCommand{
-				Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+			res, err := svc.Create(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, approval.CreateCommand{
+				Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 				Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 					return approval.StoredResponse{StatusCode: 201}, nil
 				},
@@ -481,8 +481,8 @@ func (h *harness) createCallback(t *testing.T, key, callback string) (string, er
 	if err := json.Unmarshal(body, &req); err != nil {
 		t.Fatal(err)
 	}
-	res, err := h.service().Create(t.Context(), approval.CreateCommand{
-		Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+	res, err := h.service().Create(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, approval.CreateCommand{
+		Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 			return approval.StoredResponse{StatusCode: 201}, nil
 		},

@@ -77,7 +77,7 @@ func setupStore(tb testing.TB, store approval.Store, opts ...func(cfg *web.Confi
 // token stores a new API token and returns its secret.
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
-	secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+	secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tokenIssuer, approval.TokenSpec{Subject: subject, Role: role})
 	if err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
@@ -274,3 +274,6 @@ func must(tb testing.TB, ok bool, format string, args ...any) {
 		tb.Fatalf(format, args...)
 	}
 }
+
+// tokenIssuer is the admin the tests make their tokens as.
+var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}
