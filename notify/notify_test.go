@@ -23,6 +23,7 @@ import (
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/workerhook"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
@@ -277,7 +278,7 @@ type outboxT struct{ *worker.Outbox }
 
 func (o outboxT) RunOnceT(t *testing.T) int {
 	t.Helper()
-	n, err := o.RunOnce(t.Context())
+	n, err := workerhook.OutboxRunOnce(t.Context(), o.Outbox)
 	if err != nil {
 		t.Fatalf("outbox round: %v", err)
 	}
