@@ -27,6 +27,13 @@ func TestServiceGuards(t *testing.T) {
 		return want{owner: approval.EFORBIDDEN, stranger: approval.EFORBIDDEN, listed: approval.EFORBIDDEN,
 			unlisted: approval.EFORBIDDEN, operator: allowed, admin: allowed}
 	}
+	adminsOnly := func(allowed string) want {
+		return want{owner: approval.EFORBIDDEN, stranger: approval.EFORBIDDEN, listed: approval.EFORBIDDEN,
+			unlisted: approval.EFORBIDDEN, operator: approval.EFORBIDDEN, admin: allowed}
+	}
+	// Who may read ci-bot's approval: its requester, its approver, and the roles that read
+	// everything; to anyone else it does not exist.
+	readers := want{owner: "", stranger: approval.ENOTFOUND, listed: "", unlisted: approval.ENOTFOUND, operator: "", admin: ""}
 	testdb.Each(t, func(t *testing.T, kind string) {
 		svc := &approval.Service{Store: testdb.Open(t, kind, nil)}
 		ctx := t.Context()
@@ -34,13 +41,101 @@ func TestServiceGuards(t *testing.T) {
 		pending := func(t *testing.T) *approval.Approval {
 			t.Helper()
 			n++
-			return mustCreate(t, svc, "ci-bot", fmt.Sprintf("guard-%d", n), `{"action":"deploy","title":"guarded","approvers":["alice"]}`)
+			return mustCreate(t, svc, owner, fmt.Sprintf("guard-%d", n))
 		}
 		for _, op := range []struct {
 			name string
 			want want
 			do   func(t *testing.T, p approval.Principal) error
 		}{
+			{"Create", want{owner: "", stranger: "", listed: approval.EFORBIDDEN,
+				unlisted: approval.EFORBIDDEN, operator: approval.EFORBIDDEN, admin: ""},
+				func(t *testing.T, p approval.Principal) error {
+					n++
+					res, err := svc.Create(ctx, p, createCommand(fmt.Sprintf("guard-%d", n)))
+					if err == nil && !approval.SameName(res.Approval.Requester, p.Subject) {
+						t.Errorf("%s: got requester %q, want the principal's subject", p.Subject, res.Approval.Requester)
+					}
+					return err
+				}},
+			{"Approval", readers, func(t *testing.T, p approval.Principal) error {
+				_, err := svc.Approval(ctx, p, pending(t).ID)
+				return err
+			}},
+			{"Events", readers, func(t *testing.T, p approval.Principal) error {
+				_, err := svc.Events(ctx, p, pending(t).ID)
+				return err
+			}},
+			{"Approvals", readers, func(t *testing.T, p approval.Principal) error {
+				// A listing refuses nobody; an approval p may not read is left out of it.
+				a := pending(t)
+				list, _, err := svc.Approvals(ctx, p, approval.ApprovalFilter{Limit: approval.MaxPageSize})
+				if err != nil {
+					t.Fatalf("%s: list: %v", p.Subject, err)
+				}
+				for _, got := range list {
+					if got.ID == a.ID {
+						return nil
+					}
+				}
+				return approval.Errorf(approval.ENOTFOUND, "approval %s not listed", a.ID)
+			}},
+			{"ReportExecution", want{owner: approval.ECONFLICT, stranger: approval.ENOTFOUND, listed: approval.EFORBIDDEN,
+				unlisted: approval.ENOTFOUND, operator: approval.ECONFLICT, admin: approval.ECONFLICT},
+				func(t *testing.T, p approval.Principal) error {
+					// The approval is pending, so whoever may report is answered the conflict
+					// with its state.
+					a := pending(t)
+					_, _, err := svc.ReportExecution(ctx, p, approval.ExecutionReport{ApprovalID: a.ID, Status: approval.ExecutionSucceeded, Version: 1, Cause: approval.HTTPCause("report")})
+					if e := approval.AsError(err); approval.ErrorCode(err) == approval.ECONFLICT && (e.Approval == nil || e.Approval.ID != a.ID) {
+						t.Errorf("%s: got conflict %+v, want it to carry approval %s", p.Subject, e, a.ID)
+					}
+					return err
+				}},
+			{"ReportExecutionByKey", operatorsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.ReportExecution(ctx, p, approval.ExecutionReport{OperationKey: "no-such-key", Status: approval.ExecutionSucceeded, Version: 1, Cause: approval.HTTPCause("report")})
+				return err
+			}},
+			{"Executions", operatorsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.Executions(ctx, p, approval.ExecutionFilter{})
+				return err
+			}},
+			{"Execution", operatorsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
+				_, err := svc.Execution(ctx, p, approval.NewID("exe"))
+				return err
+			}},
+			{"InboxEvents", operatorsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.InboxEvents(ctx, p, approval.InboxFilter{})
+				return err
+			}},
+			{"InboxEvent", operatorsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
+				_, err := svc.InboxEvent(ctx, p, approval.NewID("inb"))
+				return err
+			}},
+			{"OutboxMessages", operatorsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.OutboxMessages(ctx, p, approval.OutboxFilter{})
+				return err
+			}},
+			{"OutboxMessage", operatorsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.OutboxMessage(ctx, p, approval.NewID("out"))
+				return err
+			}},
+			{"CreateToken", adminsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.CreateToken(ctx, p, approval.TokenSpec{Subject: "carol", Role: approval.RoleApprover})
+				return err
+			}},
+			{"Tokens", adminsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.Tokens(ctx, p, approval.TokenFilter{})
+				return err
+			}},
+			{"RevokeToken", adminsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
+				_, err := svc.RevokeToken(ctx, p, approval.NewID("tok"))
+				return err
+			}},
+			{"RotateToken", adminsOnly(approval.ENOTFOUND), func(t *testing.T, p approval.Principal) error {
+				_, _, err := svc.RotateToken(ctx, p, approval.NewID("tok"))
+				return err
+			}},
 			{"Cancel", want{owner: "", stranger: approval.ENOTFOUND, listed: approval.EFORBIDDEN,
 				unlisted: approval.ENOTFOUND, operator: approval.EFORBIDDEN, admin: ""},
 				func(t *testing.T, p approval.Principal) error {
@@ -97,20 +192,25 @@ func TestServiceGuards(t *testing.T) {
 	})
 }
 
-func mustCreate(tb testing.TB, svc *approval.Service, requester, key, body string) *approval.Approval {
+// mustCreate creates an approval for p under key, with alice as its approver.
+func mustCreate(tb testing.TB, svc *approval.Service, p approval.Principal, key string) *approval.Approval {
 	tb.Helper()
-	res, err := svc.Create(context.Background(), approval.CreateCommand{
-		Requester: requester,
-		Key:       key,
-		Body:      []byte(body),
+	res, err := svc.Create(context.Background(), p, createCommand(key))
+	if err != nil {
+		tb.Fatalf("create %s/%s: %v", p.Subject, key, err)
+	}
+	return res.Approval
+}
+
+// createCommand asks for an approval of deploy, with alice as its approver, under key.
+func createCommand(key string) approval.CreateCommand {
+	return approval.CreateCommand{
+		Key:  key,
+		Body: []byte(`{"action":"deploy","title":"guarded","approvers":["alice"]}`),
 		Decode: func() (approval.CreateRequest, error) {
 			return approval.CreateRequest{Action: "deploy", Title: "guarded", Approvers: []string{"alice"}}, nil
 		},
 		Cause:   approval.HTTPCause("create-" + key),
 		Respond: func(*approval.Approval) (approval.StoredResponse, error) { return approval.StoredResponse{}, nil },
-	})
-	if err != nil {
-		tb.Fatalf("create %s/%s: %v", requester, key, err)
 	}
-	return res.Approval
 }

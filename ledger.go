@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -446,7 +447,46 @@ func commitExecution(ctx context.Context, tx Tx, rec *ExecutionRecord, event, ac
 // processed event whose outcome says "refused: ...". An applied report sets the status, the
 // result and AppliedVersion, clears any lease or due time, and appends
 // EventExecutionReported.
-func (s *Service) ReportExecution(ctx context.Context, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error) {
+//
+// p is the reporter, the actor of the events (r.Actor is ignored): ENOTFOUND, before
+// anything else, when r.ApprovalID names an approval p may not read (Principal.MayRead: its
+// existence is not revealed), and EFORBIDDEN when p may not report on it (Principal.MayReport).
+// By operation key only principals whose role reads every approval report (EFORBIDDEN
+// otherwise). For a report by approval id a refusal about the execution (none, or one
+// approvald reports itself) is ECONFLICT carrying the approval as it is: the approval exists,
+// so it is a conflict with its state, answered as a decision conflict is.
+func (s *Service) ReportExecution(ctx context.Context, p Principal, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error) {
+	r.Actor = p.Subject
+	if r.ApprovalID == "" {
+		if !p.Role.ReadsAll() {
+			return false, nil, Errorf(EFORBIDDEN, "role %s reports an execution by its approval's id, not by operation key", p.Role)
+		}
+		return s.reportExecution(ctx, r)
+	}
+	a, err := s.Approval(ctx, p, r.ApprovalID)
+	if err != nil {
+		return false, nil, err
+	}
+	if !p.MayReport(a) {
+		return false, nil, Errorf(EFORBIDDEN, "only the requester (%s), an operator or an admin may report the execution of approval %s", a.Requester, a.ID)
+	}
+	applied, rec, err = s.reportExecution(ctx, r)
+	if code := ErrorCode(err); code == ENOTFOUND || code == ECONFLICT {
+		cur, rerr := s.Store.Approval(ctx, a.ID)
+		switch {
+		case rerr != nil:
+		case cur.Status != StatusApproved:
+			err = &Error{Code: ECONFLICT, Approval: cur,
+				Message: fmt.Sprintf("approval %s is %s; only an approved approval has an execution to report on", a.ID, cur.Status)}
+		case code == ECONFLICT:
+			err = &Error{Code: ECONFLICT, Message: ErrorMessage(err), Approval: cur}
+		}
+	}
+	return applied, rec, err
+}
+
+// reportExecution applies r in a transaction of its own (see report).
+func (s *Service) reportExecution(ctx context.Context, r ExecutionReport) (applied bool, rec *ExecutionRecord, err error) {
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return false, nil, err

@@ -57,3 +57,19 @@ func mayOperate(p Principal) error {
 	}
 	return nil
 }
+
+// mayCreate is EFORBIDDEN unless p may create approvals.
+func mayCreate(p Principal) error {
+	if !p.MayCreate() {
+		return Errorf(EFORBIDDEN, "role %s may not create approvals; use a requester or admin token", p.Role)
+	}
+	return nil
+}
+
+// mayManageTokens is EFORBIDDEN unless p may manage tokens.
+func mayManageTokens(p Principal) error {
+	if !p.MayManageTokens() {
+		return Errorf(EFORBIDDEN, "role %s may not manage tokens; use an admin token", p.Role)
+	}
+	return nil
+}

@@ -73,10 +73,10 @@ const (
 	CreatePath   = "/v1/approvals"
 )
 
-// CreateCommand asks for one approval under an operation key.
+// CreateCommand asks for one approval under an operation key; its requester is the
+// principal Service.Create acts for.
 type CreateCommand struct {
-	Requester string
-	Key       string // the Idempotency-Key, already checked for syntax
+	Key string // the Idempotency-Key, already checked for syntax
 	// Body is the request body as sent: its fingerprint (with the requester and the route)
 	// tells a retry of the same request from a different request under the same key.
 	Body []byte
@@ -88,6 +88,9 @@ type CreateCommand struct {
 	Cause  Cause
 	// Respond renders the answer to a new approval, the response kept for replays.
 	Respond func(*Approval) (StoredResponse, error)
+
+	// requester is the principal's subject as a name compares (NameKey), set by Create.
+	requester string
 }
 
 // CreateResult is the answer to a create.
@@ -105,8 +108,9 @@ type CreateResult struct {
 	Approval *Approval
 }
 
-// Create runs the idempotent create (docs/invariants.md, invariant 2). The request is
-// validated before anything is written, so a refused request stores nothing and the caller
+// Create runs the idempotent create (docs/invariants.md, invariant 2) for p, who becomes the
+// approval's requester: EFORBIDDEN, before anything else, unless p may create approvals
+// (Principal.MayCreate). The request is validated before anything is written, so a refused request stores nothing and the caller
 // may correct it and reuse the key. Then one store statement or transaction writes the
 // approval, unless the key is taken; and the rule is:
 //
@@ -117,12 +121,15 @@ type CreateResult struct {
 //     same bytes: the approval row keeps every field the answer shows); a concurrent create
 //     under the key waited for the first one's commit and gets this too;
 //   - the same, made Retention ago or more: the approval's current state, Replayed.
-func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, error) {
+func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (CreateResult, error) {
+	if err := mayCreate(p); err != nil {
+		return CreateResult{}, err
+	}
 	// The requester as a name compares: its key and fingerprint are the normalised name's, so a
 	// token stored with its subject in capitals holds the same keys as its normalised twin.
-	c.Requester = NameKey(c.Requester)
+	c.requester = NameKey(p.Subject)
 	sum := sha256.Sum256(c.Body)
-	known, remembered := s.recent.get(c.Requester, c.Key)
+	known, remembered := s.recent.get(c.requester, c.Key)
 	if remembered && known.body == sum {
 		// The very bytes this process accepted under the key: valid, and of the fingerprint
 		// it remembers.
@@ -134,7 +141,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	if err != nil {
 		return CreateResult{}, err
 	}
-	fingerprint, err := Fingerprint(c.Requester, CreateMethod, CreatePath, c.Body)
+	fingerprint, err := Fingerprint(c.requester, CreateMethod, CreatePath, c.Body)
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -144,7 +151,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 			return res, err
 		}
 	}
-	a, err := NewApproval(req, c.Requester, c.Key, fingerprint, s.now())
+	a, err := NewApproval(req, c.requester, c.Key, fingerprint, s.now())
 	if err != nil {
 		return CreateResult{}, err
 	}
@@ -173,7 +180,7 @@ func (s *Service) Create(ctx context.Context, c CreateCommand) (CreateResult, er
 	case err != nil:
 		return CreateResult{}, err
 	case holder == nil:
-		s.recent.put(c.Requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
+		s.recent.put(c.requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
 			answer: &resp, expires: a.CreatedAt.Add(s.retention())})
 		return CreateResult{Response: &resp, Approval: a}, nil
 	case holder.Approval == nil:
@@ -205,12 +212,12 @@ func (s *Service) replayRecent(ctx context.Context, c CreateCommand, known recen
 	a, err := s.Store.Approval(ctx, known.id)
 	switch {
 	case ErrorCode(err) == ENOTFOUND:
-		s.recent.forget(c.Requester, c.Key)
+		s.recent.forget(c.requester, c.Key)
 		return CreateResult{}, false, nil
 	case err != nil:
 		return CreateResult{}, false, err
-	case a.Requester != c.Requester || a.OperationKey != c.Key || a.Fingerprint != fingerprint:
-		s.recent.forget(c.Requester, c.Key)
+	case a.Requester != c.requester || a.OperationKey != c.Key || a.Fingerprint != fingerprint:
+		s.recent.forget(c.requester, c.Key)
 		return CreateResult{}, false, nil
 	}
 	res, err := s.replayRemembered(c, a, fingerprint, sha256.Sum256(c.Body))
@@ -224,7 +231,7 @@ func (s *Service) replayRemembered(c CreateCommand, a *Approval, fingerprint str
 	if err != nil {
 		return res, err
 	}
-	s.recent.put(c.Requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
+	s.recent.put(c.requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
 		answer: res.Response, expires: a.CreatedAt.Add(s.retention())})
 	return res, nil
 }

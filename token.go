@@ -132,8 +132,12 @@ func HashToken(secret string) []byte {
 
 // CreateToken makes a token from spec and stores it, and returns the secret (to show once)
 // and the record. The subject is stored normalised (NormalizeName): "CI-BOT" makes a token
-// for ci-bot.
-func (s *Service) CreateToken(ctx context.Context, spec TokenSpec) (string, *Token, error) {
+// for ci-bot. p is who creates it: EFORBIDDEN, before anything else, unless p may manage
+// tokens (Principal.MayManageTokens).
+func (s *Service) CreateToken(ctx context.Context, p Principal, spec TokenSpec) (string, *Token, error) {
+	if err := mayManageTokens(p); err != nil {
+		return "", nil, err
+	}
 	if err := spec.Validate(); err != nil {
 		return "", nil, err
 	}
@@ -167,8 +171,12 @@ func (s *Service) insertToken(ctx context.Context, t Token) error {
 }
 
 // RevokeToken revokes a token, or ENOTFOUND. Revoking a revoked token changes nothing and
-// answers it as it is. From the commit on, Authenticate refuses it on every replica.
-func (s *Service) RevokeToken(ctx context.Context, id string) (*Token, error) {
+// answers it as it is. From the commit on, Authenticate refuses it on every replica. p is
+// who revokes it: EFORBIDDEN, before anything is read, unless p may manage tokens.
+func (s *Service) RevokeToken(ctx context.Context, p Principal, id string) (*Token, error) {
+	if err := mayManageTokens(p); err != nil {
+		return nil, err
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -196,8 +204,12 @@ func (s *Service) RevokeToken(ctx context.Context, id string) (*Token, error) {
 // returns the new secret (to show once) and record. The old token is revoked in the same
 // transaction, so exactly one of the two works at any instant. A token with an expiry gives
 // the new one the same lifetime, counted from now. A revoked token cannot be rotated
-// (ECONFLICT); an unknown one is ENOTFOUND.
-func (s *Service) RotateToken(ctx context.Context, id string) (string, *Token, error) {
+// (ECONFLICT); an unknown one is ENOTFOUND. p is who rotates it: EFORBIDDEN, before
+// anything is read, unless p may manage tokens.
+func (s *Service) RotateToken(ctx context.Context, p Principal, id string) (string, *Token, error) {
+	if err := mayManageTokens(p); err != nil {
+		return "", nil, err
+	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return "", nil, err

@@ -35,9 +35,11 @@ func exampleServer() (string, map[string]string, func()) {
 	if err := store.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
+	// The tokens are made as an admin, as approvald token create does.
+	admin := approval.Principal{Subject: "approvald token", Role: approval.RoleAdmin}
 	tokens := map[string]string{}
 	for subject, role := range map[string]approval.Role{"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover, "bob": approval.RoleApprover} {
-		secret, _, err := (&approval.Service{Store: store}).CreateToken(ctx, approval.TokenSpec{Subject: subject, Role: role})
+		secret, _, err := (&approval.Service{Store: store}).CreateToken(ctx, admin, approval.TokenSpec{Subject: subject, Role: role})
 		if err != nil {
 			log.Fatal(err)
 		}

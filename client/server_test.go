@@ -50,7 +50,7 @@ func setup(t *testing.T, kind string) *fixture {
 		"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover,
 		"bob": approval.RoleApprover, "ops": approval.RoleOperator,
 	} {
-		secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+		secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tokenIssuer, approval.TokenSpec{Subject: subject, Role: role})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -225,3 +225,6 @@ func (f *fixture) approvalsWithKey(key string) []*client.Approval {
 	}
 	return out
 }
+
+// tokenIssuer is the admin the tests make their tokens as.
+var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}

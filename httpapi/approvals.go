@@ -26,14 +26,11 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 
 	// Everything that can refuse the request runs before the one write, so a 400, 401, 403
 	// or 413 stores nothing and the caller may correct it and reuse the key. A known token is
-	// re-checked inside that write (authenticateFirstTrip).
+	// re-checked inside that write (authenticateFirstTrip); the Service refuses a role that
+	// may not create (403).
 	ctx, p, err := s.authenticateFirstTrip(ctx, r)
 	if err != nil {
 		s.writeError(w, r, err)
-		return
-	}
-	if !p.MayCreate() {
-		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "role %s may not create approvals; use a requester or admin token", p.Role))
 		return
 	}
 	key, err := idempotencyKey(r.Header)
@@ -47,10 +44,9 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	res, err := s.svc.Create(ctx, approval.CreateCommand{
-		Requester: p.Subject,
-		Key:       key,
-		Body:      body,
+	res, err := s.svc.Create(ctx, p, approval.CreateCommand{
+		Key:  key,
+		Body: body,
 		Decode: func() (req approval.CreateRequest, err error) {
 			return req, decodeObject(body, &req)
 		},
@@ -250,16 +246,10 @@ func parseWait(q url.Values) (time.Duration, int64, error) {
 }
 
 // readableApproval returns the approval if p may see it, and ENOTFOUND otherwise, so that
-// approvals p may not see are indistinguishable from ones that do not exist.
+// approvals p may not see are indistinguishable from ones that do not exist
+// (approval.Service.Approval decides).
 func (s *Server) readableApproval(ctx context.Context, p principal, id string) (*approval.Approval, error) {
-	a, err := s.store.Approval(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if !p.MayRead(a) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
-	}
-	return a, nil
+	return s.svc.Approval(ctx, p, id)
 }
 
 // approvalList is the answer of GET /v1/approvals.
@@ -297,11 +287,8 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if !p.Role.ReadsAll() {
-		f.VisibleTo = p.Subject
-	}
-
-	list, next, err := s.store.Approvals(ctx, f)
+	// The Service keeps the listing to what p may read.
+	list, next, err := s.svc.Approvals(ctx, p, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -329,23 +316,20 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		req, bad := readDecide(w, r)
-		vote := verdict
-		if bad != nil {
-			// A refused body is the answer only for a caller who may vote: the Service is
-			// asked with no verdict, which it refuses (EINVALID) after the caller's role.
-			vote = ""
+		// A body that is not the optional {"comment"} is answered 400 (413 when too large)
+		// before the vote is asked for, whoever sends it: nothing is read or written for it.
+		req, err := readDecide(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
 		}
 		id := r.PathValue("id")
 		v, err := s.svc.Vote(ctx, p, approval.DecideRequest{
 			ApprovalID: id,
-			Verdict:    vote,
+			Verdict:    verdict,
 			Comment:    req.Comment,
 			Cause:      s.cause(r),
 		})
-		if bad != nil && approval.ErrorCode(err) == approval.EINVALID {
-			err = bad
-		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -417,12 +401,7 @@ func (s *Server) handleApprovalEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	id := r.PathValue("id")
-	if _, err := s.readableApproval(r.Context(), p, id); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	events, err := s.store.Events(r.Context(), id)
+	events, err := s.svc.Events(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

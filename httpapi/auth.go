@@ -68,9 +68,10 @@ func (s *Server) settle(r *http.Request) error {
 	return s.svc.ConfirmToken(context.WithoutCancel(r.Context()), c)
 }
 
-// authenticateOperator authenticates the request and lets operators and admins through:
-// executions and the inbox are theirs (docs/http-api.md, "Authentication and roles"). Anyone
-// else is EFORBIDDEN.
+// authenticateOperator authenticates the request and lets operators and admins through, for
+// what the server itself holds rather than the Service (the configured webhook sources): the
+// Service's own operations refuse for themselves (docs/http-api.md, "Authentication and
+// roles"). Anyone else is EFORBIDDEN.
 func (s *Server) authenticateOperator(r *http.Request) (principal, error) {
 	p, err := s.authenticate(r.Context(), r)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/approvald/approval"
@@ -20,7 +19,8 @@ type executionList struct {
 // handleListExecutions is GET /v1/executions?status=&limit=&cursor=, newest first. Operators
 // and admins only; status=needs_review is the operator's work list.
 func (s *Server) handleListExecutions(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -30,12 +30,11 @@ func (s *Server) handleListExecutions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of queued, running, succeeded, failed, needs_review, cancelled, not_configured", f.Status))
 		return
 	}
-	var err error
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	list, next, err := s.store.Executions(r.Context(), f)
+	list, next, err := s.svc.Executions(r.Context(), p, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -49,11 +48,12 @@ func (s *Server) handleListExecutions(w http.ResponseWriter, r *http.Request) {
 
 // handleGetExecution is GET /v1/executions/{id}. Operators and admins only.
 func (s *Server) handleGetExecution(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	rec, err := s.store.Execution(r.Context(), r.PathValue("id"))
+	rec, err := s.svc.Execution(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -90,34 +90,22 @@ type resolveRequest struct {
 // account of how the operator knows.
 func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request) {
 	s.operatorChange(w, r, func(ctx context.Context, p principal, id string, cause approval.Cause) (*approval.ExecutionRecord, error) {
-		req, bad := readResolve(w, r)
-		if bad != nil {
-			// A refused body is the answer only for a caller who may operate: the Service is
-			// asked with no outcome, which it refuses (EINVALID) after the caller's role.
-			req = resolveRequest{}
+		// A body that is not a JSON object of this shape is answered 400 (413 when too
+		// large) before the Service is asked, whoever sends it. An empty body asks for no
+		// outcome: the Service refuses a caller who may not operate (403), then a missing
+		// or unknown outcome and the note (400), and changes nothing.
+		var req resolveRequest
+		body, err := readBody(w, r)
+		if err != nil {
+			return nil, err
 		}
-		rec, err := s.svc.ResolveExecution(ctx, p, id, req.Outcome, req.Note, cause)
-		if bad != nil && approval.ErrorCode(err) == approval.EINVALID {
-			return nil, bad
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := decodeObject(body, &req); err != nil {
+				return nil, err
+			}
 		}
-		return rec, err
+		return s.svc.ResolveExecution(ctx, p, id, req.Outcome, req.Note, cause)
 	})
-}
-
-// readResolve reads and checks the body of POST /v1/executions/{id}/resolve.
-func readResolve(w http.ResponseWriter, r *http.Request) (resolveRequest, error) {
-	var req resolveRequest
-	body, err := readBody(w, r)
-	if err != nil {
-		return req, err
-	}
-	if err := decodeObject(body, &req); err != nil {
-		return req, err
-	}
-	if req.Outcome != approval.ExecutionSucceeded && req.Outcome != approval.ExecutionFailed {
-		return req, approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", req.Outcome)
-	}
-	return req, approval.CheckNote(req.Note)
 }
 
 // operatorChange runs one operator action on the execution {id}: it authenticates the
@@ -137,7 +125,7 @@ func (s *Server) operatorChange(w http.ResponseWriter, r *http.Request,
 	cause.Kind, cause.Operator = approval.CauseOperator, p.Subject
 	rec, err := change(r.Context(), p, id, cause)
 	if approval.ErrorCode(err) == approval.ECONFLICT {
-		if cur, rerr := s.store.Execution(r.Context(), id); rerr == nil {
+		if cur, rerr := s.svc.Execution(r.Context(), p, id); rerr == nil {
 			err = &executionConflict{err: err, execution: cur}
 		}
 	}
@@ -196,15 +184,6 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	a, err := s.readableApproval(r.Context(), p, id)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if !p.MayReport(a) {
-		s.writeError(w, r, approval.Errorf(approval.EFORBIDDEN, "only the requester (%s), an operator or an admin may report the execution of approval %s", a.Requester, id))
-		return
-	}
 	body, err := readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -227,35 +206,23 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 		req.Result = nil
 	}
 
-	applied, _, err := s.svc.ReportExecution(r.Context(), approval.ExecutionReport{
+	// The Service refuses an approval p may not see (404) or report on (403), and answers a
+	// refusal about its execution with the approval as it is (409).
+	applied, _, err := s.svc.ReportExecution(r.Context(), p, approval.ExecutionReport{
 		ApprovalID: id,
 		Status:     req.Status,
 		Version:    *req.Version,
 		Result:     req.Result,
-		Actor:      p.Subject,
 		Cause:      s.cause(r),
 	})
-	if code := approval.ErrorCode(err); code == approval.ENOTFOUND || code == approval.ECONFLICT {
-		// The approval exists (it was read above), so a refusal means it has no execution
-		// yet, or will never have one, or has one whose outcome approvald records itself: a
-		// conflict with its state, shown as a decision conflict is, with the approval.
-		if cur, rerr := s.store.Approval(r.Context(), id); rerr == nil && cur.Status != approval.StatusApproved {
-			err = &approval.Error{
-				Code:     approval.ECONFLICT,
-				Message:  fmt.Sprintf("approval %s is %s; only an approved approval has an execution to report on", id, cur.Status),
-				Approval: cur,
-			}
-		} else if rerr == nil && code == approval.ECONFLICT {
-			err = &approval.Error{Code: approval.ECONFLICT, Message: approval.ErrorMessage(err), Approval: cur}
-		}
-	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	// The approval as it is after the report: its execution shows the applied outcome, or,
 	// for a stale report, the newer one that stays.
-	if a, err = s.store.Approval(r.Context(), id); err != nil {
+	a, err := s.svc.Approval(r.Context(), p, id)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -17,3 +17,7 @@ func (s *Server) RouteTable() []string {
 	}
 	return out
 }
+
+// InUse returns the bytes the budget has reserved now, so that tests can see every body give
+// its share back.
+func (b *BodyBudget) InUse() int64 { return b.used.Load() }

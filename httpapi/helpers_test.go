@@ -108,7 +108,7 @@ func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
 	svc := rules(f.store)
 	svc.Now = f.clock.Now
-	secret, _, err := svc.CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+	secret, _, err := svc.CreateToken(context.Background(), tokenIssuer, approval.TokenSpec{Subject: subject, Role: role})
 	if err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
@@ -292,3 +292,6 @@ func race(n int, fn func(i int)) {
 	close(start)
 	wg.Wait()
 }
+
+// tokenIssuer is the admin the tests make their tokens as.
+var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}

@@ -277,7 +277,8 @@ type inboxList struct {
 // handleListInbox is GET /v1/inbox?status=&source=&limit=&cursor=: stored events newest
 // first, without their bodies. Operators and admins only.
 func (s *Server) handleListInbox(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -291,12 +292,11 @@ func (s *Server) handleListInbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, approval.Errorf(approval.EINVALID, "status %q is not one of pending, processed, ignored, stale, failed", f.Status))
 		return
 	}
-	var err error
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	events, next, err := s.store.InboxEvents(r.Context(), f)
+	events, next, err := s.svc.InboxEvents(r.Context(), p, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -311,11 +311,12 @@ func (s *Server) handleListInbox(w http.ResponseWriter, r *http.Request) {
 // handleGetInboxEvent is GET /v1/inbox/{id}: one event with its raw body, including how many
 // redeliveries of its id carried a different body (conflicts). Operators and admins only.
 func (s *Server) handleGetInboxEvent(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := s.store.InboxEvent(r.Context(), r.PathValue("id"))
+	e, err := s.svc.InboxEvent(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

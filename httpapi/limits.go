@@ -67,14 +67,6 @@ func (b *BodyBudget) Reserve(n int64) (release func(), ok bool) {
 	return func() { once.Do(func() { b.used.Add(-n) }) }, true
 }
 
-// InUse returns the bytes reserved now.
-func (b *BodyBudget) InUse() int64 {
-	if b == nil {
-		return 0
-	}
-	return b.used.Load()
-}
-
 // errBudget is the refusal of a body that the budget has no room for.
 func errBudget() error {
 	return &approval.Error{

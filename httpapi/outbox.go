@@ -21,18 +21,18 @@ type outboxDetail struct {
 // handleListOutbox is GET /v1/outbox?status=&kind=&limit=&cursor=, newest first. Operators
 // and admins only.
 func (s *Server) handleListOutbox(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	q := r.URL.Query()
 	f := approval.OutboxFilter{Status: approval.OutboxStatus(q.Get("status")), Kind: approval.OutboxKind(q.Get("kind")), Cursor: q.Get("cursor")}
-	var err error
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	list, next, err := s.store.OutboxMessages(r.Context(), f)
+	list, next, err := s.svc.OutboxMessages(r.Context(), p, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -46,11 +46,12 @@ func (s *Server) handleListOutbox(w http.ResponseWriter, r *http.Request) {
 // handleGetOutbox is GET /v1/outbox/{id}: one message with its attempts. Operators and
 // admins only.
 func (s *Server) handleGetOutbox(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateOperator(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	m, attempts, err := s.store.OutboxMessage(r.Context(), r.PathValue("id"))
+	m, attempts, err := s.svc.OutboxMessage(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

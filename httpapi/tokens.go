@@ -28,22 +28,11 @@ type createTokenRequest struct {
 	ExpiresIn string `json:"expires_in"`
 }
 
-// authenticateAdmin authenticates the request and lets admins through: tokens are theirs.
-func (s *Server) authenticateAdmin(r *http.Request) (principal, error) {
-	p, err := s.authenticate(r.Context(), r)
-	if err != nil {
-		return principal{}, err
-	}
-	if !p.MayManageTokens() {
-		return principal{}, approval.Errorf(approval.EFORBIDDEN, "role %s may not manage tokens; use an admin token", p.Role)
-	}
-	return p, nil
-}
-
 // handleCreateToken is POST /v1/tokens with {"subject", "role", "name", "expires_in"}: a new
-// token, answered 201 with its secret, which is shown this once.
+// token, answered 201 with its secret, which is shown this once. The Service lets admins
+// only manage tokens.
 func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticateAdmin(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -67,7 +56,7 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		}
 		spec.ExpiresIn = d
 	}
-	secret, t, err := s.svc.CreateToken(r.Context(), spec)
+	secret, t, err := s.svc.CreateToken(r.Context(), p, spec)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -79,18 +68,18 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 
 // handleListTokens is GET /v1/tokens?limit=&cursor=, newest first, revoked ones included.
 func (s *Server) handleListTokens(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.authenticateAdmin(r); err != nil {
+	p, err := s.authenticate(r.Context(), r)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	q := r.URL.Query()
 	f := approval.TokenFilter{Cursor: q.Get("cursor")}
-	var err error
 	if f.Limit, err = parseLimit(q.Get("limit")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	list, next, err := s.store.Tokens(r.Context(), f)
+	list, next, err := s.svc.Tokens(r.Context(), p, f)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -101,12 +90,12 @@ func (s *Server) handleListTokens(w http.ResponseWriter, r *http.Request) {
 // handleRevokeToken is POST /v1/tokens/{id}/revoke: from its answer on, no replica accepts
 // the token. Revoking a revoked token answers it as it is.
 func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticateAdmin(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	t, err := s.svc.RevokeToken(r.Context(), r.PathValue("id"))
+	t, err := s.svc.RevokeToken(r.Context(), p, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -118,13 +107,13 @@ func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 // handleRotateToken is POST /v1/tokens/{id}/rotate: a new secret for the same subject, role
 // and name, the old token revoked in the same transaction. 409 for a revoked token.
 func (s *Server) handleRotateToken(w http.ResponseWriter, r *http.Request) {
-	p, err := s.authenticateAdmin(r)
+	p, err := s.authenticate(r.Context(), r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")
-	secret, t, err := s.svc.RotateToken(r.Context(), id)
+	secret, t, err := s.svc.RotateToken(r.Context(), p, id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

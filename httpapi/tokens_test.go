@@ -177,7 +177,7 @@ func TestTokenRevokedOnAnotherReplica(t *testing.T) {
 			t.Fatalf("tokens: %v", err)
 		}
 		for _, tok := range tokens {
-			if _, err := other.RevokeToken(t.Context(), tok.ID); err != nil {
+			if _, err := other.RevokeToken(t.Context(), tokenIssuer, tok.ID); err != nil {
 				t.Fatalf("revoke: %v", err)
 			}
 		}

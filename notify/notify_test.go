@@ -23,6 +23,7 @@ import (
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/workerhook"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
@@ -251,8 +252,8 @@ func (h *harness) create(t *testing.T, key string, times int) string {
 	}
 	id := ""
 	for range times {
-		res, err := h.service().Create(t.Context(), approval.CreateCommand{
-			Requester: "ci-bot", Key: key, Body: []byte(body), Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+		res, err := h.service().Create(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, approval.CreateCommand{
+			Key: key, Body: []byte(body), Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 			Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 				return approval.StoredResponse{StatusCode: 201, Body: []byte(`{"id":"` + a.ID + `"}`)}, nil
 			},
@@ -278,7 +279,7 @@ type outboxT struct{ *worker.Outbox }
 
 func (o outboxT) RunOnceT(t *testing.T) int {
 	t.Helper()
-	n, err := o.RunOnce(t.Context())
+	n, err := workerhook.OutboxRunOnce(t.Context(), o.Outbox)
 	if err != nil {
 		t.Fatalf("outbox round: %v", err)
 	}
@@ -416,8 +417,8 @@ func TestCallback_URLOnCreate(t *testing.T) {
 			if err := json.Unmarshal(body, &req); err != nil {
 				t.Fatal(err)
 			}
-			res, err := svc.Create(t.Context(), approval.CreateCommand{
-				Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+			res, err := svc.Create(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, approval.CreateCommand{
+				Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 				Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 					return approval.StoredResponse{StatusCode: 201}, nil
 				},
@@ -482,8 +483,8 @@ func (h *harness) createCallback(t *testing.T, key, callback string) (string, er
 	if err := json.Unmarshal(body, &req); err != nil {
 		t.Fatal(err)
 	}
-	res, err := h.service().Create(t.Context(), approval.CreateCommand{
-		Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+	res, err := h.service().Create(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, approval.CreateCommand{
+		Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 			return approval.StoredResponse{StatusCode: 201}, nil
 		},

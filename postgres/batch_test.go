@@ -21,7 +21,7 @@ func TestCreateBatch(t *testing.T) {
 	now := time.Now().UTC().Truncate(approval.Precision)
 	s := testdb.Open(t, testdb.Postgres, func() time.Time { return now }).(*postgres.Store)
 	svc := &approval.Service{Store: s}
-	secret, token, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
+	secret, token, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	svc := &approval.Service{Store: s, Targeted: func(action string) bool { return action == "payout" }}
-	secret, _, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
+	secret, _, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 	if err != nil {
 		t.Fatalf("create token: %v", err)
 	}
@@ -44,11 +44,11 @@ func TestRoundTrips(t *testing.T) {
 	n := 0
 	create := func(ctx context.Context) error {
 		n++
-		_, err := svc.Create(ctx, createCommand(t, fmt.Sprintf("deploy-%d", n)))
+		_, err := svc.Create(ctx, ciBot, createCommand(t, fmt.Sprintf("deploy-%d", n)))
 		return err
 	}
 	replay := func(ctx context.Context) error {
-		res, err := svc.Create(ctx, createCommand(t, "deploy-1"))
+		res, err := svc.Create(ctx, ciBot, createCommand(t, "deploy-1"))
 		if err == nil && !res.Replayed {
 			return fmt.Errorf("replay of deploy-1 created a new approval")
 		}
@@ -57,7 +57,7 @@ func TestRoundTrips(t *testing.T) {
 	// A retry reaching a process that did not answer the create takes the create's path.
 	elsewhere := &approval.Service{Store: s}
 	replayElsewhere := func(ctx context.Context) error {
-		res, err := elsewhere.Create(ctx, createCommand(t, "deploy-1"))
+		res, err := elsewhere.Create(ctx, ciBot, createCommand(t, "deploy-1"))
 		if err == nil && !res.Replayed {
 			return fmt.Errorf("replay of deploy-1 created a new approval")
 		}
@@ -82,7 +82,7 @@ func TestRoundTrips(t *testing.T) {
 	var decideTrips int64
 	decide := func(ctx context.Context) error {
 		voter++
-		a, err := svc.Create(ctx, createCommand(t, fmt.Sprintf("vote-%d", voter)))
+		a, err := svc.Create(ctx, ciBot, createCommand(t, fmt.Sprintf("vote-%d", voter)))
 		if err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func TestRoundTrips(t *testing.T) {
 			req.Action = "payout"
 			return req, err
 		}
-		a, err := svc.Create(ctx, cmd)
+		a, err := svc.Create(ctx, ciBot, cmd)
 		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
@@ -256,9 +256,15 @@ func createCommand(tb testing.TB, key string) approval.CreateCommand {
 		tb.Fatal(err)
 	}
 	return approval.CreateCommand{
-		Requester: "ci-bot", Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
+		Key: key, Body: body, Decode: func() (approval.CreateRequest, error) { return req, nil }, Cause: approval.HTTPCause("create"),
 		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 			return approval.StoredResponse{StatusCode: 201, Location: "/v1/approvals/" + a.ID, Body: []byte(`{}`)}, nil
 		},
 	}
 }
+
+// ciBot is the requester the tests create as.
+var ciBot = approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}
+
+// tokenIssuer is the admin the tests make their tokens as.
+var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}

@@ -26,7 +26,7 @@ func TestRevocationHoldsOnEveryReplica(t *testing.T) {
 	t.Cleanup(func() { a.Wait(); b.Wait() })
 
 	for round := range 20 {
-		secret, tok, err := a.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
+		secret, tok, err := a.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatalf("round %d: create token: %v", round, err)
 		}
@@ -48,7 +48,7 @@ func TestRevocationHoldsOnEveryReplica(t *testing.T) {
 			})
 		}
 		used.Wait()
-		if _, err := a.RevokeToken(ctx, tok.ID); err != nil {
+		if _, err := a.RevokeToken(ctx, tokenIssuer, tok.ID); err != nil {
 			t.Fatalf("round %d: revoke on replica A: %v", round, err)
 		}
 		revoked.Done()
@@ -76,7 +76,7 @@ func TestTokenByHashBatched(t *testing.T) {
 	hashes := make([][]byte, tokens)
 	ids := make([]string, tokens)
 	for i := range tokens {
-		secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: fmt.Sprint("user-", i), Role: approval.RoleApprover})
+		secret, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: fmt.Sprint("user-", i), Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -663,7 +664,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		if !slices.Contains(ids, retried.ID) || slices.Contains(ids, resolved.ID) {
 			t.Fatalf("claim after the operator: got %v, want %s and not %s", ids, retried.ID, resolved.ID)
 		}
-		_, _, err = f.service().ReportExecution(ctx, approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
+		_, _, err = reportAs(ctx, f.service(), approval.ExecutionReport{ApprovalID: resolvedA.ID, Status: approval.ExecutionFailed, Version: 1, Actor: "payments", Cause: approval.HTTPCause("late")})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, resolved.ID), approval.ExecutionSucceeded, 0, "")
 	})
@@ -925,7 +926,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 			{"status running", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionRunning, Version: 9}, approval.EINVALID},
 			{"version 0", approval.ExecutionReport{ApprovalID: b.ID, Status: approval.ExecutionSucceeded, Version: 0}, approval.EINVALID},
 		} {
-			_, _, err := f.service().ReportExecution(ctx, tc.r)
+			_, _, err := reportAs(ctx, f.service(), tc.r)
 			if got := approval.ErrorCode(err); got != tc.code {
 				t.Fatalf("report with %s: got code %q (%v), want %q", tc.name, got, err, tc.code)
 			}
@@ -937,7 +938,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		c.Requester, c.OperationKey, c.Fingerprint = "deployer", b.OperationKey, "fp-deployer-"+b.OperationKey
 		MustCreate(t, f.store, c)
 		mustDecide(t, f.store, c.ID, "alice", approval.VerdictApprove)
-		_, _, err := f.service().ReportExecution(ctx, byKey(9, approval.ExecutionSucceeded))
+		_, _, err := reportAs(ctx, f.service(), byKey(9, approval.ExecutionSucceeded))
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, recB.ID), approval.ExecutionFailed, 3, `{"version": 3}`)
 	})
@@ -951,7 +952,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		ctx := t.Context()
 		cause := approval.Cause{Kind: approval.CauseOperator, Operator: "root"}
 		report := func(approvalID string, version int64) (bool, error) {
-			applied, _, err := f.service().ReportExecution(ctx, approval.ExecutionReport{
+			applied, _, err := reportAs(ctx, f.service(), approval.ExecutionReport{
 				ApprovalID: approvalID, Status: approval.ExecutionFailed, Version: version,
 				Result: []byte(`{"reported": true}`), Actor: "ci-bot", Cause: approval.HTTPCause("report"),
 			})
@@ -1096,7 +1097,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		applied := make([]bool, reporters)
 		errs := make([]error, reporters)
 		race(reporters, func(i int) {
-			applied[i], _, errs[i] = f.service().ReportExecution(t.Context(), reports[i])
+			applied[i], _, errs[i] = reportAs(t.Context(), f.service(), reports[i])
 		})
 		nApplied := 0
 		for i := range reporters {
@@ -1298,7 +1299,7 @@ func mustClaimExecutions(tb testing.TB, svc *approval.Service, limit int) []*app
 // mustReport reports r and checks whether it was applied.
 func mustReport(tb testing.TB, svc *approval.Service, r approval.ExecutionReport, applied bool) *approval.ExecutionRecord {
 	tb.Helper()
-	got, rec, err := svc.ReportExecution(tb.Context(), r)
+	got, rec, err := reportAs(tb.Context(), svc, r)
 	if err != nil {
 		tb.Fatalf("report version %d: %v", r.Version, err)
 	}
@@ -1437,4 +1438,10 @@ func claimedExecutions(t *testing.T, f *fixture, n int) ([]*approval.Approval, [
 	}
 	wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, recs...)
 	return approvals, recs
+}
+
+// reportAs reports r for an operator named r.Actor: an operator may report on any execution
+// (approval.Principal.MayReport), so the report meets the execution's rules alone.
+func reportAs(ctx context.Context, svc *approval.Service, r approval.ExecutionReport) (bool, *approval.ExecutionRecord, error) {
+	return svc.ReportExecution(ctx, approval.Principal{Subject: r.Actor, Role: approval.RoleOperator}, r)
 }

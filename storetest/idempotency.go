@@ -108,7 +108,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		if first.Replayed || first.Response == nil || first.Approval == nil {
 			t.Fatalf("first create: got %+v, want a new approval with its response", first)
 		}
-		_, err := svc.Create(t.Context(), createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"two","approvers":["alice"]}`))
+		_, err := svc.Create(t.Context(), requester("ci-bot"), createCommand(t, "deploy-1", `{"action":"deploy","title":"two","approvers":["alice"]}`))
 		wantCode(t, err, approval.EMISMATCH)
 
 		// The mismatch changed nothing: the original still replays byte for byte, key order
@@ -169,7 +169,7 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		wantState(t, got.Approval, approval.StatusApproved, 2)
 		// A different request under the key is still a mismatch: the approval keeps its
 		// fingerprint for ever, and no second approval can be made under the key.
-		_, err := svc.Create(ctx, createCommand(t, "ci-bot", "deploy-old", `{"action":"deploy","title":"new","approvers":["alice"]}`))
+		_, err := svc.Create(ctx, requester("ci-bot"), createCommand(t, "deploy-old", `{"action":"deploy","title":"new","approvers":["alice"]}`))
 		wantCode(t, err, approval.EMISMATCH)
 		second := PendingApproval(t, f.clock.Now())
 		second.OperationKey = "deploy-old"
@@ -209,11 +209,11 @@ func exerciseIdempotency(t *testing.T, s suite) {
 			// that answered the very bytes before (here the create, elsewhere the first retry)
 			// answers them again without decoding them.
 			for i, retry := range []string{body, body, " {\"title\": \"memory\", \"action\":\"deploy\",\"approvers\":[\"alice\",\"bob\"]}\n"} {
-				cmd := createCommand(t, "ci-bot", "deploy-1", retry)
+				cmd := createCommand(t, "deploy-1", retry)
 				decoded := 0
 				decode := cmd.Decode
 				cmd.Decode = func() (approval.CreateRequest, error) { decoded++; return decode() }
-				got, err := svc.Create(ctx, cmd)
+				got, err := svc.Create(ctx, requester("ci-bot"), cmd)
 				if err != nil {
 					t.Fatalf("retry %s: %v", name, err)
 				} else if !got.Replayed {
@@ -239,9 +239,9 @@ func exerciseIdempotency(t *testing.T, s suite) {
 				}
 			}
 			// Another request under the key: refused as invalid when it is, else a mismatch.
-			_, err := svc.Create(ctx, createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"memory","approvers":[]}`))
+			_, err := svc.Create(ctx, requester("ci-bot"), createCommand(t, "deploy-1", `{"action":"deploy","title":"memory","approvers":[]}`))
 			wantCode(t, err, approval.EINVALID)
-			_, err = svc.Create(ctx, createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"other","approvers":["alice"]}`))
+			_, err = svc.Create(ctx, requester("ci-bot"), createCommand(t, "deploy-1", `{"action":"deploy","title":"other","approvers":["alice"]}`))
 			wantCode(t, err, approval.EMISMATCH)
 		}
 		// The same key and body from another requester is another operation.
@@ -265,13 +265,13 @@ func exerciseIdempotency(t *testing.T, s suite) {
 		svc := f.service()
 		for k := range keys {
 			key := fmt.Sprintf("deploy-%d", k)
-			cmd := createCommand(t, "ci-bot", key, `{"action":"deploy","title":"race","approvers":["alice","bob"]}`)
+			cmd := createCommand(t, key, `{"action":"deploy","title":"race","approvers":["alice","bob"]}`)
 			results := make([]approval.CreateResult, racers)
 			errs := make([]error, racers)
 			race(racers, func(i int) {
 				c := cmd
 				c.Cause = approval.HTTPCause(fmt.Sprintf("racer-%d", i))
-				results[i], errs[i] = svc.Create(ctx, c)
+				results[i], errs[i] = svc.Create(ctx, requester("ci-bot"), c)
 			})
 			var created *approval.StoredResponse
 			for i := range racers {
@@ -317,31 +317,34 @@ func mustHeld(tb testing.TB, s approval.Store, a *approval.Approval) *approval.K
 	return h
 }
 
-// createCommand is a create of body by requester under key, as httpapi would send it to the
-// service.
-func createCommand(tb testing.TB, requester, key, body string) approval.CreateCommand {
+// requester is the principal of a requester token of name.
+func requester(name string) approval.Principal {
+	return approval.Principal{Subject: name, Role: approval.RoleRequester}
+}
+
+// createCommand is a create of body under key, as httpapi would send it to the service.
+func createCommand(tb testing.TB, key, body string) approval.CreateCommand {
 	tb.Helper()
 	var req approval.CreateRequest
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		tb.Fatalf("decode %s: %v", body, err)
 	}
 	return approval.CreateCommand{
-		Requester: requester,
-		Key:       key,
-		Body:      []byte(body),
-		Decode:    func() (approval.CreateRequest, error) { return req, nil },
-		Cause:     approval.HTTPCause("create-" + key),
+		Key:    key,
+		Body:   []byte(body),
+		Decode: func() (approval.CreateRequest, error) { return req, nil },
+		Cause:  approval.HTTPCause("create-" + key),
 		Respond: func(a *approval.Approval) (approval.StoredResponse, error) {
 			return ResponseFor(a), nil
 		},
 	}
 }
 
-func mustServiceCreate(tb testing.TB, svc *approval.Service, requester, key, body string) approval.CreateResult {
+func mustServiceCreate(tb testing.TB, svc *approval.Service, name, key, body string) approval.CreateResult {
 	tb.Helper()
-	res, err := svc.Create(tb.Context(), createCommand(tb, requester, key, body))
+	res, err := svc.Create(tb.Context(), requester(name), createCommand(tb, key, body))
 	if err != nil {
-		tb.Fatalf("create %s/%s: %v", requester, key, err)
+		tb.Fatalf("create %s/%s: %v", name, key, err)
 	}
 	return res
 }

@@ -32,10 +32,10 @@ func exerciseOutbox(t *testing.T, s suite) {
 	s.run(t, "CreateQueuesOnePerApproverAndChannel", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
-		cmd := createCommand(t, "ci-bot", "deploy-1", `{"action":"deploy","title":"Deploy","approvers":["alice","bob","carol"]}`)
+		cmd := createCommand(t, "deploy-1", `{"action":"deploy","title":"Deploy","approvers":["alice","bob","carol"]}`)
 		var id string
 		for i := range 10 { // a client retrying its create
-			res, err := svc.Create(ctx, cmd)
+			res, err := svc.Create(ctx, requester("ci-bot"), cmd)
 			if err != nil {
 				t.Fatalf("create %d: %v", i, err)
 			}

@@ -36,7 +36,7 @@ func exerciseSessions(t *testing.T, s suite) {
 	s.run(t, "SessionInsert", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
-		secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
+		secret, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,17 +73,17 @@ func exerciseSessions(t *testing.T, s suite) {
 		tokens := map[string]*approval.Token{}
 		sessions := map[string]string{}
 		for _, end := range []string{"revoke", "rotate", "expire"} {
-			secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover, ExpiresIn: 2 * time.Hour})
+			secret, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover, ExpiresIn: 2 * time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tokens[end], sessions[end] = tok, start(t, f, p, approval.SessionViaToken, approval.HashToken(secret), 12*time.Hour).ID
 			check(t, f, sessions[end], true)
 		}
-		if _, err := svc.RevokeToken(ctx, tokens["revoke"].ID); err != nil {
+		if _, err := svc.RevokeToken(ctx, tokenIssuer, tokens["revoke"].ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := svc.RotateToken(ctx, tokens["rotate"].ID); err != nil {
+		if _, _, err := svc.RotateToken(ctx, tokenIssuer, tokens["rotate"].ID); err != nil {
 			t.Fatal(err)
 		}
 		check(t, f, sessions["revoke"], false)

@@ -32,7 +32,7 @@ func exerciseTokens(t *testing.T, s suite) {
 
 		// The same id and hash again is a conflict; a role no one knows is refused.
 		wantCode(t, insertToken(ctx, f.store, tok), approval.ECONFLICT)
-		_, _, err = f.service().CreateToken(ctx, approval.TokenSpec{Subject: "mallory", Role: "root"})
+		_, _, err = f.service().CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "mallory", Role: "root"})
 		wantCode(t, err, approval.EINVALID)
 	})
 
@@ -42,7 +42,7 @@ func exerciseTokens(t *testing.T, s suite) {
 		const racers = 20
 		ctx := t.Context()
 		// A token created by `approvald token create` is not a bootstrap: it does not stop one.
-		if _, _, err := f.service().CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester}); err != nil {
+		if _, _, err := f.service().CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester}); err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 
@@ -86,7 +86,7 @@ func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "NameAndExpiry", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
-		secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester, Name: "ci deploy bot", ExpiresIn: time.Hour})
+		secret, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester, Name: "ci deploy bot", ExpiresIn: time.Hour})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -122,7 +122,7 @@ func exerciseTokens(t *testing.T, s suite) {
 			{Subject: "alice", Role: approval.RoleApprover, Name: string(make([]rune, approval.MaxTokenNameLength+1))},
 			{Subject: "alice", Role: approval.RoleApprover, ExpiresIn: -time.Second},
 		} {
-			_, _, err := svc.CreateToken(t.Context(), spec)
+			_, _, err := svc.CreateToken(t.Context(), tokenIssuer, spec)
 			wantCode(t, err, approval.EINVALID)
 		}
 		list, _, err := f.store.Tokens(t.Context(), approval.TokenFilter{})
@@ -136,7 +136,7 @@ func exerciseTokens(t *testing.T, s suite) {
 		svc := f.service()
 		var made []string
 		for i := range 5 {
-			_, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover, Name: string(rune('a' + i))})
+			_, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover, Name: string(rune('a' + i))})
 			if err != nil {
 				t.Fatalf("create token %d: %v", i, err)
 			}
@@ -173,7 +173,7 @@ func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "Revoke", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
-		secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
+		secret, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -181,7 +181,7 @@ func exerciseTokens(t *testing.T, s suite) {
 			t.Fatalf("authenticate: %v", err)
 		}
 		f.clock.Advance(time.Minute)
-		revoked, err := svc.RevokeToken(ctx, tok.ID)
+		revoked, err := svc.RevokeToken(ctx, tokenIssuer, tok.ID)
 		if err != nil {
 			t.Fatalf("revoke: %v", err)
 		}
@@ -194,13 +194,13 @@ func exerciseTokens(t *testing.T, s suite) {
 
 		// Revoking again changes nothing.
 		f.clock.Advance(time.Minute)
-		again, err := svc.RevokeToken(ctx, tok.ID)
+		again, err := svc.RevokeToken(ctx, tokenIssuer, tok.ID)
 		if err != nil {
 			t.Fatalf("revoke again: %v", err)
 		}
 		wantTime(t, "revoked_at after a second revoke", *again.RevokedAt, *revoked.RevokedAt)
 
-		_, err = svc.RevokeToken(ctx, "tok_missing")
+		_, err = svc.RevokeToken(ctx, tokenIssuer, "tok_missing")
 		wantCode(t, err, approval.ENOTFOUND)
 		svc.Wait()
 	})
@@ -208,12 +208,12 @@ func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "Rotate", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
-		oldSecret, old, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester, Name: "ci", ExpiresIn: 24 * time.Hour})
+		oldSecret, old, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester, Name: "ci", ExpiresIn: 24 * time.Hour})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		f.clock.Advance(time.Hour)
-		newSecret, next, err := svc.RotateToken(ctx, old.ID)
+		newSecret, next, err := svc.RotateToken(ctx, tokenIssuer, old.ID)
 		if err != nil {
 			t.Fatalf("rotate: %v", err)
 		}
@@ -231,9 +231,9 @@ func exerciseTokens(t *testing.T, s suite) {
 			t.Fatalf("the old token: got %+v, %v, want revoked", stored, err)
 		}
 
-		_, _, err = svc.RotateToken(ctx, old.ID)
+		_, _, err = svc.RotateToken(ctx, tokenIssuer, old.ID)
 		wantCode(t, err, approval.ECONFLICT)
-		_, _, err = svc.RotateToken(ctx, "tok_missing")
+		_, _, err = svc.RotateToken(ctx, tokenIssuer, "tok_missing")
 		wantCode(t, err, approval.ENOTFOUND)
 		svc.Wait()
 	})
@@ -244,13 +244,13 @@ func exerciseTokens(t *testing.T, s suite) {
 		const racers = 10
 		ctx := t.Context()
 		svc := f.service()
-		_, old, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
+		_, old, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
 		secrets := make([]string, racers)
 		errs := make([]error, racers)
-		race(racers, func(i int) { secrets[i], _, errs[i] = svc.RotateToken(ctx, old.ID) })
+		race(racers, func(i int) { secrets[i], _, errs[i] = svc.RotateToken(ctx, tokenIssuer, old.ID) })
 		won := 0
 		for i := range racers {
 			if errs[i] == nil {
@@ -276,7 +276,7 @@ func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "LastUsedCoarse", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		svc := f.service()
-		secret, tok, err := svc.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
+		secret, tok, err := svc.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -360,3 +360,6 @@ func insertToken(ctx context.Context, s approval.Store, tok approval.Token) erro
 	}
 	return tx.Commit(ctx)
 }
+
+// tokenIssuer is the admin the tests make their tokens as.
+var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}

@@ -20,11 +20,11 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 	s.run(t, "RevokedBetweenRequests", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		a, b := f.service(), f.service() // two replicas: their memories of tokens are apart
-		ciSecret, ciTok, err := b.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
+		ciSecret, ciTok, err := b.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
-		aliceSecret, aliceTok, err := b.CreateToken(ctx, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
+		aliceSecret, aliceTok, err := b.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -43,12 +43,12 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		}
 
 		// First use: looked up. Second: from memory, checked by the create's own statement.
-		first, err := a.Create(auth(ciSecret, false), createCommand(t, "ci-bot", "deploy-1", body))
+		first, err := a.Create(auth(ciSecret, false), requester("ci-bot"), createCommand(t, "deploy-1", body))
 		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		rctx := auth(ciSecret, true)
-		second, err := a.Create(rctx, createCommand(t, "ci-bot", "deploy-2", body))
+		second, err := a.Create(rctx, requester("ci-bot"), createCommand(t, "deploy-2", body))
 		if err != nil {
 			t.Fatalf("create with a known token: %v", err)
 		}
@@ -72,13 +72,13 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		}
 
 		for _, tok := range []*approval.Token{ciTok, aliceTok} {
-			if _, err := b.RevokeToken(ctx, tok.ID); err != nil {
+			if _, err := b.RevokeToken(ctx, tokenIssuer, tok.ID); err != nil {
 				t.Fatalf("revoke on B: %v", err)
 			}
 		}
 
 		// A still remembers both tokens, but every store call refuses them.
-		_, err = a.Create(auth(ciSecret, true), createCommand(t, "ci-bot", "deploy-3", body))
+		_, err = a.Create(auth(ciSecret, true), requester("ci-bot"), createCommand(t, "deploy-3", body))
 		wantCode(t, err, approval.EUNAUTHORIZED)
 		// A has forgotten the refused token: it looks it up again, and says why.
 		_, _, err = a.AuthenticateFirstTrip(ctx, ciSecret)
@@ -88,7 +88,7 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		// A replica that still remembers the token: a replay would reveal the stored answer,
 		// and is refused too.
 		check := &approval.TokenCheck{ID: ciTok.ID, Hash: approval.HashToken(ciSecret), Now: f.clock.Now()}
-		_, err = a.Create(approval.WithTokenCheck(ctx, check), createCommand(t, "ci-bot", "deploy-2", body))
+		_, err = a.Create(approval.WithTokenCheck(ctx, check), requester("ci-bot"), createCommand(t, "deploy-2", body))
 		wantCode(t, err, approval.EUNAUTHORIZED)
 		check = &approval.TokenCheck{ID: aliceTok.ID, Hash: approval.HashToken(aliceSecret), Now: f.clock.Now()}
 		_, err = f.store.Approval(approval.WithTokenCheck(ctx, check), first.Approval.ID)
@@ -131,7 +131,7 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		ctx := t.Context()
 		const racers, each = 16, 6
 		a, b := f.service(), f.service()
-		secret, tok, err := b.CreateToken(ctx, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
+		secret, tok, err := b.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}
@@ -150,7 +150,7 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 		results := make([][]outcome, racers)
 		race(racers+1, func(i int) {
 			if i == racers {
-				if _, err := b.RevokeToken(ctx, tok.ID); err != nil {
+				if _, err := b.RevokeToken(ctx, tokenIssuer, tok.ID); err != nil {
 					t.Errorf("revoke: %v", err)
 				}
 				revoked.Store(true)
@@ -161,7 +161,7 @@ func exerciseTokenCheck(t *testing.T, s suite) {
 				rctx, _, err := a.AuthenticateFirstTrip(ctx, secret)
 				if err == nil {
 					var res approval.CreateResult
-					res, err = a.Create(rctx, createCommand(t, "ci-bot", o.key, body))
+					res, err = a.Create(rctx, requester("ci-bot"), createCommand(t, o.key, body))
 					if err == nil {
 						o.acknowledged, o.approvalID = true, res.Approval.ID
 					}

@@ -208,7 +208,7 @@ func txCases() []txCase {
 		}},
 
 		{"TokenGetForUpdate", func(t *testing.T, f *fixture) {
-			_, tok, err := f.service().CreateToken(t.Context(), approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
+			_, tok, err := f.service().CreateToken(t.Context(), tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,7 +223,7 @@ func txCases() []txCase {
 			})
 		}},
 		{"TokenSetRevokedIfActive", func(t *testing.T, f *fixture) {
-			_, tok, err := f.service().CreateToken(t.Context(), approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
+			_, tok, err := f.service().CreateToken(t.Context(), tokenIssuer, approval.TokenSpec{Subject: "ci-bot", Role: approval.RoleRequester})
 			if err != nil {
 				t.Fatal(err)
 			}

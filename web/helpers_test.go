@@ -79,7 +79,7 @@ func setupStore(tb testing.TB, store approval.Store, routing approval.Routing, o
 // token stores a new API token and returns its secret.
 func (f *fixture) token(subject string, role approval.Role) string {
 	f.tb.Helper()
-	secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+	secret, _, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tokenIssuer, approval.TokenSpec{Subject: subject, Role: role})
 	if err != nil {
 		f.tb.Fatalf("create token: %v", err)
 	}
@@ -285,3 +285,6 @@ func (f *fixture) rules(store approval.Store) *approval.Service {
 
 // payoutTargeted reports that payout, and only payout, has a downstream target.
 func payoutTargeted(action string) bool { return action == "payout" }
+
+// tokenIssuer is the admin the tests make their tokens as.
+var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}

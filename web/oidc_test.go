@@ -17,6 +17,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/workerhook"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
 	"github.com/approvald/approval/worker"
@@ -212,7 +213,7 @@ func TestOIDC_ProviderAddress(t *testing.T) {
 				From: "approvald <approvals@example.com>", PublicURL: f.srv.URL, Address: svc.EmailAddress,
 			},
 		}}
-		n, err := outbox.RunOnce(t.Context())
+		n, err := workerhook.OutboxRunOnce(t.Context(), outbox)
 		must(t, err == nil && n == 3, "outbox round: %d sent, %v; want 3", n, err)
 		got := srv.Recipients()
 		want := []string{"alice@config.example", "carol@idp.example", "dana@idp.example"}

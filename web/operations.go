@@ -2,7 +2,6 @@ package web
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/approvald/approval"
 )
@@ -30,16 +29,13 @@ var doneMessages = map[string]string{
 
 // handleOperations is GET /ui/operations, for operators and admins: executions that need a
 // person (needs_review, failed), running executions past their lease, and failed or stuck
-// inbox events. It reads the store's listings, the same as GET /v1/executions and /v1/inbox.
+// inbox events. It reads the Service's listings, the same as GET /v1/executions and /v1/inbox,
+// which refuse a viewer who may not operate.
 func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *session) {
-	if !sess.principal().MayOperate() {
-		s.fail(w, r, approval.Errorf(approval.EFORBIDDEN, "only operators and admins may see operations"))
-		return
-	}
-	ctx := r.Context()
+	ctx, p := r.Context(), sess.principal()
 	page := &operationsPage{Done: doneMessages[r.URL.Query().Get("done")]}
 	executions := func(st approval.ExecutionStatus) ([]*approval.ExecutionRecord, error) {
-		list, next, err := s.store.Executions(ctx, approval.ExecutionFilter{Status: st, Limit: opsListSize})
+		list, next, err := s.svc.Executions(ctx, p, approval.ExecutionFilter{Status: st, Limit: opsListSize})
 		page.More = page.More || next != ""
 		return list, err
 	}
@@ -64,7 +60,7 @@ func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *
 		}
 	}
 	inbox := func(st approval.InboxStatus) ([]*approval.InboxEvent, error) {
-		list, next, err := s.store.InboxEvents(ctx, approval.InboxFilter{Status: st, Limit: opsListSize})
+		list, next, err := s.svc.InboxEvents(ctx, p, approval.InboxFilter{Status: st, Limit: opsListSize})
 		page.More = page.More || next != ""
 		return list, err
 	}
@@ -112,38 +108,14 @@ func (s *Server) handleRetryExecution(w http.ResponseWriter, r *http.Request, se
 	http.Redirect(w, r, Prefix+"operations?done=retried", http.StatusSeeOther)
 }
 
-// maxNoteLength bounds an operator's note, as the API does.
-const maxNoteLength = 4096
-
 // handleResolveExecution is POST /ui/executions/{id}/resolve with outcome and note:
-// Service.ResolveExecution. The note is required, as in the API.
+// Service.ResolveExecution, which refuses a role that may not operate and then checks the
+// outcome and the (required) note, as for the API.
 func (s *Server) handleResolveExecution(w http.ResponseWriter, r *http.Request, sess *session) {
 	p, c, err := s.operatorForm(w, r, sess)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	outcome := approval.ExecutionStatus(r.PostFormValue("outcome"))
-	note := r.PostFormValue("note")
-	var bad error
-	switch {
-	case outcome != approval.ExecutionSucceeded && outcome != approval.ExecutionFailed:
-		bad = approval.Errorf(approval.EINVALID, "outcome %q must be succeeded or failed", outcome)
-	case strings.TrimSpace(note) == "":
-		bad = approval.Errorf(approval.EINVALID, "a note is required: say how you know what happened")
-	case len(note) > maxNoteLength:
-		bad = approval.Errorf(approval.EINVALID, "the note is longer than %d bytes", maxNoteLength)
-	default:
-		bad = approval.CheckText("note", note)
-	}
-	if bad != nil {
-		// A refused form is the answer only for someone who may operate: the Service is
-		// asked with no outcome, which it refuses (EINVALID) after the role.
-		outcome, note = "", ""
-	}
-	_, err = s.svc.ResolveExecution(r.Context(), p, r.PathValue("id"), outcome, note, c)
-	if bad != nil && approval.ErrorCode(err) == approval.EINVALID {
-		err = bad
+	if err == nil {
+		outcome := approval.ExecutionStatus(r.PostFormValue("outcome"))
+		_, err = s.svc.ResolveExecution(r.Context(), p, r.PathValue("id"), outcome, r.PostFormValue("note"), c)
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -82,7 +82,8 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *ses
 	now := s.now()
 	page := &waitingPage{Search: searchOf(q), ShowingLater: q.Get("w") != "" || q.Get("d") != ""}
 
-	pending, next, err := s.store.Approvals(r.Context(), page.Search.filter(approval.ApprovalFilter{
+	p := sess.principal()
+	pending, next, err := s.svc.Approvals(r.Context(), p, page.Search.filter(approval.ApprovalFilter{
 		Status: approval.StatusPending, Approver: sess.Subject, NotVotedBy: sess.Subject,
 		Limit: waitingPageSize, Cursor: q.Get("w"),
 	}))
@@ -97,7 +98,7 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *ses
 		page.WaitingNext = page.Search.Link(next, q.Get("d"))
 	}
 
-	listed, next, err := s.store.Approvals(r.Context(), page.Search.filter(approval.ApprovalFilter{
+	listed, next, err := s.svc.Approvals(r.Context(), p, page.Search.filter(approval.ApprovalFilter{
 		Approver: sess.Subject, Decided: true, Limit: waitingPageSize, Cursor: q.Get("d"),
 	}))
 	if err != nil {
@@ -139,15 +140,12 @@ func (s *Server) handleApproval(w http.ResponseWriter, r *http.Request, sess *se
 }
 
 // approvalPage reads what an approval's page shows, or ENOTFOUND when the viewer may not see
-// it (as the API answers).
+// it (the Service's reads decide, as for the API).
 func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*approvalPage, error) {
-	a, err := s.store.Approval(ctx, id)
+	p := sess.principal()
+	a, err := s.svc.Approval(ctx, p, id)
 	if err != nil {
 		return nil, err
-	}
-	p := sess.principal()
-	if !p.MayRead(a) {
-		return nil, approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
 	}
 	events, err := s.store.Events(ctx, id)
 	if err != nil {
@@ -319,10 +317,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 	defer poll.Stop()
 	p := sess.principal()
 	for {
-		a, err := s.store.Approval(r.Context(), id)
-		if err == nil && !p.MayRead(a) {
-			err = approval.Errorf(approval.ENOTFOUND, "approval %s not found", id)
-		}
+		a, err := s.svc.Approval(r.Context(), p, id)
 		if err != nil {
 			if r.Context().Err() != nil {
 				return

@@ -96,7 +96,7 @@ func TestSession_EndsWithItsToken(t *testing.T) {
 				clock := storetest.NewClock(time.Now())
 				f := setup(t, kind, func(cfg *web.Config, _ string) { cfg.Now = clock.Now })
 				admin := f.token("root", approval.RoleAdmin)
-				secret, tok, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(),
+				secret, tok, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tokenIssuer,
 					approval.TokenSpec{Subject: "alice", Role: approval.RoleApprover, ExpiresIn: time.Hour})
 				if err != nil {
 					t.Fatal(err)

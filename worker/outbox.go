@@ -10,7 +10,13 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/internal/workerhook"
 )
+
+// The tests of other packages deliver the outbox a round at a time through workerhook.
+func init() {
+	workerhook.OutboxRunOnce = func(ctx context.Context, o any) (int, error) { return o.(*Outbox).runOnce(ctx) }
+}
 
 // Defaults of the outbox worker.
 const (
@@ -98,7 +104,7 @@ func (o *Outbox) Run(ctx context.Context) error {
 	ticker := time.NewTicker(orDefault(o.Poll, DefaultPoll))
 	defer ticker.Stop()
 	for {
-		n, err := o.RunOnce(ctx)
+		n, err := o.runOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			o.logger().ErrorContext(ctx, "outbox round failed", "error", err)
 		}
@@ -120,9 +126,9 @@ func (o *Outbox) Run(ctx context.Context) error {
 	}
 }
 
-// RunOnce claims up to Batch due messages, sends them at once, records each outcome, and
+// runOnce claims up to Batch due messages, sends them at once, records each outcome, and
 // returns how many it claimed.
-func (o *Outbox) RunOnce(ctx context.Context) (int, error) {
+func (o *Outbox) runOnce(ctx context.Context) (int, error) {
 	if err := o.validate(); err != nil {
 		return 0, err
 	}

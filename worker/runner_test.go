@@ -713,7 +713,7 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 		}()
 		<-g.entered
 
-		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.ExecutionReport{ApprovalID: a.ID,
+		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.Principal{Subject: "deployer", Role: approval.RoleOperator}, approval.ExecutionReport{ApprovalID: a.ID,
 			Status: approval.ExecutionSucceeded, Version: 1, Actor: "deployer", Cause: approval.Cause{Kind: approval.CauseOperator}})
 		if err != nil || !applied {
 			t.Fatalf("report: got applied %t, %v; want applied", applied, err)
@@ -990,7 +990,7 @@ func TestRunner_AsyncTarget(t *testing.T) {
 		env.clk.Add(time.Hour)
 		mustRun(t, r, 0) // no lease to expire: never claimed again
 
-		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.ExecutionReport{OperationKey: "deploy-1",
+		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.Principal{Subject: "deployer", Role: approval.RoleOperator}, approval.ExecutionReport{OperationKey: "deploy-1",
 			Status: approval.ExecutionSucceeded, Version: 1, Result: json.RawMessage(`{"done": true}`), Actor: "deployer",
 			Cause: approval.Cause{Kind: approval.CauseInbox, Source: "deployer", EventID: "msg_1"}})
 		if err != nil || !applied {

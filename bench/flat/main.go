@@ -106,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		runs = append(runs, pair)
 	}
-	rows := Compare(runs)
+	rows := compare(runs)
 	fmt.Fprintf(stdout, "approvald flat: %s, %d against %d approvals, %d alternating pairs, %s to %s UTC, runs in %s\n",
 		runs[0][0].Store, small, large, len(runs), started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04"), dir)
 	fmt.Fprintf(stdout, "bench flags: %s\n\n", strings.Join(benchArgs, " "))
@@ -189,10 +189,10 @@ func (r Row) Verdict() (float64, bool) {
 	return m, m >= 0.8 && m <= 1.2
 }
 
-// Compare pairs up the results of runs (per pair: the smaller size's report, the larger's)
+// compare pairs up the results of runs (per pair: the smaller size's report, the larger's)
 // by scenario and clients, in the order of the first report. A step missing from a run is
 // left out of that pair.
-func Compare(runs [][2]*loadtest.Report) []Row {
+func compare(runs [][2]*loadtest.Report) []Row {
 	type key struct {
 		scenario string
 		clients  int

@@ -39,7 +39,7 @@ func TestCompare(t *testing.T) {
 				loadtest.Result{Scenario: "get", Clients: 8, RequestsPerSecond: 12, Errors: 3}),
 		},
 	}
-	rows := Compare(runs)
+	rows := compare(runs)
 	if len(rows) != 3 {
 		t.Fatalf("got %d rows, want 3: %+v", len(rows), rows)
 	}

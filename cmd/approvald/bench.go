@@ -55,6 +55,10 @@ const (
 	benchAdmin     = "bench-admin"
 )
 
+// benchSeeder is the principal bench makes its tokens as: it owns the fresh database it
+// made, as the token commands own theirs (tokenCommand).
+var benchSeeder = approval.Principal{Subject: "approvald bench", Role: approval.RoleAdmin}
+
 // What bench adds to the in-process server's configuration for intake and execute.
 const (
 	benchSource = "bench"      // the webhook source intake delivers to
@@ -323,7 +327,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 		{benchOther, approval.RoleApprover},
 		{benchAdmin, approval.RoleAdmin},
 	} {
-		secret, _, err := (&approval.Service{Store: st}).CreateToken(ctx, approval.TokenSpec{Subject: t.subject, Role: t.role})
+		secret, _, err := (&approval.Service{Store: st}).CreateToken(ctx, benchSeeder, approval.TokenSpec{Subject: t.subject, Role: t.role})
 		if err != nil {
 			return nil, fmt.Errorf("create token %s: %w", t.subject, err)
 		}

@@ -34,7 +34,7 @@ func newGate(t *testing.T, kind string) *gate {
 	t.Cleanup(srv.Close)
 	g.url = srv.URL
 	for subject, role := range map[string]approval.Role{"ci-bot": approval.RoleRequester, "alice": approval.RoleApprover, "bob": approval.RoleApprover} {
-		secret, _, err := (&approval.Service{Store: g.store}).CreateToken(context.Background(), approval.TokenSpec{Subject: subject, Role: role})
+		secret, _, err := (&approval.Service{Store: g.store}).CreateToken(context.Background(), tokenCommand, approval.TokenSpec{Subject: subject, Role: role})
 		if err != nil {
 			t.Fatalf("create token: %v", err)
 		}

@@ -39,6 +39,12 @@ func newTokenCommand(verb string, stdout, stderr io.Writer) command {
 
 // tokenStore is what every token subcommand shares: its streams, its configuration and the
 // store it opens in Run.
+// tokenCommand is the principal the token commands act as. They run where the server's
+// configuration is, with the database's own credentials, which already reach every token: so
+// they act as an admin, and the Service's rules see them as one, named for the command
+// (docs/configuration.md, "Commands").
+var tokenCommand = approval.Principal{Subject: "approvald token", Role: approval.RoleAdmin}
+
 type tokenStore struct {
 	stdout io.Writer // what the command answers, and nothing else
 	stderr io.Writer // JSON logs
@@ -152,7 +158,7 @@ func (c *TokenCreateCommand) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	secret, t, err := svc.CreateToken(ctx, c.spec)
+	secret, t, err := svc.CreateToken(ctx, tokenCommand, c.spec)
 	if err != nil {
 		return plain("create token", err)
 	}
@@ -180,12 +186,13 @@ func (c *TokenListCommand) ParseFlags(ctx context.Context, args []string) error 
 
 // Run reads every page of tokens and prints them.
 func (c *TokenListCommand) Run(ctx context.Context) error {
-	if _, err := c.open(ctx); err != nil {
+	svc, err := c.open(ctx)
+	if err != nil {
 		return err
 	}
 	all := []*approval.Token{}
 	for cursor := ""; ; {
-		list, next, err := c.store.Tokens(ctx, approval.TokenFilter{Limit: approval.MaxPageSize, Cursor: cursor})
+		list, next, err := svc.Tokens(ctx, tokenCommand, approval.TokenFilter{Limit: approval.MaxPageSize, Cursor: cursor})
 		if err != nil {
 			return plain("list tokens", err)
 		}
@@ -242,7 +249,7 @@ func (c *TokenChangeCommand) Run(ctx context.Context) error {
 	}
 	log := newLogger(c.stderr)
 	if c.verb == "revoke" {
-		t, err := svc.RevokeToken(ctx, c.id)
+		t, err := svc.RevokeToken(ctx, tokenCommand, c.id)
 		if err != nil {
 			return plain("revoke token", err)
 		}
@@ -250,7 +257,7 @@ func (c *TokenChangeCommand) Run(ctx context.Context) error {
 		_, err = fmt.Fprintln(c.stdout, t.ID)
 		return err
 	}
-	secret, t, err := svc.RotateToken(ctx, c.id)
+	secret, t, err := svc.RotateToken(ctx, tokenCommand, c.id)
 	if err != nil {
 		return plain("rotate token", err)
 	}
