@@ -58,6 +58,12 @@ func mayOperate(p Principal) error {
 	return nil
 }
 
+// CheckCreate is the refusal Service.Create gives a principal whose role may not create
+// (EFORBIDDEN), or nil. Create checks it itself; a consumer asks for it first only where its
+// contract answers the role before the form of the request (the HTTP API answers 403 before it
+// reads the Idempotency-Key and the body).
+func (p Principal) CheckCreate() error { return mayCreate(p) }
+
 // mayCreate is EFORBIDDEN unless p may create approvals.
 func mayCreate(p Principal) error {
 	if !p.MayCreate() {

@@ -26,10 +26,15 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 
 	// Everything that can refuse the request runs before the one write, so a 400, 401, 403
 	// or 413 stores nothing and the caller may correct it and reuse the key. A known token is
-	// re-checked inside that write (authenticateFirstTrip); the Service refuses a role that
-	// may not create (403).
+	// re-checked inside that write (authenticateFirstTrip). A role that may not create is
+	// refused (403) before the key and the body are looked at, as the contract orders it; the
+	// Service checks it again in Create.
 	ctx, p, err := s.authenticateFirstTrip(ctx, r)
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := p.CheckCreate(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

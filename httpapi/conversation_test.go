@@ -312,6 +312,8 @@ func (c *conversation) script() {
 	get("unknown token", unauth, "/v1/approvals", "forged")
 	c.call("not a bearer token", unauth, "GET", "/v1/approvals", "", "", "Authorization", "Basic YWxpY2U6c2VjcmV0")
 	create("an approver may not create", forbidden, "alice", "deploy-x", createBody("X", "bob"))
+	// The role is answered before the form of the request: no key, no body, still 403.
+	post("an approver may not create, whatever the request", forbidden, "/v1/approvals", "alice", "")
 	get("a requester may not list executions", forbidden, "/v1/executions", "ci-bot")
 	get("an approver may not read the inbox", forbidden, "/v1/inbox", "alice")
 	c.call("method not allowed", 405, "DELETE", "/v1/approvals", "root", "")
