@@ -124,9 +124,7 @@ func newConversation(t *testing.T, kind string) *conversation {
 		Handlers: []string{approval.TypeApprovalDecision, approval.TypeExecutionResult},
 	}
 	f := setup(t, kind, func(c *httpapi.Config) { c.Sources = []httpapi.Source{chat} })
-	f.clock.mu.Lock()
-	f.clock.now = conversationStart
-	f.clock.mu.Unlock()
+	f.clock.Set(conversationStart)
 	c := &conversation{t: t, f: f, tokens: map[string]string{}, mask: newMasker(conversationStart)}
 	c.down = downstream.New(downstream.Options{HonourKeys: true})
 	t.Cleanup(c.down.Close)

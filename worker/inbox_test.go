@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/worker"
 )
@@ -27,7 +28,7 @@ var sources = map[string][]string{
 // inboxBackoff makes retry times exact: a one-second wait, no jitter.
 var inboxBackoff = worker.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
 
-func newProcessor(s approval.Store, clk *clock) *worker.InboxProcessor {
+func newProcessor(s approval.Store, clk *fakeclock.Clock) *worker.InboxProcessor {
 	return &worker.InboxProcessor{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Sources: sources, Lease: lease,
 		Batch: 10, Backoff: inboxBackoff, MaxAttempts: 3, Now: clk.Now}
 }
@@ -133,7 +134,7 @@ func TestInbox_ExecutionResultsNewestFirst(t *testing.T) {
 		a := mustApprove(t, s, mustCreateApproval(t, s, clk, "deploy-1", time.Hour))
 		newer := mustRecordInbox(t, s, clk, "deployer", "msg_2", approval.TypeExecutionResult,
 			resultBody("deploy-1", approval.ExecutionSucceeded, 2, `{"build": 2}`))
-		clk.Add(time.Second) // claimed oldest first: the newer report is applied first
+		clk.Advance(time.Second) // claimed oldest first: the newer report is applied first
 		older := mustRecordInbox(t, s, clk, "deployer", "msg_1", approval.TypeExecutionResult,
 			resultBody("deploy-1", approval.ExecutionFailed, 1, `{"build": 1}`))
 
@@ -182,7 +183,7 @@ func TestInbox_KilledProcessorTakenOver(t *testing.T) {
 		}
 		p := newProcessor(s, clk)
 		mustProcess(t, p, 0) // the lease still holds
-		clk.Add(lease)
+		clk.Advance(lease)
 		mustProcess(t, p, 1)
 		mustProcess(t, p, 0)
 
@@ -230,7 +231,7 @@ func TestInbox_PoisonEventFails(t *testing.T) {
 					attempt, got.Status, got.NextAttemptAt, approval.InboxPending, wantAt)
 			}
 			mustProcess(t, p, 0) // not due yet
-			clk.Add(time.Second)
+			clk.Advance(time.Second)
 			mustProcess(t, p, 1)
 		}
 
@@ -239,7 +240,7 @@ func TestInbox_PoisonEventFails(t *testing.T) {
 			t.Errorf("poison event: got status %s, attempts %d, last error %q; want %s, %d, database unavailable",
 				got.Status, got.Attempts, got.LastError, approval.InboxFailed, p.MaxAttempts)
 		}
-		clk.Add(time.Hour)
+		clk.Advance(time.Hour)
 		mustProcess(t, p, 0) // failed is final until an operator retries it
 		if got := mustApproval(t, s, poisonTarget.ID); got.Status != approval.StatusPending {
 			t.Errorf("poison event's approval: got status %s, want %s", got.Status, approval.StatusPending)
@@ -407,7 +408,7 @@ func resultBody(key string, status approval.ExecutionStatus, version int, result
 		approval.TypeExecutionResult, key, status, version, result)
 }
 
-func mustRecordInbox(tb testing.TB, s approval.Store, clk *clock, source, eventID, typ, body string) *approval.InboxEvent {
+func mustRecordInbox(tb testing.TB, s approval.Store, clk *fakeclock.Clock, source, eventID, typ, body string) *approval.InboxEvent {
 	tb.Helper()
 	e := &approval.InboxEvent{ID: approval.NewID("inb"), Source: source, EventID: eventID, Type: typ,
 		Headers: map[string]string{"webhook-id": eventID}, Body: []byte(body), ReceivedAt: clk.Now()}
@@ -417,7 +418,7 @@ func mustRecordInbox(tb testing.TB, s approval.Store, clk *clock, source, eventI
 	return e
 }
 
-func mustRecordDuplicate(tb testing.TB, s approval.Store, clk *clock, source, eventID string) {
+func mustRecordDuplicate(tb testing.TB, s approval.Store, clk *fakeclock.Clock, source, eventID string) {
 	tb.Helper()
 	e := &approval.InboxEvent{ID: approval.NewID("inb"), Source: source, EventID: eventID, Type: approval.TypeApprovalDecision,
 		Headers: map[string]string{"webhook-id": eventID}, Body: []byte(`{}`), ReceivedAt: clk.Now()}
