@@ -15,6 +15,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/worker"
 )
 
@@ -663,15 +664,9 @@ func TestInbox_BurstsAppliedOnSignals(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			deadline := time.After(15 * time.Second)
 			for _, e := range events {
-				for mustInboxEvent(t, s, e.ID).Status == approval.InboxPending {
-					select {
-					case <-deadline:
-						t.Fatalf("burst %d: event %s still pending after 15 s: no signal followed its commit", b, e.EventID)
-					case <-time.After(5 * time.Millisecond):
-					}
-				}
+				wait.Until(t, fmt.Sprintf("burst %d: event %s to leave pending (a signal to follow its commit)", b, e.EventID),
+					func() bool { return mustInboxEvent(t, s, e.ID).Status != approval.InboxPending })
 			}
 		}
 		cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/approvald/approval/internal/downstream"
 	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -782,23 +783,15 @@ func TestRunner_ClaimsAheadWhileCallsRun(t *testing.T) {
 			}
 			return leases
 		}
-		// waitFor polls until ok holds of the claims, and fails after 10 seconds.
+		// waitFor waits until ok holds of the claims.
 		waitFor := func(what string, ok func(map[string]time.Time) bool) {
 			t.Helper()
-			timeout := time.After(10 * time.Second)
-			poll := time.NewTicker(10 * time.Millisecond)
-			defer poll.Stop()
-			for {
-				leases := running()
-				if ok(leases) {
-					return
+			wait.For(t, what, func() error {
+				if leases := running(); !ok(leases) {
+					return fmt.Errorf("claims now %v", leases)
 				}
-				select {
-				case <-poll.C:
-				case <-timeout:
-					t.Fatalf("%s: never so; claims now %v", what, leases)
-				}
-			}
+				return nil
+			})
 		}
 		waitFor("a second execution claimed while the first call is held", func(l map[string]time.Time) bool { return len(l) == 2 })
 		for moved := time.Duration(0); moved < 2*hold; moved += step {
@@ -879,24 +872,17 @@ func TestRunner_LongCallKeepsItsLease(t *testing.T) {
 		// renewedPast waits until the store holds the lease past the fake clock's now plus d.
 		renewedPast := func(d time.Duration) {
 			t.Helper()
-			timeout := time.After(10 * time.Second)
-			poll := time.NewTicker(10 * time.Millisecond)
-			defer poll.Stop()
-			for {
+			wait.For(t, "the lease to be renewed", func() error {
 				rec := env.execution(t, a)
 				if rec.Status != approval.ExecutionRunning || rec.Attempts != 1 || rec.LeaseExpiresAt == nil {
 					t.Fatalf("execution: got status %s after %d attempts, lease until %v (last error %q); want running attempt 1 with a lease",
 						rec.Status, rec.Attempts, rec.LeaseExpiresAt, rec.LastError)
 				}
-				if rec.LeaseExpiresAt.Sub(env.clk.Now()) > d {
-					return
+				if rec.LeaseExpiresAt.Sub(env.clk.Now()) <= d {
+					return fmt.Errorf("lease until %v, want past %v", rec.LeaseExpiresAt, env.clk.Now().Add(d))
 				}
-				select {
-				case <-poll.C:
-				case <-timeout:
-					t.Fatalf("lease until %v was never renewed to outlast %v", rec.LeaseExpiresAt, env.clk.Now().Add(d))
-				}
-			}
+				return nil
+			})
 		}
 		for moved := time.Duration(0); moved < 4*hold; moved += step {
 			renewedPast(step)
