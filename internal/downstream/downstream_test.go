@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval/internal/downstream"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 )
@@ -188,13 +189,8 @@ func TestSignature(t *testing.T) {
 	other := "whsec_" + base64.StdEncoding.EncodeToString([]byte("some-other-secret-of-32-bytes!!!"))
 	signedAt := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-	var mu sync.Mutex
-	now := signedAt.Add(time.Minute)
-	s := MustNew(t, downstream.Options{HonourKeys: true, Secrets: []string{secret}, Now: func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}})
+	clock := fakeclock.New(signedAt.Add(time.Minute))
+	s := MustNew(t, downstream.Options{HonourKeys: true, Secrets: []string{secret}, Now: clock.Now})
 
 	body := []byte(`{"approval":{"id":"a1"}}`)
 	sign := func(secret string) http.Header {
@@ -225,9 +221,7 @@ func TestSignature(t *testing.T) {
 	assertCounts(t, s, map[string]int{"op-a": 1})
 
 	// Outside the timestamp window by the server's clock.
-	mu.Lock()
-	now = signedAt.Add(10 * time.Minute)
-	mu.Unlock()
+	clock.Set(signedAt.Add(10 * time.Minute))
 	resp, err := postHeader(t.Context(), s, "op-b", body, sign(secret))
 	if err != nil {
 		t.Fatal(err)
