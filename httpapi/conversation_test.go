@@ -22,6 +22,7 @@ import (
 	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/downstream"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -124,9 +125,7 @@ func newConversation(t *testing.T, kind string) *conversation {
 		Handlers: []string{approval.TypeApprovalDecision, approval.TypeExecutionResult},
 	}
 	f := setup(t, kind, func(c *httpapi.Config) { c.Sources = []httpapi.Source{chat} })
-	f.clock.mu.Lock()
-	f.clock.now = conversationStart
-	f.clock.mu.Unlock()
+	f.clock.Set(conversationStart)
 	c := &conversation{t: t, f: f, tokens: map[string]string{}, mask: newMasker(conversationStart)}
 	c.down = downstream.New(downstream.Options{HonourKeys: true})
 	t.Cleanup(c.down.Close)
@@ -235,21 +234,17 @@ func (c *conversation) record(step, method, path, body string, resp *response) {
 // bound. It waits for the workers; what the script then records is read afterwards.
 func (c *conversation) await(what, path, who string, done func(map[string]any) bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.For(c.t, what, func() error {
 		resp, err := c.f.send("GET", path, c.tokens[who], "")
 		if err != nil {
 			c.t.Fatalf("await %s: %v", what, err)
 		}
 		var body map[string]any
 		if resp.status == http.StatusOK && json.Unmarshal(resp.body, &body) == nil && done(body) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("await %s: still %d %s after 20s", what, resp.status, resp.body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("still %d %s", resp.status, resp.body)
+	})
 }
 
 // processed waits until the inbox event id has left pending.

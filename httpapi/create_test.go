@@ -13,6 +13,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 )
 
 // TestCreateConcurrentSameKey: 100 clients send one create at the same instant, over 10
@@ -320,13 +321,7 @@ func TestCreateResponseLost(t *testing.T) {
 		conn.Close()
 
 		// Wait for the server to commit (it owes no one an answer, so watch the store).
-		deadline := time.Now().Add(20 * time.Second)
-		for f.count() == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("the create of a closed connection never committed")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		wait.Until(t, "the create of a closed connection to commit", func() bool { return f.count() != 0 })
 		resp := f.create(ci, "lost-1", body)
 		if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("retry: got %d replayed=%q %s, want the replayed 201", resp.status, resp.header.Get("Idempotent-Replayed"), resp.body)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 )
 
 // approved creates an approval of action requested by token and approved by alice (whose
@@ -477,9 +477,7 @@ func TestStoreGaugesRunCounts(t *testing.T) {
 					t.Errorf("RunCounts: %v", err)
 				}
 			}
-			for strings.Contains(scrape(), "approvald_counts_age_seconds 0\n") {
-				runtime.Gosched()
-			}
+			wait.Until(t, "the first count", func() bool { return !strings.Contains(scrape(), "approvald_counts_age_seconds 0\n") })
 			return stop
 		}
 		stop := runCounts()

@@ -11,40 +11,20 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
 )
-
-// clock is a controllable clock shared by the server and the store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: approval.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // fixture is one server on a real loopback listener over a fresh store.
 type fixture struct {
 	tb       testing.TB
 	store    approval.Store
-	clock    *clock
+	clock    *fakeclock.Clock
 	api      *httpapi.Server
 	srv      *httptest.Server
 	client   *http.Client
@@ -76,7 +56,7 @@ func rules(s approval.Store) *approval.Service {
 // setup starts a server over a new store of the given kind. opts adjust the Config.
 func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	tb.Helper()
-	f := &fixture{tb: tb, clock: newClock(), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
+	f := &fixture{tb: tb, clock: fakeclock.New(approval.Now()), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	f.store = testdb.OpenWith(tb, kind, testdb.Options{Now: f.clock.Now})
 	cfg := httpapi.Config{
 		Store:    f.store,

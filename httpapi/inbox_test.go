@@ -60,9 +60,7 @@ func intakeSetup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fix
 	tb.Helper()
 	opts = append([]func(*httpapi.Config){func(c *httpapi.Config) { c.Sources = sources() }}, opts...)
 	f := setup(tb, kind, opts...)
-	f.clock.mu.Lock()
-	f.clock.now = f.clock.now.Truncate(time.Second)
-	f.clock.mu.Unlock()
+	f.clock.Set(f.clock.Now().Truncate(time.Second))
 	return f
 }
 

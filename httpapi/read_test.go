@@ -14,6 +14,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 )
 
 // TestGetVisibility: requesters and approvers read what they requested or are listed on,
@@ -194,13 +195,7 @@ func TestLongPoll(t *testing.T) {
 				t.Fatal("cancelled long-poll returned an answer")
 			}
 			// The handler notices the closed connection and stops watching.
-			deadline := time.Now().Add(20 * time.Second)
-			for f.api.LongPolls() != 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the long-poll kept waiting after its client went away")
-				}
-				time.Sleep(time.Millisecond)
-			}
+			wait.Until(t, "the long-poll to stop waiting after its client went away", func() bool { return f.api.LongPolls() == 0 })
 		})
 
 		t.Run("timeout and parameters", func(t *testing.T) {
@@ -229,13 +224,7 @@ func TestLongPoll(t *testing.T) {
 // its read, which must not lose the wake-up either).
 func waitForLongPoll(t *testing.T, f *fixture) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for f.api.LongPolls() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the long-poll never started waiting")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait.Until(t, "the long-poll to start waiting", func() bool { return f.api.LongPolls() != 0 })
 }
 
 // TestList: newest first, paged by cursor, filtered, and limited to what the caller may see.

@@ -21,11 +21,11 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/internal/workerhook"
 	"github.com/approvald/approval/notify"
-	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -219,14 +219,14 @@ const (
 // harness is one store with routing, a recording SMTP server and a fake clock.
 type harness struct {
 	store   approval.Store
-	clock   *storetest.Clock
+	clock   *fakeclock.Clock
 	routing approval.Routing
 	smtp    *mailtest.Server
 }
 
 func newHarness(t *testing.T, kind string, routing approval.Routing) *harness {
 	t.Helper()
-	clock := storetest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	clock := fakeclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	h := &harness{clock: clock, smtp: mailtest.Start(t), routing: routing}
 	h.store = testdb.OpenWith(t, kind, testdb.Options{Now: clock.Now})
 	return h

@@ -16,6 +16,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/postgres"
 )
 
@@ -216,14 +217,8 @@ func TestCloseStopsListening(t *testing.T) {
 	stop()
 	stop() // ending a subscription twice is harmless
 	conn := mustConnect(t)
-	deadline := time.Now().Add(signalWait)
-	for listeningOn(t, conn, channel) {
-		// The server ends the backend just after the client's goodbye; give it that moment.
-		if time.Now().After(deadline) {
-			t.Fatalf("a backend still listens on %q after Close", channel)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// The server ends the backend just after the client's goodbye; give it that moment.
+	wait.Until(t, fmt.Sprintf("no backend to listen on %q after Close", channel), func() bool { return !listeningOn(t, conn, channel) })
 
 	// A subscription to a closed store gets a closed channel, not a panic or a new connection.
 	late, stopLate := s.Subscribe(approval.TopicInbox)

@@ -4,22 +4,26 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/approvald/approval/internal/fakeclock"
 )
 
-// gateClock drives a signalGate by hand: its clock, its scheduled send (run by fire) and
-// the signals sent.
+// gateClock drives a signalGate by hand: its clock (a fakeclock.Clock), its scheduled send
+// (run by fire) and the signals sent. The timer is driven by hand rather than under
+// testing/synctest because a case needs it to fire late, after a batch already opened the next
+// window, an order of simultaneous events that synctest does not let a test choose.
 type gateClock struct {
+	*fakeclock.Clock
 	mu        sync.Mutex
-	now       time.Time
 	scheduled func()        // the send scheduled, nil when none
 	delay     time.Duration // its delay
 	sent      int
 }
 
 func newTestGate(window time.Duration) (*signalGate, *gateClock) {
-	c := &gateClock{now: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)}
+	c := &gateClock{Clock: fakeclock.New(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))}
 	g := newSignalGate(window, func() { c.mu.Lock(); c.sent++; c.mu.Unlock() })
-	g.now = func() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+	g.now = c.Now
 	g.after = func(d time.Duration, f func()) func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -34,8 +38,6 @@ func newTestGate(window time.Duration) (*signalGate, *gateClock) {
 	}
 	return g, c
 }
-
-func (c *gateClock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // fire runs the scheduled send, as its timer would, and reports whether there was one.
 func (c *gateClock) fire() bool {
@@ -67,7 +69,7 @@ func TestSignalGate(t *testing.T) {
 		if !g.pass() {
 			t.Fatal("first batch: held, want passed")
 		}
-		c.advance(window)
+		c.Advance(window)
 		if !g.pass() {
 			t.Fatal("batch a window later: held, want passed")
 		}
@@ -79,7 +81,7 @@ func TestSignalGate(t *testing.T) {
 	t.Run("held batches that stored get one signal, at the window's end", func(t *testing.T) {
 		g, c := newTestGate(window)
 		g.pass()
-		c.advance(5 * time.Millisecond)
+		c.Advance(5 * time.Millisecond)
 		if first, second := g.pass(), g.pass(); first || second {
 			t.Fatal("batches within the window: passed, want held")
 		}
@@ -94,7 +96,7 @@ func TestSignalGate(t *testing.T) {
 		if c.delay != 15*time.Millisecond {
 			t.Errorf("send scheduled in %s, want at the window's end, 15ms", c.delay)
 		}
-		c.advance(15 * time.Millisecond)
+		c.Advance(15 * time.Millisecond)
 		c.fire()
 		c.wantSent(t, 1)
 		// The send opened a new window.
@@ -109,13 +111,13 @@ func TestSignalGate(t *testing.T) {
 		g.pass() // held: A
 		g.pass() // held: B, still running when the send goes out
 		g.done(true)
-		c.advance(window)
+		c.Advance(window)
 		c.fire()
 		g.done(true) // B ended after the send: that send may have preceded its commit
 		if c.scheduled == nil {
 			t.Fatal("no send scheduled for a batch that ended after the last one")
 		}
-		c.advance(window)
+		c.Advance(window)
 		c.fire()
 		c.wantSent(t, 2)
 	})
@@ -125,11 +127,11 @@ func TestSignalGate(t *testing.T) {
 		g.pass()
 		g.pass()
 		g.done(true) // scheduled for the window's end
-		c.advance(window)
+		c.Advance(window)
 		if !g.pass() { // a new window, opened by a batch carrying its own signal
 			t.Fatal("batch a window later: held, want passed")
 		}
-		c.advance(5 * time.Millisecond)
+		c.Advance(5 * time.Millisecond)
 		c.fire()
 		if got := c.signals(); got != 0 {
 			t.Fatalf("signals sent within the new window: got %d, want 0", got)
@@ -137,7 +139,7 @@ func TestSignalGate(t *testing.T) {
 		if c.scheduled == nil || c.delay != 15*time.Millisecond {
 			t.Fatalf("send scheduled in %s (scheduled: %t), want again at the new window's end, 15ms", c.delay, c.scheduled != nil)
 		}
-		c.advance(15 * time.Millisecond)
+		c.Advance(15 * time.Millisecond)
 		c.fire()
 		c.wantSent(t, 1)
 	})

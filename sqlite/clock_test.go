@@ -2,12 +2,13 @@ package sqlite_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 )
 
 // A write transaction reads the clock once it holds the write connection, not before it
@@ -16,15 +17,8 @@ func TestClockReadAfterWaitingForTheWriter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := MustOpen(t, testdb.DSN(t, testdb.SQLite))
-	var (
-		mu  sync.Mutex
-		now = approval.Now()
-	)
-	s.Now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
+	clock := fakeclock.New(approval.Now())
+	s.Now = clock.Now
 	a := MustCreateApproval(t, s, "ci-bot", "deploy-prod-1042") // expires in 24h
 
 	release, err := s.HoldWriter(ctx)
@@ -40,12 +34,8 @@ func TestClockReadAfterWaitingForTheWriter(t *testing.T) {
 		voted <- err
 	}()
 	// The vote is queued for the write connection once the pool counts its wait.
-	for s.WriterWaits() == waits {
-		time.Sleep(time.Millisecond)
-	}
-	mu.Lock()
-	now = now.Add(25 * time.Hour)
-	mu.Unlock()
+	wait.Until(t, "the vote to queue for the write connection", func() bool { return s.WriterWaits() != waits })
+	clock.Advance(25 * time.Hour)
 	release()
 
 	err = <-voted

@@ -2,8 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"testing"
-	"time"
 
 	"github.com/approvald/approval/internal/batch"
 )
@@ -26,17 +24,6 @@ func (s *Store) CreatesWaiting() int { return s.creates.Waiting() }
 
 // IntakesWaiting is how many deliveries are queued for the next batch of intakes.
 func (s *Store) IntakesWaiting() int { return s.intakes.Waiting() }
-
-// WaitUntil waits for cond, which another goroutine makes true, checking it every
-// millisecond; it fails the test after ten seconds.
-func WaitUntil(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
 
 // BatchCounts is what BatchStats reports, by kind.
 func (s *Store) BatchCounts() map[string]batch.Stats { return s.batchStats() }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/sqlite"
 )
 
@@ -415,7 +416,7 @@ func TestInsertApproval_Batch(t *testing.T) {
 			results[i] = result{h, err}
 		})
 	}
-	waitUntil(t, "the creates to queue", func() bool { return s.CreatesWaiting() == len(creates) })
+	wait.Until(t, "the creates to queue", func() bool { return s.CreatesWaiting() == len(creates) })
 	release()
 	wg.Wait()
 
@@ -500,12 +501,9 @@ func holdBehindFirst(t *testing.T, s *sqlite.Store, kind string, wg *sync.WaitGr
 			t.Errorf("the first %s, ahead of the batch: %v", kind, err)
 		}
 	})
-	waitUntil(t, "the first "+kind+"'s batch", func() bool { return s.BatchCounts()[kind].Calls == before+1 })
+	wait.Until(t, "the first "+kind+"'s batch", func() bool { return s.BatchCounts()[kind].Calls == before+1 })
 	return release
 }
-
-// waitUntil waits for cond, which another goroutine makes true (sqlite.WaitUntil).
-var waitUntil = sqlite.WaitUntil
 
 // Deliveries that queue for the writer together are stored in one transaction: a new event,
 // its duplicate in the same batch, a redelivery under its id with another body, a delivery
@@ -534,10 +532,10 @@ func TestRecordInbox_Batch(t *testing.T) {
 	for i, e := range append(deliveries, others...) {
 		wg.Go(func() { dup[i], errs[i] = s.RecordInbox(ctx, e) })
 		if i < len(deliveries) {
-			waitUntil(t, "the delivery to queue", func() bool { return s.IntakesWaiting() == i+1 })
+			wait.Until(t, "the delivery to queue", func() bool { return s.IntakesWaiting() == i+1 })
 		}
 	}
-	waitUntil(t, "the deliveries to queue", func() bool { return s.IntakesWaiting() == len(dup) })
+	wait.Until(t, "the deliveries to queue", func() bool { return s.IntakesWaiting() == len(dup) })
 	firstID := deliveries[0].ID
 	release()
 	wg.Wait()
@@ -612,7 +610,7 @@ func TestInsertApproval_BatchThatEndsWritesNothing(t *testing.T) {
 		errs := make([]error, len(creates))
 		for i, a := range creates {
 			wg.Go(func() { holders[i], errs[i] = s.InsertApproval(ctx, a, approval.HTTPCause("req"), nil) })
-			waitUntil(t, "the create to queue", func() bool { return s.CreatesWaiting() == i+1 })
+			wait.Until(t, "the create to queue", func() bool { return s.CreatesWaiting() == i+1 })
 		}
 		release()
 		wg.Wait()

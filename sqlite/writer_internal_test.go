@@ -14,6 +14,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/wait"
 )
 
 // openWriterStore opens a store on a new file with a table w(id, v) whose trigger ends the
@@ -102,7 +103,7 @@ func holdTurn(t *testing.T, s *Store, writes ...func() error) (errs []error, atF
 	var wg sync.WaitGroup
 	for i, write := range writes {
 		wg.Go(func() { errs[i+1] = write() })
-		WaitUntil(t, fmt.Sprintf("write %d queued", i+1), func() bool { return s.writer.queued() == i+1 })
+		wait.Until(t, fmt.Sprintf("write %d queued", i+1), func() bool { return s.writer.queued() == i+1 })
 	}
 	errs[0] = first.commit()
 	atFirstCommit = committedRows(t, s)
@@ -250,7 +251,7 @@ func TestWriter_ContextEndsWhileWaiting(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	waited := make(chan error, 1)
 	go func() { waited <- insertRow(cancelled, s, 1, "x", false) }()
-	WaitUntil(t, "the write queued", func() bool { return s.writer.queued() == 1 })
+	wait.Until(t, "the write queued", func() bool { return s.writer.queued() == 1 })
 	cancel()
 	if err := <-waited; !errors.Is(err, context.Canceled) {
 		t.Errorf("the write cancelled while waiting: %v, want context.Canceled", err)
@@ -260,7 +261,7 @@ func TestWriter_ContextEndsWhileWaiting(t *testing.T) {
 	}
 	after := make(chan error, 1)
 	go func() { after <- insertRow(ctx, s, 2, "x", false) }()
-	WaitUntil(t, "the next write queued", func() bool { return s.writer.queued() == 1 })
+	wait.Until(t, "the next write queued", func() bool { return s.writer.queued() == 1 })
 	if err := first.commit(); err != nil {
 		t.Errorf("the first write: %v", err)
 	}
@@ -289,7 +290,7 @@ func TestWriter_ContextEndsAsTheTurnComes(t *testing.T) {
 		cancelled, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- insertRow(cancelled, s, 2*round+1, "x", false) }()
-		WaitUntil(t, "the write queued", func() bool { return s.writer.queued() == 1 })
+		wait.Until(t, "the write queued", func() bool { return s.writer.queued() == 1 })
 		go cancel()
 		if _, err := first.ExecContext(ctx, `INSERT INTO w (id, v) VALUES (?, 'first')`, 2*round); err != nil {
 			t.Fatal(err)

@@ -25,11 +25,12 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 )
 
 // Options are the settings Exercise asks open to give the store of each case.
 type Options struct {
-	// Now is the store's clock: a Clock the case moves by hand, so no case waits for real time
+	// Now is the store's clock: a fake clock (internal/fakeclock) the case moves by hand, so no case waits for real time
 	// to pass.
 	Now func() time.Time
 }
@@ -76,7 +77,7 @@ type suite struct {
 // routing of the case's rules.
 type fixture struct {
 	store   approval.Store
-	clock   *Clock
+	clock   *fakeclock.Clock
 	routing approval.Routing
 }
 
@@ -114,33 +115,9 @@ func (s suite) runRouted(t *testing.T, name string, r approval.Routing, fn func(
 	t.Helper()
 	t.Run(name, func(t *testing.T) {
 		t.Parallel()
-		clock := NewClock(start)
+		clock := fakeclock.New(start)
 		fn(t, &fixture{store: s.open(t, Options{Now: clock.Now}), clock: clock, routing: r})
 	})
-}
-
-// Clock is a fake clock for a store's Now field: it stands still until Advance moves it. It
-// is safe for concurrent use, so a race can move time while store methods read it.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewClock returns a clock that reads start until it is advanced.
-func NewClock(start time.Time) *Clock { return &Clock{now: start} }
-
-// Now returns the clock's current time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // TargetedAction is the action with a downstream target that cases use: approving an approval

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
-	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
 )
 
@@ -183,7 +183,7 @@ func TestSignInLinkPerAddress(t *testing.T) {
 // cookie: a page loaded once cannot be replayed for ever.
 func TestSignInFormExpires(t *testing.T) {
 	t.Parallel()
-	clock := storetest.NewClock(approval.Now())
+	clock := fakeclock.New(approval.Now())
 	f := setupRouted(t, testdb.SQLite, linkRouting, func(cfg *web.Config, base string) {
 		cfg.Now = clock.Now
 		cfg.Links = &web.LinksConfig{}

@@ -15,10 +15,10 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/postgres"
 	"github.com/approvald/approval/sqlite"
-	"github.com/approvald/approval/storetest"
 	"github.com/approvald/approval/web"
 )
 
@@ -93,7 +93,7 @@ func TestSession_EndsWithItsToken(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		for _, end := range []string{"revoke", "rotate", "expire"} {
 			t.Run(end, func(t *testing.T) {
-				clock := storetest.NewClock(time.Now())
+				clock := fakeclock.New(time.Now())
 				f := setup(t, kind, func(cfg *web.Config, _ string) { cfg.Now = clock.Now })
 				admin := f.token("root", approval.RoleAdmin)
 				secret, tok, err := (&approval.Service{Store: f.store}).CreateToken(context.Background(), tokenIssuer,

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/worker"
 )
 
@@ -27,7 +29,7 @@ var sources = map[string][]string{
 // inboxBackoff makes retry times exact: a one-second wait, no jitter.
 var inboxBackoff = worker.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}
 
-func newProcessor(s approval.Store, clk *clock) *worker.InboxProcessor {
+func newProcessor(s approval.Store, clk *fakeclock.Clock) *worker.InboxProcessor {
 	return &worker.InboxProcessor{Store: s, Rules: &approval.Service{Store: s}, Logger: discard, Sources: sources, Lease: lease,
 		Batch: 10, Backoff: inboxBackoff, MaxAttempts: 3, Now: clk.Now}
 }
@@ -133,7 +135,7 @@ func TestInbox_ExecutionResultsNewestFirst(t *testing.T) {
 		a := mustApprove(t, s, mustCreateApproval(t, s, clk, "deploy-1", time.Hour))
 		newer := mustRecordInbox(t, s, clk, "deployer", "msg_2", approval.TypeExecutionResult,
 			resultBody("deploy-1", approval.ExecutionSucceeded, 2, `{"build": 2}`))
-		clk.Add(time.Second) // claimed oldest first: the newer report is applied first
+		clk.Advance(time.Second) // claimed oldest first: the newer report is applied first
 		older := mustRecordInbox(t, s, clk, "deployer", "msg_1", approval.TypeExecutionResult,
 			resultBody("deploy-1", approval.ExecutionFailed, 1, `{"build": 1}`))
 
@@ -182,7 +184,7 @@ func TestInbox_KilledProcessorTakenOver(t *testing.T) {
 		}
 		p := newProcessor(s, clk)
 		mustProcess(t, p, 0) // the lease still holds
-		clk.Add(lease)
+		clk.Advance(lease)
 		mustProcess(t, p, 1)
 		mustProcess(t, p, 0)
 
@@ -230,7 +232,7 @@ func TestInbox_PoisonEventFails(t *testing.T) {
 					attempt, got.Status, got.NextAttemptAt, approval.InboxPending, wantAt)
 			}
 			mustProcess(t, p, 0) // not due yet
-			clk.Add(time.Second)
+			clk.Advance(time.Second)
 			mustProcess(t, p, 1)
 		}
 
@@ -239,7 +241,7 @@ func TestInbox_PoisonEventFails(t *testing.T) {
 			t.Errorf("poison event: got status %s, attempts %d, last error %q; want %s, %d, database unavailable",
 				got.Status, got.Attempts, got.LastError, approval.InboxFailed, p.MaxAttempts)
 		}
-		clk.Add(time.Hour)
+		clk.Advance(time.Hour)
 		mustProcess(t, p, 0) // failed is final until an operator retries it
 		if got := mustApproval(t, s, poisonTarget.ID); got.Status != approval.StatusPending {
 			t.Errorf("poison event's approval: got status %s, want %s", got.Status, approval.StatusPending)
@@ -407,7 +409,7 @@ func resultBody(key string, status approval.ExecutionStatus, version int, result
 		approval.TypeExecutionResult, key, status, version, result)
 }
 
-func mustRecordInbox(tb testing.TB, s approval.Store, clk *clock, source, eventID, typ, body string) *approval.InboxEvent {
+func mustRecordInbox(tb testing.TB, s approval.Store, clk *fakeclock.Clock, source, eventID, typ, body string) *approval.InboxEvent {
 	tb.Helper()
 	e := &approval.InboxEvent{ID: approval.NewID("inb"), Source: source, EventID: eventID, Type: typ,
 		Headers: map[string]string{"webhook-id": eventID}, Body: []byte(body), ReceivedAt: clk.Now()}
@@ -417,7 +419,7 @@ func mustRecordInbox(tb testing.TB, s approval.Store, clk *clock, source, eventI
 	return e
 }
 
-func mustRecordDuplicate(tb testing.TB, s approval.Store, clk *clock, source, eventID string) {
+func mustRecordDuplicate(tb testing.TB, s approval.Store, clk *fakeclock.Clock, source, eventID string) {
 	tb.Helper()
 	e := &approval.InboxEvent{ID: approval.NewID("inb"), Source: source, EventID: eventID, Type: approval.TypeApprovalDecision,
 		Headers: map[string]string{"webhook-id": eventID}, Body: []byte(`{}`), ReceivedAt: clk.Now()}
@@ -668,15 +670,9 @@ func TestInbox_BurstsAppliedOnSignals(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			deadline := time.After(15 * time.Second)
 			for _, e := range events {
-				for mustInboxEvent(t, s, e.ID).Status == approval.InboxPending {
-					select {
-					case <-deadline:
-						t.Fatalf("burst %d: event %s still pending after 15 s: no signal followed its commit", b, e.EventID)
-					case <-time.After(5 * time.Millisecond):
-					}
-				}
+				wait.Until(t, fmt.Sprintf("burst %d: event %s to leave pending (a signal to follow its commit)", b, e.EventID),
+					func() bool { return mustInboxEvent(t, s, e.ID).Status != approval.InboxPending })
 			}
 		}
 		cancel()

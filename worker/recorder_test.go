@@ -134,7 +134,7 @@ func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 			t.Errorf("got %d outcomes acknowledged, want 0", got)
 		}
 
-		env.clk.Add(lease)
+		env.clk.Advance(lease)
 		mustRun(t, env.runner(), executions)
 		for i, a := range approvals {
 			rec := env.want(t, a, approval.ExecutionSucceeded, 2)

@@ -15,7 +15,9 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/internal/downstream"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -39,7 +41,7 @@ func (k targetKind) String() string {
 // runnerEnv is one test's world: a store whose "deploy" action has a target, the reference
 // downstream on loopback, and a controllable clock shared by both and by the runners.
 type runnerEnv struct {
-	clk    *clock
+	clk    *fakeclock.Clock
 	s      approval.Store
 	ds     *downstream.Server
 	target worker.Target
@@ -183,12 +185,12 @@ func TestRunner_RetriesWithBackoff(t *testing.T) {
 		if rec := env.execution(t, a); !strings.Contains(rec.LastError, "503") {
 			t.Errorf("last error: got %q, want it to name the 503", rec.LastError)
 		}
-		env.clk.Add(time.Second - time.Millisecond)
+		env.clk.Advance(time.Second - time.Millisecond)
 		mustRun(t, r, 0) // not due yet
-		env.clk.Add(time.Millisecond)
+		env.clk.Advance(time.Millisecond)
 		mustRun(t, r, 1)
 		env.wantRetryIn(t, a, 2, 2*time.Second)
-		env.clk.Add(2 * time.Second)
+		env.clk.Advance(2 * time.Second)
 		mustRun(t, r, 1)
 
 		env.want(t, a, approval.ExecutionSucceeded, 3)
@@ -209,7 +211,7 @@ func TestRunner_HonoursRetryAfter(t *testing.T) {
 
 		mustRun(t, r, 1)
 		env.wantRetryIn(t, a, 1, 7*time.Second) // longer than the backoff's 1s
-		env.clk.Add(7 * time.Second)
+		env.clk.Advance(7 * time.Second)
 		mustRun(t, r, 1)
 		env.want(t, a, approval.ExecutionSucceeded, 2)
 		env.wantEffects(t, "deploy-1", 1, 2)
@@ -229,7 +231,7 @@ func TestRunner_RefusalFailsAtOnce(t *testing.T) {
 		if !strings.Contains(rec.LastError, "400") {
 			t.Errorf("last error: got %q, want it to name the 400", rec.LastError)
 		}
-		env.clk.Add(time.Hour)
+		env.clk.Advance(time.Hour)
 		mustRun(t, r, 0)
 		env.wantEffects(t, "deploy-1", 0, 1)
 	})
@@ -246,7 +248,7 @@ func TestRunner_MaxAttempts(t *testing.T) {
 
 		for range 3 {
 			mustRun(t, r, 1)
-			env.clk.Add(time.Hour)
+			env.clk.Advance(time.Hour)
 		}
 		mustRun(t, r, 0)
 		env.want(t, a, approval.ExecutionFailed, 3)
@@ -269,7 +271,7 @@ func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
 		r := env.runner()
 
 		mustRun(t, r, 1)
-		env.clk.Add(time.Hour)
+		env.clk.Advance(time.Hour)
 		mustRun(t, r, 1)
 		rec := env.want(t, a, approval.ExecutionFailed, 2)
 		if _, err := deployRules(env.s).RetryExecution(context.Background(), approval.Principal{Subject: "root", Role: approval.RoleAdmin}, rec.ID, approval.Cause{Kind: approval.CauseOperator, Operator: "root"}); err != nil {
@@ -281,7 +283,7 @@ func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
 		if reason := lastReason(t, env.s, a.ID); !strings.Contains(reason, "attempt 1 of 2") {
 			t.Errorf("reason: got %q, want it to say attempt 1 of 2", reason)
 		}
-		env.clk.Add(time.Second)
+		env.clk.Advance(time.Second)
 		mustRun(t, r, 1)
 		env.want(t, a, approval.ExecutionSucceeded, 4)
 		env.wantEffects(t, "deploy-1", 1, 4)
@@ -302,7 +304,7 @@ func TestRunner_DropAfterEffect(t *testing.T) {
 
 			mustRun(t, r, 1)
 			env.wantRetryIn(t, a, 1, time.Second) // sent again: the key makes that safe
-			env.clk.Add(time.Second)
+			env.clk.Advance(time.Second)
 			mustRun(t, r, 1)
 			env.want(t, a, approval.ExecutionSucceeded, 2)
 			env.wantEffects(t, "deploy-1", 1, 2)
@@ -327,7 +329,7 @@ func TestRunner_DropAfterEffect(t *testing.T) {
 			if !strings.Contains(rec.LastError, "may have arrived") {
 				t.Errorf("last error: got %q, want it to say the request may have arrived", rec.LastError)
 			}
-			env.clk.Add(time.Hour)
+			env.clk.Advance(time.Hour)
 			mustRun(t, r, 0) // needs_review waits for an operator
 		})
 
@@ -340,7 +342,7 @@ func TestRunner_DropAfterEffect(t *testing.T) {
 
 			mustRun(t, r, 1)
 			env.wantRetryIn(t, a, 1, time.Second) // to ask the lookup URL, not to resend
-			env.clk.Add(time.Second)
+			env.clk.Advance(time.Second)
 			mustRun(t, r, 1)
 			rec := env.want(t, a, approval.ExecutionSucceeded, 2)
 			env.wantEffects(t, "deploy-1", 1, 1)
@@ -387,7 +389,7 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 				}
 				r := env.runner()
 				mustRun(t, r, 0) // the dead runner's lease still holds
-				env.clk.Add(lease)
+				env.clk.Advance(lease)
 				mustRun(t, r, 1)
 
 				rec := env.want(t, a, tt.wantStatus, 2)
@@ -425,7 +427,7 @@ func TestRunner_StaleWorkerIsFenced(t *testing.T) {
 		}()
 		<-g.entered // attempt 1 is claimed and its call is held on the way out
 
-		env.clk.Add(lease)
+		env.clk.Advance(lease)
 		mustRun(t, env.runner(), 1) // attempt 2 takes over and succeeds
 		env.want(t, a, approval.ExecutionSucceeded, 2)
 
@@ -455,7 +457,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
-		env.clk.Add(lease)
+		env.clk.Advance(lease)
 
 		held := newAnswerGate(http.MethodGet)
 		logs := newRecorder()
@@ -468,7 +470,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 		}()
 		<-held.entered // attempt 2 has heard 404 from the lookup and stalls before its call
 
-		env.clk.Add(lease)          // its lease lapses unrenewed
+		env.clk.Advance(lease)      // its lease lapses unrenewed
 		mustRun(t, env.runner(), 1) // attempt 3: looks up, hears 404, sends
 		env.want(t, a, approval.ExecutionSucceeded, 3)
 		env.wantEffects(t, "deploy-1", 1, 1)
@@ -515,7 +517,7 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
 			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
 		}
-		env.clk.Add(lease)
+		env.clk.Advance(lease)
 		held := newAnswerGate(http.MethodGet)
 		r := runner()
 		r.Client = &http.Client{Transport: held}
@@ -525,7 +527,7 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 			done <- err
 		}()
 		<-held.entered
-		env.clk.Add(time.Hour - time.Minute)
+		env.clk.Advance(time.Hour - time.Minute)
 		close(held.open)
 		if err := <-done; err != nil {
 			t.Fatalf("run: %v", err)
@@ -781,23 +783,15 @@ func TestRunner_ClaimsAheadWhileCallsRun(t *testing.T) {
 			}
 			return leases
 		}
-		// waitFor polls until ok holds of the claims, and fails after 10 seconds.
+		// waitFor waits until ok holds of the claims.
 		waitFor := func(what string, ok func(map[string]time.Time) bool) {
 			t.Helper()
-			timeout := time.After(10 * time.Second)
-			poll := time.NewTicker(10 * time.Millisecond)
-			defer poll.Stop()
-			for {
-				leases := running()
-				if ok(leases) {
-					return
+			wait.For(t, what, func() error {
+				if leases := running(); !ok(leases) {
+					return fmt.Errorf("claims now %v", leases)
 				}
-				select {
-				case <-poll.C:
-				case <-timeout:
-					t.Fatalf("%s: never so; claims now %v", what, leases)
-				}
-			}
+				return nil
+			})
 		}
 		waitFor("a second execution claimed while the first call is held", func(l map[string]time.Time) bool { return len(l) == 2 })
 		for moved := time.Duration(0); moved < 2*hold; moved += step {
@@ -809,7 +803,7 @@ func TestRunner_ClaimsAheadWhileCallsRun(t *testing.T) {
 				}
 				return len(l) == 2
 			})
-			env.clk.Add(step)
+			env.clk.Advance(step)
 			mustRun(t, env.runner(), 0) // both leases hold: nothing to take over
 		}
 		if n := len(g.entered); n != 0 {
@@ -878,28 +872,21 @@ func TestRunner_LongCallKeepsItsLease(t *testing.T) {
 		// renewedPast waits until the store holds the lease past the fake clock's now plus d.
 		renewedPast := func(d time.Duration) {
 			t.Helper()
-			timeout := time.After(10 * time.Second)
-			poll := time.NewTicker(10 * time.Millisecond)
-			defer poll.Stop()
-			for {
+			wait.For(t, "the lease to be renewed", func() error {
 				rec := env.execution(t, a)
 				if rec.Status != approval.ExecutionRunning || rec.Attempts != 1 || rec.LeaseExpiresAt == nil {
 					t.Fatalf("execution: got status %s after %d attempts, lease until %v (last error %q); want running attempt 1 with a lease",
 						rec.Status, rec.Attempts, rec.LeaseExpiresAt, rec.LastError)
 				}
-				if rec.LeaseExpiresAt.Sub(env.clk.Now()) > d {
-					return
+				if rec.LeaseExpiresAt.Sub(env.clk.Now()) <= d {
+					return fmt.Errorf("lease until %v, want past %v", rec.LeaseExpiresAt, env.clk.Now().Add(d))
 				}
-				select {
-				case <-poll.C:
-				case <-timeout:
-					t.Fatalf("lease until %v was never renewed to outlast %v", rec.LeaseExpiresAt, env.clk.Now().Add(d))
-				}
-			}
+				return nil
+			})
 		}
 		for moved := time.Duration(0); moved < 4*hold; moved += step {
 			renewedPast(step)
-			env.clk.Add(step)
+			env.clk.Advance(step)
 			mustRun(t, env.runner(), 0) // the lease still holds: nothing to take over
 			if n := len(g.entered); n != 0 {
 				t.Fatalf("after %s: got %d more calls, want none", moved+step, n)
@@ -935,7 +922,7 @@ func TestRunner_Failpoints(t *testing.T) {
 				t.Errorf("last error: got %q, want the injected error", rec.LastError)
 			}
 			env.wantEffects(t, "deploy-1", 0, 0)
-			env.clk.Add(time.Second)
+			env.clk.Advance(time.Second)
 			mustRun(t, r, 1)
 			env.want(t, a, approval.ExecutionSucceeded, 2)
 			env.wantEffects(t, "deploy-1", 1, 1)
@@ -950,7 +937,7 @@ func TestRunner_Failpoints(t *testing.T) {
 
 			mustRun(t, r, 1) // sent, answer lost: uncertain, and the key allows a resend
 			env.wantRetryIn(t, a, 1, time.Second)
-			env.clk.Add(time.Second)
+			env.clk.Advance(time.Second)
 			mustRun(t, r, 1)
 			env.want(t, a, approval.ExecutionSucceeded, 2)
 			env.wantEffects(t, "deploy-1", 1, 2)
@@ -987,7 +974,7 @@ func TestRunner_AsyncTarget(t *testing.T) {
 		if reason := lastReason(t, env.s, a.ID); reason != "accepted by the target; waiting for its report" {
 			t.Errorf("reason: got %q, want the acceptance", reason)
 		}
-		env.clk.Add(time.Hour)
+		env.clk.Advance(time.Hour)
 		mustRun(t, r, 0) // no lease to expire: never claimed again
 
 		applied, _, err := deployRules(env.s).ReportExecution(context.Background(), approval.Principal{Subject: "deployer", Role: approval.RoleOperator}, approval.ExecutionReport{OperationKey: "deploy-1",
@@ -1292,7 +1279,7 @@ func TestRunner_RequestersShareAnOperationKey(t *testing.T) {
 				env.ds.DropAfterEffect(2)
 				r := env.runner()
 				mustRun(t, r, 2)
-				env.clk.Add(time.Second)
+				env.clk.Advance(time.Second)
 				mustRun(t, r, 2)
 
 				for _, a := range approvals {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/fakeclock"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/sqlite"
 	"github.com/approvald/approval/worker"
@@ -36,7 +37,7 @@ func TestSweeper_ExpiresDueApprovals(t *testing.T) {
 		}
 		later := mustCreateApproval(t, s, clk, "later", time.Hour)
 
-		clk.Add(time.Minute) // expires_at <= now is due
+		clk.Advance(time.Minute) // expires_at <= now is due
 		sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2}
 		if err := sw.Sweep(ctx); err != nil {
 			t.Fatalf("sweep: %v", err)
@@ -83,7 +84,7 @@ func TestSweeper_ConcurrentSweepsExpireOnce(t *testing.T) {
 		for i := range 20 {
 			due = append(due, mustCreateApproval(t, s, clk, fmt.Sprintf("race-%d", i), time.Minute))
 		}
-		clk.Add(time.Hour)
+		clk.Advance(time.Hour)
 
 		const sweepers = 8
 		start := make(chan struct{})
@@ -122,7 +123,7 @@ func TestSweeper_Run(t *testing.T) {
 		clk := newClock()
 		s := testdb.Open(t, kind, clk.Now)
 		a := mustCreateApproval(t, s, clk, "run", time.Minute)
-		clk.Add(time.Minute)
+		clk.Advance(time.Minute)
 
 		logs := newRecorder()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -234,31 +235,14 @@ func (r *recorder) wait(tb testing.TB, msg string) {
 	}
 }
 
-// clock is a controllable time source for the stores.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock {
-	return &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newClock returns a fake clock at a fixed start, for the stores and the workers.
+func newClock() *fakeclock.Clock {
+	return fakeclock.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 const requester = "ci-bot"
 
-func newApproval(clk *clock, key string, expiresIn time.Duration) *approval.Approval {
+func newApproval(clk *fakeclock.Clock, key string, expiresIn time.Duration) *approval.Approval {
 	now := clk.Now()
 	return &approval.Approval{
 		ID:                approval.NewID("apr"),
@@ -278,7 +262,7 @@ func newApproval(clk *clock, key string, expiresIn time.Duration) *approval.Appr
 }
 
 // mustCreateApproval creates a pending approval the way the API does.
-func mustCreateApproval(tb testing.TB, s approval.Store, clk *clock, key string, expiresIn time.Duration) *approval.Approval {
+func mustCreateApproval(tb testing.TB, s approval.Store, clk *fakeclock.Clock, key string, expiresIn time.Duration) *approval.Approval {
 	tb.Helper()
 	a := newApproval(clk, key, expiresIn)
 	if h, err := s.InsertApproval(context.Background(), a, approval.HTTPCause("req-"+key), nil); err != nil || h != nil {
@@ -345,7 +329,7 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 		pending := record("msg_pending")
 
 		sw := &worker.Sweeper{Rules: &approval.Service{Store: s}, Logger: discard, Batch: 2, InboxIDs: keepIDs, InboxBodies: keepBodies}
-		clk.Add(keepBodies + time.Second)
+		clk.Advance(keepBodies + time.Second)
 		if err := sw.Sweep(ctx); err != nil {
 			t.Fatalf("sweep: %v", err)
 		}
@@ -364,7 +348,7 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 			t.Errorf("redelivery after the body retention: got duplicate %t, %v; want duplicate", dup, err)
 		}
 
-		clk.Add(keepIDs)
+		clk.Advance(keepIDs)
 		if err := sw.Sweep(ctx); err != nil {
 			t.Fatalf("sweep: %v", err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 )
 
@@ -337,9 +338,9 @@ type outboxAttemptView struct {
 // them. A failed message fails the test at once.
 func waitOutboxSent(t *testing.T, srv *server, token, kind string, want int) []outboxView {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		msgs := listOutbox(t, srv, token, kind)
+	var msgs []outboxView
+	wait.For(t, "the outbox's "+kind+" messages to be sent", func() error {
+		msgs = listOutbox(t, srv, token, kind)
 		sent := 0
 		for _, m := range msgs {
 			switch m.Status {
@@ -352,14 +353,12 @@ func waitOutboxSent(t *testing.T, srv *server, token, kind string, want int) []o
 		if len(msgs) > want {
 			t.Fatalf("got %d %s messages in the outbox, want %d", len(msgs), kind, want)
 		}
-		if sent == want {
-			return msgs
+		if sent != want {
+			return fmt.Errorf("%d of %d %s messages sent: %+v\nstderr:\n%s", sent, want, kind, msgs, srv.stderr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d %s messages sent after %s: %+v\nstderr:\n%s", sent, want, kind, waitTimeout, msgs, srv.stderr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return msgs
 }
 
 // listOutbox returns every outbox message of kind, following the pages.

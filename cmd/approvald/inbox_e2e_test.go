@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 )
 
@@ -181,24 +182,18 @@ type executionView struct {
 	Result    json.RawMessage `json:"result"`
 }
 
-// waitTimeout bounds a wait for the workers to reach a state; a passing test waits only as
-// long as the work takes.
-const waitTimeout = 30 * time.Second
-
-// waitApproval reads the approval until done accepts it, and returns it; it fails the test at
-// waitTimeout. It polls: the workers' progress is not announced to a client.
+// waitApproval reads the approval until done accepts it, and returns it. It polls (wait.For):
+// the workers' progress is not announced to a client.
 func waitApproval(t *testing.T, srv *server, token, id string, done func(approvalView) bool) approvalView {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		var a approvalView
+	var a approvalView
+	wait.For(t, "approval "+id, func() error {
+		a = approvalView{}
 		srv.do(t, "GET", "/v1/approvals/"+id, token, "", "").decode(t, &a)
-		if done(a) {
-			return a
+		if !done(a) {
+			return fmt.Errorf("still %+v (execution %+v)\nstderr:\n%s", a, a.Execution, srv.stderr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("approval %s: still %+v (execution %+v) after %s\nstderr:\n%s", id, a, a.Execution, waitTimeout, srv.stderr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return a
 }

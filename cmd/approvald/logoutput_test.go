@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -60,62 +61,68 @@ func messages(t *testing.T, p []byte) []string {
 // comes.
 func TestLogOutput(t *testing.T) {
 	t.Parallel()
-	w := make(writes, 100)
-	tick := make(chan time.Time)
-	out := newLogOutput(w, tick)
-	log := newBufferedLogger(out).With("component", "test") // WithAttrs keeps the flushing
+	// Under synctest: the output's ticker runs on the bubble's clock, so the test moves time
+	// to the tick with time.Sleep, and synctest.Wait tells when the flusher has done its part.
+	synctest.Test(t, func(t *testing.T) {
+		w := make(writes, 100)
+		out := startLogOutput(w, time.Second)
+		log := newBufferedLogger(out).With("component", "test") // WithAttrs keeps the flushing
 
-	log.Info("one")
-	log.Debug("hidden") // below the JSON handler's level: nothing
-	log.Info("two")
-	w.none(t, "two info lines")
-	tick <- time.Time{}
-	if got := messages(t, w.next(t)); strings.Join(got, ",") != "one,two" {
-		t.Errorf("the tick wrote %q, want one,two in one write", got)
-	}
-
-	log.Info("three")
-	log.WithGroup("g").Warn("careful", "k", 1)
-	if got := messages(t, w.next(t)); strings.Join(got, ",") != "three,careful" {
-		t.Errorf("the warning wrote %q, want three,careful in one write", got)
-	}
-	log.Info("four")
-	log.Error("broken")
-	if got := messages(t, w.next(t)); strings.Join(got, ",") != "four,broken" {
-		t.Errorf("the error wrote %q, want four,broken in one write", got)
-	}
-
-	// A full buffer is written without waiting for the tick.
-	long := strings.Repeat("x", 1000)
-	n := 0
-	for len(w) == 0 {
-		log.Info("filler", "text", long)
-		n++
-		if n > 2*logBufferSize/len(long) {
-			t.Fatalf("%d lines of %d bytes held and no write", n, len(long))
+		log.Info("one")
+		log.Debug("hidden") // below the JSON handler's level: nothing
+		log.Info("two")
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		w.none(t, "two info lines before the tick")
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := messages(t, w.next(t)); strings.Join(got, ",") != "one,two" {
+			t.Errorf("the tick wrote %q, want one,two in one write", got)
 		}
-	}
-	if p := w.next(t); len(p) < logBufferSize || len(p) > logBufferSize+2*len(long) {
-		t.Errorf("a full buffer wrote %d bytes, want about %d", len(p), logBufferSize)
-	}
-	if n < logBufferSize/(len(long)+100) {
-		t.Errorf("the buffer was written after %d lines, want about %d", n, logBufferSize/len(long))
-	}
 
-	log.Info("held at close")
-	if err := out.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-	if got := messages(t, w.next(t)); strings.Join(got, ",") != "held at close" {
-		t.Errorf("close wrote %q, want the line held", got)
-	}
-	log.Info("after close")
-	if got := messages(t, w.next(t)); strings.Join(got, ",") != "after close" {
-		t.Errorf("after close: got %q, want the line at once", got)
-	}
-	if err := out.Close(); err != nil {
-		t.Errorf("second close: %v", err)
-	}
+		log.Info("three")
+		log.WithGroup("g").Warn("careful", "k", 1)
+		if got := messages(t, w.next(t)); strings.Join(got, ",") != "three,careful" {
+			t.Errorf("the warning wrote %q, want three,careful in one write", got)
+		}
+		log.Info("four")
+		log.Error("broken")
+		if got := messages(t, w.next(t)); strings.Join(got, ",") != "four,broken" {
+			t.Errorf("the error wrote %q, want four,broken in one write", got)
+		}
+
+		// A full buffer is written without waiting for the tick.
+		long := strings.Repeat("x", 1000)
+		n := 0
+		for len(w) == 0 {
+			log.Info("filler", "text", long)
+			n++
+			if n > 2*logBufferSize/len(long) {
+				t.Fatalf("%d lines of %d bytes held and no write", n, len(long))
+			}
+		}
+		if p := w.next(t); len(p) < logBufferSize || len(p) > logBufferSize+2*len(long) {
+			t.Errorf("a full buffer wrote %d bytes, want about %d", len(p), logBufferSize)
+		}
+		if n < logBufferSize/(len(long)+100) {
+			t.Errorf("the buffer was written after %d lines, want about %d", n, logBufferSize/len(long))
+		}
+
+		log.Info("held at close")
+		if err := out.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		if got := messages(t, w.next(t)); strings.Join(got, ",") != "held at close" {
+			t.Errorf("close wrote %q, want the line held", got)
+		}
+		log.Info("after close")
+		if got := messages(t, w.next(t)); strings.Join(got, ",") != "after close" {
+			t.Errorf("after close: got %q, want the line at once", got)
+		}
+		if err := out.Close(); err != nil {
+			t.Errorf("second close: %v", err)
+		}
+	})
 }
 
 // TestLogOutput_Concurrent: many goroutines logging while ticks, warnings and a full buffer

@@ -18,6 +18,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/downstream"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/internal/wait"
 )
 
 // replicaConfig is the configuration of the replica tests: one action against url.
@@ -84,17 +85,12 @@ func TestReplicas_OneEffectEach(t *testing.T) {
 		t.FailNow()
 	}
 
-	deadline := time.Now().Add(2 * waitTimeout)
-	for {
-		done := listExecutions(t, replicas[0], operator, "succeeded")
-		if len(done) == approvals {
-			break
+	wait.For(t, "every execution to succeed", func() error {
+		if done := listExecutions(t, replicas[0], operator, "succeeded"); len(done) != approvals {
+			return fmt.Errorf("got %d of %d executions succeeded; the downstream saw %d effects", len(done), approvals, ds.TotalEffects())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d executions succeeded after %s; the downstream saw %d effects", len(done), approvals, 2*waitTimeout, ds.TotalEffects())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	for i := range approvals {
 		if n := ds.Effects(approval.DownstreamKey("billing", fmt.Sprintf("payout-%d", i))); n != 1 {
 			t.Errorf("payout-%d: got %d effects, want 1", i, n)
@@ -133,7 +129,7 @@ func TestPausedWorker_Fenced(t *testing.T) {
 		var a approvalView
 		created.decode(t, &a)
 		paused.do(t, "POST", "/v1/approvals/"+a.ID+"/approve", alice, "", "{}").wantStatus(t, http.StatusOK)
-		waitFor(t, "the first replica's call to reach the downstream", func() bool { return ds.Waiting() == 1 })
+		wait.Until(t, "the first replica's call to reach the downstream", func() bool { return ds.Waiting() == 1 })
 		resumed := false
 		defer func() {
 			if !resumed { // a stopped process ignores the SIGKILL of the cleanup until continued
@@ -180,13 +176,13 @@ func TestPausedWorker_Fenced(t *testing.T) {
 		// record it (FinishAttempt, refused) before its overdue lease renewal (also refused) gets
 		// a word in. Either write is fenced by the attempt number; which one comes first is up to
 		// the scheduler, so both are accepted.
-		waitFor(t, "the downstream to answer the paused call", func() bool { return ds.Waiting() == 0 })
+		wait.Until(t, "the downstream to answer the paused call", func() bool { return ds.Waiting() == 0 })
 		if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatalf("SIGCONT: %v", err)
 		}
 		resumed = true
 		// The paused runner finds out on its next write, renewal or outcome, and logs it.
-		waitFor(t, "the resumed replica to find its claim lost", func() bool {
+		wait.Until(t, "the resumed replica to find its claim lost", func() bool {
 			return lostClaim.MatchString(paused.stderr.String())
 		})
 		t.Logf("the resumed replica logged %s", lostClaim.FindString(paused.stderr.String()))
@@ -257,15 +253,3 @@ func sqliteWriteLocked(t *testing.T, dsn string) bool {
 // lostClaim matches the runner's log line when a write of its attempt finds that a newer
 // attempt owns the execution: at a lease renewal or when recording the outcome.
 var lostClaim = regexp.MustCompile(`"msg":"(execution claim lost; abandoning the attempt|attempt outcome not recorded: a newer attempt owns the execution)"`)
-
-// waitFor polls cond until it holds, failing the test at waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", waitTimeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

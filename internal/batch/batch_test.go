@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/approvald/approval/internal/batch"
@@ -59,66 +59,71 @@ func TestLoneCallRunsAtOnce(t *testing.T) {
 // many calls behind it, and checks that they are run in batches of at most max, each call
 // once, with its own answer.
 func TestCallsQueuedBehindABatchShareTheNext(t *testing.T) {
-	const calls, max = 50, 16
-	d := &double{hold: make(chan struct{}), started: make(chan struct{})}
-	b := batch.New(1, max, d.run)
+	// Under synctest: every goroutine of the test blocks on the batcher's channels, so
+	// synctest.Wait tells when all calls are queued.
+	synctest.Test(t, func(t *testing.T) {
+		const calls, max = 50, 16
+		d := &double{hold: make(chan struct{}), started: make(chan struct{})}
+		b := batch.New(1, max, d.run)
 
-	results := make([]int, calls+1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // the first call takes the slot and blocks in its batch
-		defer wg.Done()
-		results[0], _ = b.Do(0)
-	}()
-	<-d.started
-
-	var queued sync.WaitGroup
-	for i := 1; i <= calls; i++ {
+		results := make([]int, calls+1)
+		var wg sync.WaitGroup
 		wg.Add(1)
-		queued.Add(1)
-		go func() {
+		go func() { // the first call takes the slot and blocks in its batch
 			defer wg.Done()
-			queued.Done()
-			res, err := b.Do(i)
-			if err != nil {
-				t.Errorf("Do(%d): %v", i, err)
-			}
-			results[i] = res
+			results[0], _ = b.Do(0)
 		}()
-	}
-	queued.Wait()
-	// Every goroutine has started; let each reach the queue. They cannot run (the slot is
-	// held), so waiting for the queue to fill is waiting on the batcher, not on the clock.
-	for batch.Queued(b) < calls {
-		runtime.Gosched()
-	}
-	close(d.hold)
-	wg.Wait()
+		<-d.started
 
-	for i, r := range results {
-		if r != 2*i {
-			t.Errorf("result of %d = %d; want %d", i, r, 2*i)
+		var queued sync.WaitGroup
+		for i := 1; i <= calls; i++ {
+			wg.Add(1)
+			queued.Add(1)
+			go func() {
+				defer wg.Done()
+				queued.Done()
+				res, err := b.Do(i)
+				if err != nil {
+					t.Errorf("Do(%d): %v", i, err)
+				}
+				results[i] = res
+			}()
 		}
-	}
-	seen := map[int]bool{}
-	for _, batch := range d.batches {
-		if len(batch) > max {
-			t.Errorf("a batch of %d; max is %d", len(batch), max)
+		queued.Wait()
+		// Every goroutine has started; once all are blocked, each is in the queue: they cannot
+		// run (the slot is held).
+		synctest.Wait()
+		if got := batch.Queued(b); got != calls {
+			t.Fatalf("calls queued behind the held batch: got %d, want %d", got, calls)
 		}
-		for _, r := range batch {
-			if seen[r] {
-				t.Errorf("call %d ran twice", r)
+		close(d.hold)
+		wg.Wait()
+
+		for i, r := range results {
+			if r != 2*i {
+				t.Errorf("result of %d = %d; want %d", i, r, 2*i)
 			}
-			seen[r] = true
 		}
-	}
-	if len(seen) != calls+1 {
-		t.Errorf("%d calls ran; want %d", len(seen), calls+1)
-	}
-	// 1 (the first) + 50 queued in batches of at most 16: 1 + 4 batches.
-	if len(d.batches) != 5 {
-		t.Errorf("batches = %d (%v); want 5: the queued calls share batches", len(d.batches), d.batches)
-	}
+		seen := map[int]bool{}
+		for _, batch := range d.batches {
+			if len(batch) > max {
+				t.Errorf("a batch of %d; max is %d", len(batch), max)
+			}
+			for _, r := range batch {
+				if seen[r] {
+					t.Errorf("call %d ran twice", r)
+				}
+				seen[r] = true
+			}
+		}
+		if len(seen) != calls+1 {
+			t.Errorf("%d calls ran; want %d", len(seen), calls+1)
+		}
+		// 1 (the first) + 50 queued in batches of at most 16: 1 + 4 batches.
+		if len(d.batches) != 5 {
+			t.Errorf("batches = %d (%v); want 5: the queued calls share batches", len(d.batches), d.batches)
+		}
+	})
 }
 
 func TestPanicFailsTheBatchNotTheProcess(t *testing.T) {

@@ -6,13 +6,14 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/approvald/approval/internal/downstream"
+	"github.com/approvald/approval/internal/fakeclock"
+	"github.com/approvald/approval/internal/wait"
 	"github.com/approvald/approval/webhook"
 )
 
@@ -150,12 +151,12 @@ func TestDelayAbandoned(t *testing.T) {
 		_, err := post(ctx, s, "op-a", nil)
 		done <- err
 	}()
-	waitFor(t, "the request to be held", func() bool { return s.Waiting() == 1 })
+	wait.Until(t, "the request to be held", func() bool { return s.Waiting() == 1 })
 	cancel()
 	if err := <-done; err == nil {
 		t.Error("cancelled request: got an answer, want an error")
 	}
-	waitFor(t, "the held answer to be abandoned", func() bool { return s.Waiting() == 0 })
+	wait.Until(t, "the held answer to be abandoned", func() bool { return s.Waiting() == 0 })
 	assertCounts(t, s, map[string]int{"op-a": 1})
 
 	// A delay changed at run time applies to the next request.
@@ -174,7 +175,7 @@ func TestCloseWhileDelayed(t *testing.T) {
 		_, err := post(context.Background(), s, "op-a", nil)
 		done <- err
 	}()
-	waitFor(t, "the request to be held", func() bool { return s.Waiting() == 1 })
+	wait.Until(t, "the request to be held", func() bool { return s.Waiting() == 1 })
 	s.Close()
 	if err := <-done; err == nil {
 		t.Error("request held across Close: got an answer, want an error")
@@ -188,13 +189,8 @@ func TestSignature(t *testing.T) {
 	other := "whsec_" + base64.StdEncoding.EncodeToString([]byte("some-other-secret-of-32-bytes!!!"))
 	signedAt := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-	var mu sync.Mutex
-	now := signedAt.Add(time.Minute)
-	s := MustNew(t, downstream.Options{HonourKeys: true, Secrets: []string{secret}, Now: func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}})
+	clock := fakeclock.New(signedAt.Add(time.Minute))
+	s := MustNew(t, downstream.Options{HonourKeys: true, Secrets: []string{secret}, Now: clock.Now})
 
 	body := []byte(`{"approval":{"id":"a1"}}`)
 	sign := func(secret string) http.Header {
@@ -225,9 +221,7 @@ func TestSignature(t *testing.T) {
 	assertCounts(t, s, map[string]int{"op-a": 1})
 
 	// Outside the timestamp window by the server's clock.
-	mu.Lock()
-	now = signedAt.Add(10 * time.Minute)
-	mu.Unlock()
+	clock.Set(signedAt.Add(10 * time.Minute))
 	resp, err := postHeader(t.Context(), s, "op-b", body, sign(secret))
 	if err != nil {
 		t.Fatal(err)
@@ -382,18 +376,5 @@ func assertCounts(tb testing.TB, s *downstream.Server, want map[string]int) {
 	slices.Sort(keys)
 	if got := s.Keys(); !slices.Equal(got, keys) {
 		tb.Errorf("Keys: got %q, want %q", got, keys)
-	}
-}
-
-// waitFor yields until cond holds. The condition is bound to become true; the deadline only
-// turns a bug into a failure instead of a hung test.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
 	}
 }
