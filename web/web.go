@@ -189,12 +189,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the handler the binary serves: the pages under /ui/ and api for
-// everything else.
+// Handler returns the handler the binary serves: the pages under /ui/, the root URL and
+// /favicon.ico, and api for everything else.
 func (s *Server) Handler(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, s)
 	mux.Handle("GET /ui", http.RedirectHandler(Prefix, http.StatusSeeOther))
+	mux.Handle("GET /{$}", s)
+	mux.Handle("GET /favicon.ico", s)
 	mux.Handle("/", api)
 	return mux
 }
@@ -228,6 +230,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ui/signin/oidc/callback", s.handleOIDCCallback)
 	m.HandleFunc("POST /ui/signout", s.authed(s.handleSignOut))
 	m.Handle("GET /ui/static/", s.staticHandler())
+	m.HandleFunc("GET /{$}", s.handleRoot)
+	m.HandleFunc("GET /favicon.ico", s.handleFavicon)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "no page at %s %s", r.Method, r.URL.Path))
 	})
@@ -272,6 +276,41 @@ func (s *Server) staticHandler() http.Handler {
 		w.Header().Set("Cache-Control", "public, max-age=86400")
 		s.static.ServeHTTP(w, r)
 	})
+}
+
+// handleRoot answers the root URL, the first address a user tries: a browser goes to the
+// pages, any other client is told where the API and its OpenAPI document are.
+func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Vary", "Accept")
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(rootAnswer)
+}
+
+// rootAnswer is the root URL's answer to a client that is not a browser (docs/http-api.md,
+// "The root URL").
+var rootAnswer = map[string]string{
+	"api":     "/v1/",
+	"openapi": "/v1/openapi.json",
+	"pages":   Prefix,
+	"health":  "/healthz",
+}
+
+// handleFavicon serves the pages' icon where browsers look for it unasked.
+func (s *Server) handleFavicon(w http.ResponseWriter, r *http.Request) {
+	b, err := staticFS.ReadFile("static/favicon.svg")
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("favicon: %w", err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "image/svg+xml")
+	h.Set("Cache-Control", "public, max-age=86400")
+	w.Write(b)
 }
 
 // fail answers err: an HTML page for a browser, problem+json for anyone else, with the
