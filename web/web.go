@@ -194,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, s)
-	mux.Handle("GET /ui", http.RedirectHandler(Prefix, http.StatusSeeOther))
+	mux.Handle("GET /ui", s)
 	mux.Handle("GET /{$}", s)
 	mux.Handle("GET /favicon.ico", s)
 	mux.Handle("/", api)
@@ -230,6 +230,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ui/signin/oidc/callback", s.handleOIDCCallback)
 	m.HandleFunc("POST /ui/signout", s.authed(s.handleSignOut))
 	m.Handle("GET /ui/static/", s.staticHandler())
+	m.Handle("GET /ui", http.RedirectHandler(Prefix, http.StatusSeeOther))
 	m.HandleFunc("GET /{$}", s.handleRoot)
 	m.HandleFunc("GET /favicon.ico", s.handleFavicon)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
@@ -242,31 +243,106 @@ func (s *Server) routes() {
 const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 
-// ServeHTTP sets the security headers on every answer, refuses cross-origin posts, and runs
-// the matching page.
+// ServeHTTP sets the security headers on every answer, refuses cross-origin posts, runs the
+// matching page, and writes one access log line per request, as the API does (docs/web.md,
+// "Logs").
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now() // the wall clock, not s.now: durations are real even when tests move time
 	h := w.Header()
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
-	id := approval.NewID("req")
-	h.Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	info := &pageRequest{id: approval.NewID("req")}
+	h.Set("X-Request-Id", info.id)
+	r = r.WithContext(context.WithValue(r.Context(), pageRequestKey{}, info))
 	if r.Method == http.MethodPost {
 		// Every form is read within its limit, by readForm or by whatever else reads it.
 		limit, _ := formLimit(r.URL.Path)
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
-	s.cop.Handler(s.mux).ServeHTTP(w, r)
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { s.logRequest(r, info, sw.statusCode(), time.Since(start)) }()
+	s.cop.Handler(s.mux).ServeHTTP(sw, r)
 }
 
-type requestIDKey struct{}
+// pageRequest is what the server learns about a page request as it is handled: its id, for
+// the audit trail, error pages and the log, and the session's subject once it is known.
+type pageRequest struct {
+	id      string
+	subject string
+}
+
+type pageRequestKey struct{}
+
+// requestOf returns r's pageRequest, set by ServeHTTP; a handler reached some other way gets
+// a fresh one.
+func requestOf(r *http.Request) *pageRequest {
+	if info, ok := r.Context().Value(pageRequestKey{}).(*pageRequest); ok {
+		return info
+	}
+	return &pageRequest{}
+}
+
+// requestID is the id of the request r.
+func requestID(r *http.Request) string { return requestOf(r).id }
+
+// logRequest writes the access log line of a page request with the API's fields. It names
+// the route by its pattern and the path, never the query (a sign-in link's token rides
+// there), the headers (cookies) or the form.
+func (s *Server) logRequest(r *http.Request, info *pageRequest, status int, d time.Duration) {
+	route := r.Pattern
+	if _, path, ok := strings.Cut(route, " "); ok {
+		route = path
+	}
+	if route == "" || route == Prefix {
+		route = "unmatched" // the catch-all 404 of routes
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		slog.String("request_id", info.id),
+		slog.String("method", r.Method),
+		slog.String("route", route),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.Duration("duration", d),
+		slog.String("subject", info.subject),
+	)
+}
+
+// statusWriter records the status code a page wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusCode is the status the client got: 200 when the page wrote nothing.
+func (w *statusWriter) statusCode() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
 
 // cause is the audit trail's cause of a change made by r: an HTTP request, by its id.
 func cause(r *http.Request) approval.Cause {
-	id, _ := r.Context().Value(requestIDKey{}).(string)
-	return approval.HTTPCause(id)
+	return approval.HTTPCause(requestID(r))
 }
 
 // staticHandler serves the embedded assets. Their names do not change with their content, so
@@ -322,7 +398,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code, status = approval.EINTERNAL, http.StatusInternalServerError
 	}
 	detail := approval.ErrorMessage(err)
-	id, _ := r.Context().Value(requestIDKey{}).(string)
+	id := requestID(r)
 	if e := approval.AsError(err); e != nil && e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
 	}
