@@ -10,8 +10,8 @@ import (
 	"github.com/approvald/approval/internal/testdb"
 )
 
-// rawGet sends GET path to the fixture's server with accept and without following a
-// redirect.
+// rawGet sends one request without a body or a cookie to the fixture's server, with the
+// given Accept, and does not follow a redirect.
 func (f *fixture) rawGet(method, path, accept string) (*http.Response, string) {
 	f.tb.Helper()
 	req, _ := http.NewRequest(method, f.srv.URL+path, nil)

@@ -233,7 +233,9 @@ const requestUsage = `Usage: approvald request --key KEY --action ACTION --title
 
 Asks for an approval under the operation KEY, or finds the one an earlier run asked for, and
 with --wait waits for the decision. The approval is printed as JSON on stdout; progress and
-the approval page's link go to stderr. The token comes from APPROVALD_TOKEN.
+the approval page's link go to stderr. The token comes from APPROVALD_TOKEN. A run under a
+key an earlier run used says at once where that approval stands; while the server cannot be
+reached it says so on stderr, with since when, and retries.
 
 Exit codes: 0 approved, 1 rejected, 2 expired or cancelled, 3 still pending when the wait
 ended (or without --wait), 4 usage or server error.
