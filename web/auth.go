@@ -138,6 +138,7 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *session)) ht
 			s.fail(w, r, err)
 			return
 		}
+		requestOf(r).subject = sess.Subject
 		h(w, r, sess)
 	}
 }

@@ -189,12 +189,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the handler the binary serves: the pages under /ui/ and api for
-// everything else.
+// Handler returns the handler the binary serves: the pages under /ui/, the root URL and
+// /favicon.ico, and api for everything else.
 func (s *Server) Handler(api http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(Prefix, s)
-	mux.Handle("GET /ui", http.RedirectHandler(Prefix, http.StatusSeeOther))
+	mux.Handle("GET /ui", s)
+	mux.Handle("GET /{$}", s)
+	mux.Handle("GET /favicon.ico", s)
 	mux.Handle("/", api)
 	return mux
 }
@@ -228,6 +230,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ui/signin/oidc/callback", s.handleOIDCCallback)
 	m.HandleFunc("POST /ui/signout", s.authed(s.handleSignOut))
 	m.Handle("GET /ui/static/", s.staticHandler())
+	m.Handle("GET /ui", http.RedirectHandler(Prefix, http.StatusSeeOther))
+	m.HandleFunc("GET /{$}", s.handleRoot)
+	m.HandleFunc("GET /favicon.ico", s.handleFavicon)
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "no page at %s %s", r.Method, r.URL.Path))
 	})
@@ -238,31 +243,106 @@ func (s *Server) routes() {
 const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 
-// ServeHTTP sets the security headers on every answer, refuses cross-origin posts, and runs
-// the matching page.
+// ServeHTTP sets the security headers on every answer, refuses cross-origin posts, runs the
+// matching page, and writes one access log line per request, as the API does (docs/web.md,
+// "Logs").
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now() // the wall clock, not s.now: durations are real even when tests move time
 	h := w.Header()
 	h.Set("Content-Security-Policy", contentSecurityPolicy)
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
-	id := approval.NewID("req")
-	h.Set("X-Request-Id", id)
-	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	info := &pageRequest{id: approval.NewID("req")}
+	h.Set("X-Request-Id", info.id)
+	r = r.WithContext(context.WithValue(r.Context(), pageRequestKey{}, info))
 	if r.Method == http.MethodPost {
 		// Every form is read within its limit, by readForm or by whatever else reads it.
 		limit, _ := formLimit(r.URL.Path)
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
-	s.cop.Handler(s.mux).ServeHTTP(w, r)
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { s.logRequest(r, info, sw.statusCode(), time.Since(start)) }()
+	s.cop.Handler(s.mux).ServeHTTP(sw, r)
 }
 
-type requestIDKey struct{}
+// pageRequest is what the server learns about a page request as it is handled: its id, for
+// the audit trail, error pages and the log, and the session's subject once it is known.
+type pageRequest struct {
+	id      string
+	subject string
+}
+
+type pageRequestKey struct{}
+
+// requestOf returns r's pageRequest, set by ServeHTTP; a handler reached some other way gets
+// a fresh one.
+func requestOf(r *http.Request) *pageRequest {
+	if info, ok := r.Context().Value(pageRequestKey{}).(*pageRequest); ok {
+		return info
+	}
+	return &pageRequest{}
+}
+
+// requestID is the id of the request r.
+func requestID(r *http.Request) string { return requestOf(r).id }
+
+// logRequest writes the access log line of a page request with the API's fields. It names
+// the route by its pattern and the path, never the query (a sign-in link's token rides
+// there), the headers (cookies) or the form.
+func (s *Server) logRequest(r *http.Request, info *pageRequest, status int, d time.Duration) {
+	route := r.Pattern
+	if _, path, ok := strings.Cut(route, " "); ok {
+		route = path
+	}
+	if route == "" || route == Prefix {
+		route = "unmatched" // the catch-all 404 of routes
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+		slog.String("request_id", info.id),
+		slog.String("method", r.Method),
+		slog.String("route", route),
+		slog.String("path", r.URL.Path),
+		slog.Int("status", status),
+		slog.Duration("duration", d),
+		slog.String("subject", info.subject),
+	)
+}
+
+// statusWriter records the status code a page wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusCode is the status the client got: 200 when the page wrote nothing.
+func (w *statusWriter) statusCode() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
 
 // cause is the audit trail's cause of a change made by r: an HTTP request, by its id.
 func cause(r *http.Request) approval.Cause {
-	id, _ := r.Context().Value(requestIDKey{}).(string)
-	return approval.HTTPCause(id)
+	return approval.HTTPCause(requestID(r))
 }
 
 // staticHandler serves the embedded assets. Their names do not change with their content, so
@@ -274,6 +354,41 @@ func (s *Server) staticHandler() http.Handler {
 	})
 }
 
+// handleRoot answers the root URL, the first address a user tries: a browser goes to the
+// pages, any other client is told where the API and its OpenAPI document are.
+func (s *Server) handleRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Vary", "Accept")
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(rootAnswer)
+}
+
+// rootAnswer is the root URL's answer to a client that is not a browser (docs/http-api.md,
+// "The root URL").
+var rootAnswer = map[string]string{
+	"api":     "/v1/",
+	"openapi": "/v1/openapi.json",
+	"pages":   Prefix,
+	"health":  "/healthz",
+}
+
+// handleFavicon serves the pages' icon where browsers look for it unasked.
+func (s *Server) handleFavicon(w http.ResponseWriter, r *http.Request) {
+	b, err := staticFS.ReadFile("static/favicon.svg")
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("favicon: %w", err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "image/svg+xml")
+	h.Set("Cache-Control", "public, max-age=86400")
+	w.Write(b)
+}
+
 // fail answers err: an HTML page for a browser, problem+json for anyone else, with the
 // status of the error's code. Internal details are logged, never shown.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -283,7 +398,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code, status = approval.EINTERNAL, http.StatusInternalServerError
 	}
 	detail := approval.ErrorMessage(err)
-	id, _ := r.Context().Value(requestIDKey{}).(string)
+	id := requestID(r)
 	if e := approval.AsError(err); e != nil && e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
 	}

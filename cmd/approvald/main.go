@@ -153,6 +153,11 @@ func (m *Main) exit(name string, err error, code int) int {
 // printError writes err as one line, whatever new lines joined errors carry.
 func (m *Main) printError(name string, err error) {
 	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	// The client's errors name approvald, as they must in a caller's logs; here the line's
+	// own prefix does.
+	for _, p := range []string{"approvald: ", "approvald client: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
 	fmt.Fprintf(m.Stderr, "approvald %s: %s\n", name, msg)
 }
 

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -108,18 +110,27 @@ func (c *RequestCommand) parseFlags(args []string) error {
 // Run creates or finds the approval and, with --wait, waits for its decision. Its error
 // carries the exit code.
 func (c *RequestCommand) Run(ctx context.Context) error {
-	cl, err := client.New(c.server, c.token)
+	reach := newReachability(http.DefaultTransport, c.stderr, c.server)
+	hc := &http.Client{Transport: reach}
+	cl, err := client.New(c.server, c.token, client.WithHTTPClient(hc))
 	if err != nil {
 		return &exitError{code: exitGateError, err: err}
 	}
 	res, err := cl.CreateApproval(ctx, c.key, c.req)
 	if err != nil {
-		return &exitError{code: exitGateError, err: err}
+		return &exitError{code: exitGateError, err: reach.explain(ctx, err)}
 	}
 	a := res.Approval
 	link := approvalLink(cl, a.ID)
 	if res.Replayed {
-		fmt.Fprintf(c.stderr, "approval %s already asked for under key %s (%s): %s\n", terminalText(a.ID), terminalText(c.key), terminalText(a.Status), terminalText(link))
+		// A replay answers the create as it was first answered: the approval as it was then.
+		// What the run must tell is what it is now.
+		now, err := cl.Get(ctx, a.ID)
+		if err != nil {
+			return &exitError{code: exitGateError, err: reach.explain(ctx, err)}
+		}
+		a = now
+		fmt.Fprintf(c.stderr, "approval %s, asked for under key %s, %s: %s\n", terminalText(a.ID), terminalText(c.key), terminalText(replayState(a)), terminalText(link))
 	} else {
 		fmt.Fprintf(c.stderr, "approval %s asked of %s: %s\n", terminalText(a.ID), terminalText(strings.Join(a.Approvers, ", ")), terminalText(link))
 	}
@@ -128,8 +139,14 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 		fmt.Fprintf(c.stderr, "waiting up to %s for the decision\n", c.wait)
 		waitCtx, cancel := context.WithTimeout(ctx, c.wait)
 		defer cancel()
+		// While it waits, the gate retries for as long as the wait lasts: a server restarting
+		// or a network failing for a while does not end it.
+		waitCl, err := client.New(c.server, c.token, client.WithHTTPClient(hc), client.WithRetry(client.Retry{MaxAttempts: math.MaxInt32}))
+		if err != nil {
+			return &exitError{code: exitGateError, err: err}
+		}
 		seen := len(a.Decisions)
-		decided, err := cl.WaitForDecision(waitCtx, a.ID, func(now *client.Approval) {
+		decided, err := waitCl.WaitForDecision(waitCtx, a.ID, func(now *client.Approval) {
 			for _, d := range now.Decisions[min(seen, len(now.Decisions)):] {
 				fmt.Fprintf(c.stderr, "%s voted %s (%d of %d approvals)%s\n", terminalText(d.Approver), terminalText(d.Verdict),
 					approvals(now), now.RequiredApprovals, comment(oneLine(d.Comment)))
@@ -140,12 +157,16 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 		case err == nil:
 			a = decided
 		case waitCtx.Err() != nil:
-			// Still pending: print it as it is now, if the server says.
-			if now, gerr := cl.Get(context.WithoutCancel(ctx), a.ID); gerr == nil {
+			// Still pending: print it as it is now, if the server says soon.
+			getCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalReadTimeout)
+			defer cancel()
+			if now, gerr := cl.Get(getCtx, a.ID); gerr == nil {
 				a = now
+			} else if since, down := reach.downSince(); down {
+				fmt.Fprintf(c.stderr, "the approval was pending when last read; the server is unreachable since %s\n", since.Format(time.RFC3339))
 			}
 		default:
-			return &exitError{code: exitGateError, err: err}
+			return &exitError{code: exitGateError, err: reach.explain(ctx, err)}
 		}
 	}
 	if err := printJSON(c.stdout, a); err != nil {
@@ -169,6 +190,42 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 	return &exitError{code: exitWaitTimeout, err: fmt.Errorf("still pending after %s", c.wait)}
 }
 
+// finalReadTimeout bounds the read of a still pending approval after the wait has ended.
+const finalReadTimeout = 10 * time.Second
+
+// replayState says, for a run that found the approval an earlier run asked for, where it
+// stands now: who decided and when, or how far the votes are.
+func replayState(a *client.Approval) string {
+	at := ""
+	if a.DecidedAt != nil {
+		at = " at " + a.DecidedAt.UTC().Format(time.RFC3339)
+	}
+	switch a.Status {
+	case client.StatusPending:
+		return fmt.Sprintf("is still pending (%d of %d approvals)", approvals(a), a.RequiredApprovals)
+	case client.StatusApproved:
+		return "was already approved by " + voters(a, "approve") + at
+	case client.StatusRejected:
+		return "was already rejected by " + voters(a, "reject") + at
+	default:
+		return "was already " + a.Status + at
+	}
+}
+
+// voters lists the approvers who voted verdict.
+func voters(a *client.Approval, verdict string) string {
+	var names []string
+	for _, d := range a.Decisions {
+		if d.Verdict == verdict {
+			names = append(names, d.Approver)
+		}
+	}
+	if len(names) == 0 {
+		return "nobody listed"
+	}
+	return strings.Join(names, ", ")
+}
+
 // Close does nothing: the command holds no resources beyond Run.
 func (c *RequestCommand) Close() error { return nil }
 
@@ -176,7 +233,9 @@ const requestUsage = `Usage: approvald request --key KEY --action ACTION --title
 
 Asks for an approval under the operation KEY, or finds the one an earlier run asked for, and
 with --wait waits for the decision. The approval is printed as JSON on stdout; progress and
-the approval page's link go to stderr. The token comes from APPROVALD_TOKEN.
+the approval page's link go to stderr. The token comes from APPROVALD_TOKEN. A run under a
+key an earlier run used says at once where that approval stands; while the server cannot be
+reached it says so on stderr, with since when, and retries.
 
 Exit codes: 0 approved, 1 rejected, 2 expired or cancelled, 3 still pending when the wait
 ended (or without --wait), 4 usage or server error.
@@ -222,7 +281,8 @@ func serverFlag(fs *flag.FlagSet, dst *string) {
 	if def == "" {
 		def = "http://127.0.0.1:8080"
 	}
-	fs.StringVar(dst, "server", def, "the approvald server's `URL` (default $APPROVALD_SERVER or http://127.0.0.1:8080)")
+	// The flag package prints the default after the usage; the text only says where it comes from.
+	fs.StringVar(dst, "server", def, "the approvald server's `URL`; $APPROVALD_SERVER sets the default")
 }
 
 // tokenFromEnv returns APPROVALD_TOKEN: a token is never a flag, so it stays out of process
