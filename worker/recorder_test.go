@@ -326,3 +326,32 @@ func TestRunner_RecordSurvivesTerminatedConnections(t *testing.T) {
 	}
 	env.wantEffects(t, "deploy-1", 1, 1)
 }
+
+// Run, stopped while a call is in flight, returns only once the call's outcome is recorded,
+// even when the first records fail as the database blips.
+func TestRunner_RunRecordsThroughABlipAtShutdown(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		a := env.approved(t, "deploy-1")
+		const fails = 3
+		l := &blipLedger{Service: deployRules(env.s), fails: fails}
+		g := newGate()
+		r := env.runner()
+		r.Ledger, r.Client, r.Poll = l, &http.Client{Transport: g}, time.Hour
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+
+		<-g.entered
+		cancel()
+		close(g.open)
+		waitRun(t, done)
+		if l.failed != fails {
+			t.Errorf("got %d records failed, want %d", l.failed, fails)
+		}
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 1, 1)
+	})
+}
