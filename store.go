@@ -83,6 +83,11 @@ type Store interface {
 	// Ping checks that the database answers. A database that cannot be reached is reported,
 	// by this and every other method, as an EUNAVAILABLE error (503), never as success.
 	Ping(ctx context.Context) error
+	// HeartbeatUpdate checks that the database takes a write: it writes the one row of the
+	// heartbeat table in a transaction of its own and commits. A database that answers but
+	// cannot write (a full disk, a read-only database, a PostgreSQL in recovery) fails it as
+	// EUNAVAILABLE.
+	HeartbeatUpdate(ctx context.Context) error
 	// Close releases the store's connections.
 	Close() error
 }

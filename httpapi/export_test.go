@@ -21,3 +21,7 @@ func (s *Server) RouteTable() []string {
 // InUse returns the bytes the budget has reserved now, so that tests can see every body give
 // its share back.
 func (b *BodyBudget) InUse() int64 { return b.used.Load() }
+
+// WriteProbeEvery is how long /readyz keeps its write check's answer, so that tests move
+// their clock past it.
+const WriteProbeEvery = writeProbeEvery

@@ -50,6 +50,7 @@ type Store interface {
 	RecordInbox(ctx context.Context, e *approval.InboxEvent) (duplicate bool, err error)
 	counter
 	Ping(ctx context.Context) error
+	HeartbeatUpdate(ctx context.Context) error
 	approval.Notifier
 }
 
@@ -127,6 +128,7 @@ type Server struct {
 	counts  *storeCollector // the store's gauges on /metrics
 	// longPolls counts the ?wait= requests parked in their wait (a gauge on /metrics).
 	longPolls atomic.Int64
+	ready     writeProbe // /readyz's write check, shared by the requests of a second
 }
 
 // New returns a Server for cfg. Its metrics are registered on cfg.Registry, so a registry

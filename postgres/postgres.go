@@ -179,6 +179,19 @@ func (s *Store) Ping(ctx context.Context) error {
 	return translate("ping postgres", s.pool.Ping(ctx))
 }
 
+// HeartbeatUpdate writes the store's time into the one row of the heartbeat table, one
+// statement committed on its own: a server that cannot take a write (in recovery, a standby,
+// a read-only database, a full disk) fails it, as EUNAVAILABLE, while Ping still succeeds.
+func (s *Store) HeartbeatUpdate(ctx context.Context) error {
+	conn, now, err := s.acquire(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `UPDATE heartbeat SET at = $1 WHERE id = 1`, now)
+	return translate("heartbeat", err)
+}
+
 // Migrate applies the embedded migrations not yet recorded in schema_migrations, in name
 // order, in one transaction that holds an advisory lock: of several processes migrating at
 // once, one applies them and the others wait and then find nothing left to do.
@@ -228,7 +241,8 @@ func translate(op string, err error) error { return sqldb.Translate(op, err, cla
 // classify says what a PostgreSQL error means to the application (see sqldb.Classify): a
 // lost race on a unique constraint, a serialization failure or a deadlock is ECONFLICT, text
 // the database cannot hold is EINVALID, and a server that cannot be reached, or cannot serve
-// now, is EUNAVAILABLE.
+// now (shutting down, starting, out of connections, out of disk, or read-only: a standby, a
+// server in recovery, default_transaction_read_only), is EUNAVAILABLE.
 func classify(err error) *approval.Error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -241,6 +255,8 @@ func classify(err error) *approval.Error {
 		case "40001", "40P01":
 			return &approval.Error{Code: approval.ECONFLICT, Message: "concurrent update, try again", RetryAfter: time.Second}
 		case "57P01", "57P02", "57P03", "53300": // shutdown or start-up in progress, too many connections
+			return sqldb.Unavailable()
+		case "25006", "53100": // a read-only transaction (a standby, recovery), a full disk
 			return sqldb.Unavailable()
 		}
 		if strings.HasPrefix(pgErr.Code, "08") { // a connection exception

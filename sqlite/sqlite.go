@@ -297,6 +297,21 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// HeartbeatUpdate writes the store's time into the one row of the heartbeat table and
+// commits: a database that cannot take a write (a full disk, a read-only file) fails it, as
+// EUNAVAILABLE, while Ping, a read, still succeeds.
+func (s *Store) HeartbeatUpdate(ctx context.Context) error {
+	tx, err := s.beginWrite(ctx)
+	if err != nil {
+		return fail("heartbeat", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `UPDATE heartbeat SET at = ? WHERE id = 1`, micros(tx.now)); err != nil {
+		return fail("heartbeat", err)
+	}
+	return fail("heartbeat", tx.commit())
+}
+
 // Close ends every subscription and closes both pools.
 func (s *Store) Close() error {
 	s.hub.Close()

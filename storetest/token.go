@@ -10,7 +10,8 @@ import (
 	"github.com/approvald/approval"
 )
 
-// exerciseTokens covers the bearer token records, the one-time bootstrap and Ping.
+// exerciseTokens covers the bearer token records, the one-time bootstrap, Ping and
+// HeartbeatUpdate.
 func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "CreateAndFind", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
@@ -337,6 +338,17 @@ func exerciseTokens(t *testing.T, s suite) {
 	s.run(t, "Ping", func(t *testing.T, f *fixture) {
 		if err := f.store.Ping(t.Context()); err != nil {
 			t.Fatalf("ping: %v", err)
+		}
+	})
+
+	// The write a database that takes writes always takes, again and again: readiness runs
+	// it every second in every replica.
+	s.run(t, "HeartbeatUpdate", func(t *testing.T, f *fixture) {
+		for i := range 3 {
+			if err := f.store.HeartbeatUpdate(t.Context()); err != nil {
+				t.Fatalf("heartbeat %d: got %v, want nil", i+1, err)
+			}
+			f.clock.Advance(time.Second)
 		}
 	})
 }

@@ -2,14 +2,21 @@ package worker_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/postgres"
 )
 
 // heldLedger is the Service's ledger over a real store whose FinishAttempts waits at a gate:
@@ -100,10 +107,12 @@ func TestRunner_StopWaitsForTheBatch(t *testing.T) {
 	})
 }
 
-// A process that dies before its batch of outcomes commits has acknowledged none of them:
-// each execution is still claimed by its attempt, and once the lease runs out the next claim
+// A batch of outcomes that never commits (the process dies before it does, or the database
+// stays out of reach for as long as the claims' lease) has acknowledged none of them: each
+// execution is still claimed by its attempt, and once the lease runs out the next claim
 // recovers it as uncertain, exactly as if the attempt had died before recording alone. An
-// idempotent target is sent the call again under the same key, with no second effect.
+// idempotent target is sent the call again under the same key, with no second effect. The
+// dying runner's lease is short, since it tries its records again for as long as that lasts.
 func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
@@ -117,7 +126,7 @@ func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 		l.died = true
 		close(l.open)
 		r := env.runner()
-		r.Ledger, r.Concurrency = l, executions
+		r.Ledger, r.Concurrency, r.Lease = l, executions, time.Second
 		r.Failpoints = mustFailpoints(t, "execution.after-record=off")
 		mustRun(t, r, executions)
 
@@ -148,5 +157,201 @@ func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 		if got := env.ds.Requests(); got != 2*executions {
 			t.Errorf("downstream: got %d requests, want %d", got, 2*executions)
 		}
+	})
+}
+
+// blipLedger is the Service's ledger over a real store whose first fails records (FinishAttempts
+// or FinishAndClaim) fail as a database that cannot be reached does, EUNAVAILABLE, without
+// writing anything.
+type blipLedger struct {
+	*approval.Service
+	mu     sync.Mutex
+	fails  int // records still to fail
+	failed int // records failed so far
+}
+
+func (l *blipLedger) blip() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fails == 0 {
+		return nil
+	}
+	l.fails--
+	l.failed++
+	return approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable")
+}
+
+func (l *blipLedger) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
+	if err := l.blip(); err != nil {
+		return nil, err
+	}
+	return l.Service.FinishAttempts(ctx, fs)
+}
+
+func (l *blipLedger) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
+	if len(fs) > 0 {
+		if err := l.blip(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return l.Service.FinishAndClaim(ctx, fs, lease, limit)
+}
+
+// An outcome whose record fails while the database blips is recorded once it answers again,
+// within the lease: the target answered 200, so the execution succeeds after one call, and
+// is never taken over as interrupted (which, for a target that neither honours keys nor can
+// be asked, would hold it for an operator).
+func TestRunner_RecordSurvivesADatabaseBlip(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		a := env.approved(t, "deploy-1")
+		const fails = 3
+		l := &blipLedger{Service: deployRules(env.s), fails: fails}
+		r := env.runner()
+		r.Ledger = l
+		r.Failpoints = mustFailpoints(t, "execution.after-record=off")
+		mustRun(t, r, 1)
+
+		if l.failed != fails {
+			t.Errorf("got %d records failed, want %d", l.failed, fails)
+		}
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		if got := r.Failpoints.Hits("execution.after-record"); got != 1 {
+			t.Errorf("got %d outcomes acknowledged, want 1", got)
+		}
+		env.clk.Advance(lease)
+		mustRun(t, env.runner(), 0) // nothing left to take over
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionNeedsReview); n != 0 {
+			t.Errorf("got %d needs_review events, want 0", n)
+		}
+		if n := countEvents(t, env.s, a.ID, approval.EventExecutionSucceeded); n != 1 {
+			t.Errorf("got %d succeeded events, want 1", n)
+		}
+		env.wantEffects(t, "deploy-1", 1, 1)
+	})
+}
+
+// cutStore is a store whose first transaction to record attempt outcomes has every
+// connection of the store's pool terminated by the server in its middle (cut), as a restart
+// of PostgreSQL or an operator's pg_terminate_backend does.
+type cutStore struct {
+	approval.Store
+	once sync.Once
+	cut  func()
+}
+
+func (s *cutStore) Begin(ctx context.Context) (approval.Tx, error) {
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &cutTx{Tx: tx, s: s}, nil
+}
+
+type cutTx struct {
+	approval.Tx
+	s *cutStore
+}
+
+func (tx *cutTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*approval.ExecutionRecord, attempts []int) error {
+	tx.s.once.Do(tx.s.cut)
+	return tx.Tx.ExecutionUpdateIfAttemptMany(ctx, recs, attempts)
+}
+
+// An outcome whose record is cut short by PostgreSQL terminating the store's connections
+// (57P01, "terminating connection due to administrator command") is recorded on a new
+// connection: the execution succeeds after one call. Only this test's connections are
+// terminated: its store's pool connects under an application_name of its own.
+func TestRunner_RecordSurvivesTerminatedConnections(t *testing.T) {
+	base := testdb.PostgresURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	var b [6]byte
+	rand.Read(b[:])
+	app := "approvald-test-" + hex.EncodeToString(b[:])
+	u, err := url.Parse(testdb.DSN(t, testdb.Postgres))
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+
+	env := newRunnerEnv(t, testdb.Postgres, plainTarget)
+	s, err := postgres.Open(ctx, u.String())
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.Now = env.clk.Now
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	env.s = s
+	a := env.approved(t, "deploy-1")
+
+	terminated := 0
+	cut := &cutStore{Store: s, cut: func() {
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("connect to terminate: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		// pg_terminate_backend with a timeout waits for each backend to end, so the
+		// record's next statement meets a connection that is gone.
+		err = conn.QueryRow(ctx, `WITH victims AS MATERIALIZED (
+				SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid())
+			SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM victims`, app).Scan(&terminated)
+		if err != nil {
+			t.Errorf("terminate the store's connections: %v", err)
+		}
+	}}
+	r := env.runner()
+	r.Ledger = deployRules(cut)
+	r.Failpoints = mustFailpoints(t, "execution.after-record=off")
+	mustRun(t, r, 1)
+
+	if terminated == 0 {
+		t.Fatalf("got no connection terminated mid-record, want the record's at least")
+	}
+	env.want(t, a, approval.ExecutionSucceeded, 1)
+	if got := r.Failpoints.Hits("execution.after-record"); got != 1 {
+		t.Errorf("got %d outcomes acknowledged, want 1", got)
+	}
+	if n := countEvents(t, env.s, a.ID, approval.EventExecutionSucceeded); n != 1 {
+		t.Errorf("got %d succeeded events, want 1", n)
+	}
+	env.wantEffects(t, "deploy-1", 1, 1)
+}
+
+// Run, stopped while a call is in flight, returns only once the call's outcome is recorded,
+// even when the first records fail as the database blips.
+func TestRunner_RunRecordsThroughABlipAtShutdown(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, plainTarget)
+		a := env.approved(t, "deploy-1")
+		const fails = 3
+		l := &blipLedger{Service: deployRules(env.s), fails: fails}
+		g := newGate()
+		r := env.runner()
+		r.Ledger, r.Client, r.Poll = l, &http.Client{Transport: g}, time.Hour
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+
+		<-g.entered
+		cancel()
+		close(g.open)
+		waitRun(t, done)
+		if l.failed != fails {
+			t.Errorf("got %d records failed, want %d", l.failed, fails)
+		}
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		env.wantEffects(t, "deploy-1", 1, 1)
 	})
 }

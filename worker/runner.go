@@ -485,24 +485,95 @@ func (a *attempt) noTarget() approval.AttemptOutcome {
 // returns once that batch has committed (or failed): only then is the outcome logged as
 // recorded, and the failpoint after the record reached.
 //
+// A record that fails for a reason that may pass (the database unreachable or restarting, a
+// connection cut, a concurrent update) is tried again with backoff (recordBackoff) while the
+// claim's lease lasts, and the lease is renewed along the way as keepLease would (see
+// retryRecord): an outcome already known, a 200 above all, must not be left for the next
+// claim to take over as interrupted, which for a target that can neither be asked nor sent
+// the call again means an operator. The tries end when the lease, as last confirmed, has run
+// out, and at the latest a lease after the first failure, so that a record that cannot
+// succeed does not hold the execution for ever.
+//
 // handed is called once the outcome is in the recorder's hands.
 func (a *attempt) record(o approval.AttemptOutcome, handed func()) {
 	ctx := a.work
-	rec, err := a.rec.finish(approval.AttemptFinish{ID: a.c.Record.ID, Attempt: a.c.Attempt, Outcome: o}, handed)
+	f := approval.AttemptFinish{ID: a.c.Record.ID, Attempt: a.c.Attempt, Outcome: o}
+	rec, err := a.rec.finish(f, handed)
+	tries := 1
+	if err != nil && transient(err) {
+		rec, tries, err = a.retryRecord(f, err)
+	}
 	switch {
+	case approval.ErrorCode(err) == approval.ECONFLICT && tries > 1:
+		a.log.WarnContext(ctx, "attempt outcome not recorded again: an earlier try committed though its answer was lost, or a newer attempt owns the execution",
+			"status", o.Status, "reason", o.Reason, "tries", tries, "error", err)
+		return
 	case approval.ErrorCode(err) == approval.ECONFLICT:
 		a.log.WarnContext(ctx, "attempt outcome not recorded: a newer attempt owns the execution", "status", o.Status, "reason", o.Reason, "error", err)
 		return
 	case err != nil:
 		// The lease will run out and the next claim will treat this attempt as interrupted,
 		// which is the truth as far as the store knows.
-		a.log.ErrorContext(ctx, "record attempt outcome failed", "status", o.Status, "reason", o.Reason, "error", err)
+		a.log.ErrorContext(ctx, "record attempt outcome failed", "status", o.Status, "reason", o.Reason, "tries", tries, "error", err)
 		return
 	}
-	a.log.InfoContext(ctx, "execution attempt recorded", "status", rec.Status, "reason", o.Reason)
+	a.log.InfoContext(ctx, "execution attempt recorded", "status", rec.Status, "reason", o.Reason, "tries", tries)
 	if err := a.r.Failpoints.Inject(fpAfterRecord); err != nil {
 		a.log.ErrorContext(ctx, "after recording the attempt", "error", err)
 	}
+}
+
+// recordBackoff spaces the tries of a record that failed: quick at first, since a database
+// restart or a cut connection is usually over in well under a second, and never more than a
+// second apart, so that an outcome is recorded soon after the database answers again.
+var recordBackoff = Policy{Backoff: Backoff{Initial: 50 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.2}}
+
+// retryRecord tries the record of f again after its first try failed with err, as record
+// describes, and returns the last try's answer and how many tries were made in all. Before a
+// try it renews the lease once a third of it has passed since it was last confirmed; a
+// renewal that fails is no reason to stop (the record may still get through while the lease
+// lasts), but one that finds the claim lost is, since the record would be refused as well.
+func (a *attempt) retryRecord(f approval.AttemptFinish, err error) (*approval.ExecutionRecord, int, error) {
+	ctx := a.work
+	giveUp := time.Now().Add(a.r.lease())
+	var rec *approval.ExecutionRecord
+	tries := 1
+	for transient(err) {
+		left := min(time.Until(a.deadline.leaseEnd(a.r.margin())), time.Until(giveUp))
+		if left <= 0 {
+			break
+		}
+		delay := min(recordBackoff.Delay(tries, 0, a.r.Rand), left)
+		a.log.WarnContext(ctx, "record attempt outcome failed; trying again", "status", f.Outcome.Status,
+			"tries", tries, "retry_in", round(delay), "error", err)
+		time.Sleep(delay)
+		if time.Until(a.deadline.leaseEnd(a.r.margin())) < a.r.lease()*2/3 {
+			rctx, cancel := context.WithTimeout(ctx, a.r.lease())
+			rerr := a.renew(rctx)
+			cancel()
+			if a.lost() {
+				return nil, tries, rerr
+			}
+		}
+		tries++
+		rec, err = a.rec.finish(f, func() {})
+	}
+	return rec, tries, err
+}
+
+// transient reports whether a record that failed with err may succeed if tried again: the
+// database could not be used (EUNAVAILABLE), a concurrent update got in the way (a conflict
+// that says when to try again, unlike the fence's), or a failure the drivers do not name
+// (EINTERNAL: a connection that broke in a way no code describes).
+func transient(err error) bool {
+	switch approval.ErrorCode(err) {
+	case approval.EUNAVAILABLE, approval.EINTERNAL:
+		return true
+	case approval.ECONFLICT:
+		e := approval.AsError(err)
+		return e != nil && e.RetryAfter > 0
+	}
+	return false
 }
 
 // recorder records the outcomes of a runner's attempts in batches: the outcomes of
@@ -832,6 +903,14 @@ func (d *deadline) extend(at time.Time) {
 	if d.timer != nil {
 		d.timer.Reset(time.Until(at))
 	}
+}
+
+// leaseEnd is when the claim's lease, as the store last confirmed it, runs out, in this
+// process's clock.
+func (d *deadline) leaseEnd(margin time.Duration) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at.Add(margin)
 }
 
 // bind returns the context of one call: ctx, cancelled with errLeaseEnding once the deadline

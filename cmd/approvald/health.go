@@ -38,7 +38,7 @@ func (c *HealthCommand) ParseFlags(ctx context.Context, args []string) error {
 	fs := newFlagSet("approvald health", healthUsage, c.stderr)
 	var cf configFlags
 	cf.register(fs)
-	ready := fs.Bool("ready", false, "ask /readyz (the database answers too) instead of /healthz")
+	ready := fs.Bool("ready", false, "ask /readyz (the database answers and takes writes too) instead of /healthz")
 	fs.StringVar(&c.url, "url", "", "the server's base `URL` (default: http:// and the configured listen address)")
 	fs.DurationVar(&c.timeout, "timeout", defaultHealthTimeout, "give up after `DURATION`")
 	if err := parseFlags(fs, args); err != nil {
@@ -100,7 +100,7 @@ func (c *HealthCommand) Close() error { return nil }
 const healthUsage = `Usage: approvald health [--ready] [--url URL]
 
 Asks a running server whether it is alive (GET /healthz) or, with --ready, ready to serve
-(GET /readyz: its database answers), and exits 0 when it answers 200 OK, 1 otherwise. The
+(GET /readyz: its database answers and takes writes), and exits 0 when it answers 200 OK, 1 otherwise. The
 container image's HEALTHCHECK runs it.
 
 Flags:
