@@ -35,6 +35,16 @@ type Service struct {
 	// callbacks queue them by it. Zero: nobody is told.
 	Routing Routing
 
+	// Policies decide who must approve what (docs/policies.md): a create is resolved by them
+	// before anything is written, and an approval created under a policy keeps the rules it
+	// resolved to. Nil: requesters name their approvers.
+	Policies Policies
+
+	// Members tells who is in which group now. A vote on an approval created under a policy
+	// asks it when the vote is counted, so that someone removed from a group has no say from
+	// then on. Nil: the groups have no members.
+	Members Members
+
 	// touchMu guards touched: when this process last sent each token's last_used_at, so
 	// that a busy token costs one write a minute, not one per request (see Authenticate).
 	touchMu sync.Mutex

@@ -425,3 +425,19 @@ func variables(in Input) (map[string]any, error) {
 	}
 	return map[string]any{"action": in.Action, "title": in.Title, "requester": approval.NameKey(in.Requester), "context": ctxVal}, nil
 }
+
+// ForService returns s as the Service asks it at every create (approval.Policies).
+func (s *Set) ForService() approval.Policies { return forService{s} }
+
+// forService is a Set as approval.Policies.
+type forService struct{ set *Set }
+
+// Resolve resolves in by Set.Resolve.
+func (f forService) Resolve(ctx context.Context, in approval.PolicyInput) (*approval.PolicyDecision, error) {
+	res, err := f.set.Resolve(ctx, Input{Action: in.Action, Title: in.Title, Requester: in.Requester,
+		Context: in.Context, Approvers: in.Approvers})
+	if err != nil {
+		return nil, err
+	}
+	return &approval.PolicyDecision{Resolved: res.Resolved(), FromRequest: res.FromRequest, ExpiresIn: res.ExpiresIn}, nil
+}

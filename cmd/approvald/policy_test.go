@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/approvald/approval"
 )
 
 const policyConfig = `
@@ -194,5 +199,51 @@ func TestPolicyCheck_badConfiguration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServicePolicies: serve gives the Service no policies when none are configured (the
+// requester names the approvers), and otherwise the configuration's, resolved as policy
+// check resolves them, with the groups' members.
+func TestServicePolicies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	empty, err := ParseConfig(strings.NewReader("database_url: file:x.db\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := empty.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if p, m := servicePolicies(empty); p != nil || m != nil {
+		t.Fatalf("got policies %v and members %v with no policies configured, want none", p, m)
+	}
+
+	cfg, err := ParseConfig(strings.NewReader("database_url: file:x.db\n" + policyConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, m := servicePolicies(cfg)
+	if p == nil || m == nil {
+		t.Fatal("got no policies or no members, want the configuration's")
+	}
+	if !m.InGroup("bob", "sre") || m.InGroup("dave", "sre") {
+		t.Errorf("got sre membership bob %v, dave %v; want true, false", m.InGroup("bob", "sre"), m.InGroup("dave", "sre"))
+	}
+	d, err := p.Resolve(ctx, approval.PolicyInput{Action: "deploy", Requester: "ci-bot", Context: json.RawMessage(`{"env":"prod"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Resolved.Policy != "prod-deploy" || d.FromRequest || d.ExpiresIn != 24*time.Hour || len(d.Resolved.Stages) != 1 || len(d.Resolved.Stages[0].Rules) != 2 {
+		t.Errorf("got %+v, want prod-deploy's one stage of two rules, expiring in 24h", d)
+	}
+	if d, err := p.Resolve(ctx, approval.PolicyInput{Action: "anything", Requester: "ci-bot", Approvers: []string{"alice"}}); err != nil || !d.FromRequest {
+		t.Errorf("got %+v, %v; want from_request", d, err)
+	}
+	if _, err := p.Resolve(ctx, approval.PolicyInput{Action: "deploy", Requester: "mallory", Context: json.RawMessage(`{"env":"prod"}`)}); approval.ErrorCode(err) != approval.EFORBIDDEN {
+		t.Errorf("got %v for mallory's deploy, want %s", err, approval.EFORBIDDEN)
 	}
 }
