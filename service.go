@@ -120,9 +120,12 @@ type CreateResult struct {
 
 // Create runs the idempotent create (docs/invariants.md, invariant 2) for p, who becomes the
 // approval's requester: EFORBIDDEN, before anything else, unless p may create approvals
-// (Principal.MayCreate). The request is validated before anything is written, so a refused request stores nothing and the caller
-// may correct it and reuse the key. Then one store statement or transaction writes the
-// approval, unless the key is taken; and the rule is:
+// (Principal.MayCreate). The request is validated, and resolved by the Policies when there
+// are any (docs/policies.md), before anything is written, so a refused request stores nothing
+// and the caller may correct it and reuse the key; a request the policies refuse whose key
+// already holds its approval (the policies changed since) is answered as a retry. Then one
+// store statement or transaction writes the approval, unless the key is taken; and the rule
+// is:
 //
 //   - the key was free: the new approval, with Respond's answer;
 //   - the key is held by a request with another fingerprint: EMISMATCH (422);
@@ -161,7 +164,15 @@ func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (Cre
 			return res, err
 		}
 	}
-	a, err := NewApproval(req, c.requester, c.Key, fingerprint, s.now())
+	// Under policies the request is resolved here, before anything is written; a refusal
+	// of a request whose key already holds its approval replays that approval.
+	refused := false
+	a, err := newApproval(req, c.requester, c.Key, fingerprint, s.now(), s.resolver(ctx, req, &refused))
+	if refused {
+		if res, ok, err := s.replayHeld(ctx, c, fingerprint, sum); ok || err != nil {
+			return res, err
+		}
+	}
 	if err != nil {
 		return CreateResult{}, err
 	}

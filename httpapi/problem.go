@@ -23,17 +23,18 @@ var errorStatus = map[string]struct {
 	status int
 	title  string
 }{
-	approval.EINVALID:      {http.StatusBadRequest, "Invalid request"},
-	approval.EUNAUTHORIZED: {http.StatusUnauthorized, "Unauthorized"},
-	approval.EFORBIDDEN:    {http.StatusForbidden, "Forbidden"},
-	approval.ENOTFOUND:     {http.StatusNotFound, "Not found"},
-	errMethod:              {http.StatusMethodNotAllowed, "Method not allowed"},
-	errMediaType:           {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	approval.ECONFLICT:     {http.StatusConflict, "Conflict"},
-	approval.ETOOLARGE:     {http.StatusRequestEntityTooLarge, "Request too large"},
-	approval.EMISMATCH:     {http.StatusUnprocessableEntity, "Idempotency key reused"},
-	approval.EUNAVAILABLE:  {http.StatusServiceUnavailable, "Service unavailable"},
-	approval.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
+	approval.EINVALID:       {http.StatusBadRequest, "Invalid request"},
+	approval.EUNAUTHORIZED:  {http.StatusUnauthorized, "Unauthorized"},
+	approval.EFORBIDDEN:     {http.StatusForbidden, "Forbidden"},
+	approval.ENOTFOUND:      {http.StatusNotFound, "Not found"},
+	errMethod:               {http.StatusMethodNotAllowed, "Method not allowed"},
+	errMediaType:            {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	approval.ECONFLICT:      {http.StatusConflict, "Conflict"},
+	approval.ETOOLARGE:      {http.StatusRequestEntityTooLarge, "Request too large"},
+	approval.EMISMATCH:      {http.StatusUnprocessableEntity, "Idempotency key reused"},
+	approval.EUNPROCESSABLE: {http.StatusUnprocessableEntity, "Policy refused"},
+	approval.EUNAVAILABLE:   {http.StatusServiceUnavailable, "Service unavailable"},
+	approval.EINTERNAL:      {http.StatusInternalServerError, "Internal error"},
 }
 
 // problem is an RFC 9457 problem detail, with extensions: the request id, to quote when
