@@ -1,8 +1,11 @@
 package approval_test
 
 import (
+	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -191,6 +194,165 @@ func TestCreateWithoutPolicies(t *testing.T) {
 		}
 		if read.Resolved != nil || strings.Join(read.Approvers, ",") != "mallory" {
 			t.Errorf("got resolved %+v approvers %v, want none and [mallory]", read.Resolved, read.Approvers)
+		}
+	})
+}
+
+// vote is p's verdict on the approval id.
+func vote(ctx context.Context, svc *approval.Service, id, person string, v approval.Verdict) (*approval.Approval, error) {
+	return svc.Decide(ctx, approval.Principal{Subject: person, Role: approval.RoleApprover},
+		approval.DecideRequest{ApprovalID: id, Verdict: v, Cause: approval.HTTPCause("vote-" + person)})
+}
+
+func TestDecideUnderPolicy(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		st := testdb.Open(t, kind, nil)
+		policies, members := MustPolicies(t, testPolicies)
+		svc := &approval.Service{Store: st, Policies: policies, Members: members}
+		create := func(key, body string) *approval.Approval {
+			t.Helper()
+			res, err := svc.Create(ctx, ciBot, policyCreate(key, body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.Approval
+		}
+		refused := func(a *approval.Approval, person, want string) {
+			t.Helper()
+			_, err := vote(ctx, svc, a.ID, person, approval.VerdictApprove)
+			if approval.ErrorCode(err) != approval.EFORBIDDEN || !strings.Contains(approval.ErrorMessage(err), want) {
+				t.Errorf("%s's vote: got %v, want forbidden saying %q", person, err, want)
+			}
+		}
+
+		// Two of sre and one of security: three distinct people.
+		a := create("deploy", prodDeploy)
+		// Someone the approval does not list may not learn that it exists.
+		if _, err := vote(ctx, svc, a.ID, "mallory", approval.VerdictApprove); approval.ErrorCode(err) != approval.ENOTFOUND {
+			t.Errorf("mallory's vote: got %v, want %s", err, approval.ENOTFOUND)
+		}
+		refused(a, "ci-bot", "the requester may not vote")
+		for _, person := range []string{"alice", "bob"} {
+			if got, err := vote(ctx, svc, a.ID, person, approval.VerdictApprove); err != nil || got.Status != approval.StatusPending {
+				t.Fatalf("%s approves: got %v, %v; want pending", person, got, err)
+			}
+		}
+		got, err := vote(ctx, svc, a.ID, "dave", approval.VerdictApprove)
+		if err != nil || got.Status != approval.StatusApproved || got.Execution == nil {
+			t.Fatalf("dave approves: got %+v, %v; want approved with its execution", got, err)
+		}
+		events, err := st.Events(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var toward []string
+		for _, e := range events {
+			if e.Type == approval.EventVoted {
+				c, _ := e.Detail["counted_toward"].(map[string]any)
+				toward = append(toward, e.Actor+":"+anyText(c["rule"]))
+			}
+		}
+		if got, want := strings.Join(toward, " "), "alice:sre bob:sre dave:security"; got != want {
+			t.Errorf("counted toward: got %s, want %s", got, want)
+		}
+
+		// Stages: fiona is asked only once a support lead approved.
+		r := create("refund", `{"action":"refund","title":"Refund"}`)
+		refused(r, "fiona", "asked only in stage 2, once stage 1 is met")
+		if got, err := vote(ctx, svc, r.ID, "erin", approval.VerdictApprove); err != nil || got.Status != approval.StatusPending {
+			t.Fatalf("erin approves: got %v, %v; want pending", got, err)
+		}
+		if got, err := vote(ctx, svc, r.ID, "fiona", approval.VerdictApprove); err != nil || got.Status != approval.StatusApproved {
+			t.Fatalf("fiona approves: got %v, %v; want approved", got, err)
+		}
+
+		// A rejection by someone eligible vetoes.
+		v := create("deploy-veto", prodDeploy)
+		if got, err := vote(ctx, svc, v.ID, "dave", approval.VerdictReject); err != nil || got.Status != approval.StatusRejected {
+			t.Fatalf("dave rejects: got %v, %v; want rejected", got, err)
+		}
+
+		// Removing someone from a group ends their say at once: the Service asks Members at
+		// each vote.
+		m := create("deploy-removed", prodDeploy)
+		svc.Members = approval.GroupMembers{"sre": {"alice", "carol"}, "security": {"dave"}}
+		refused(m, "bob", "not an approver of stage 1")
+		if after, err := st.Approval(ctx, m.ID); err != nil || after.Version != m.Version || len(after.Decisions) != 0 {
+			t.Errorf("after the refused vote: got %+v, %v; want it unchanged", after, err)
+		}
+		svc.Members = members
+	})
+}
+
+// anyText is v as text, "" for nil.
+func anyText(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// TestDecideUnderPolicy_concurrent: two eligible people of different rules approve at once,
+// many times: the approval is approved exactly once, with both votes recorded.
+func TestDecideUnderPolicy_concurrent(t *testing.T) {
+	const rounds = 30
+	text := `
+groups:
+  sre: [alice]
+  security: [dave]
+policies:
+  - name: two
+    match: {action: deploy}
+    rules: [{group: sre}, {group: security}]
+`
+	testdb.Each(t, func(t *testing.T, kind string) {
+		ctx := t.Context()
+		st := testdb.Open(t, kind, nil)
+		policies, members := MustPolicies(t, text)
+		svc := &approval.Service{Store: st, Policies: policies, Members: members}
+		for i := range rounds {
+			res, err := svc.Create(ctx, ciBot, policyCreate("race-"+strconv.Itoa(i), `{"action":"deploy","title":"race"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := res.Approval.ID
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			for j, person := range []string{"alice", "dave"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, errs[j] = vote(ctx, svc, id, person, approval.VerdictApprove)
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatalf("round %d: got %v, want both votes accepted", i, err)
+				}
+			}
+			a, err := st.Approval(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Status != approval.StatusApproved || len(a.Decisions) != 2 || a.Execution == nil {
+				t.Fatalf("round %d: got %s with %d votes, execution %v; want approved with 2 votes and an execution", i, a.Status, len(a.Decisions), a.Execution)
+			}
+			events, err := st.Events(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			approved := 0
+			for _, e := range events {
+				if e.Type == approval.EventApproved {
+					approved++
+				}
+			}
+			if approved != 1 {
+				t.Fatalf("round %d: got %d approved events, want 1", i, approved)
+			}
 		}
 	})
 }
