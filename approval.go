@@ -65,6 +65,9 @@ type Approval struct {
 	// (docs/policies.md), nil for an approval whose request named its approvers. Its votes
 	// are counted by those rules, whatever the policy says now.
 	Resolved *Resolved `json:"-"`
+	// Policy is Resolved with its progress, as the API shows it; the HTTP layer fills it in
+	// (Approval.PolicyStatus).
+	Policy *PolicyStatus `json:"policy,omitempty"`
 
 	// Fingerprint identifies the create request that made the approval (see Fingerprint).
 	// It is kept for ever, with the approval, so that a retry under the same key is told

@@ -148,3 +148,54 @@ func membersOrNone(m Members) Members {
 	}
 	return m
 }
+
+// PolicyStatus is how far an approval created under a policy has come, as the API shows it
+// (docs/http-api.md, "The approval").
+type PolicyStatus struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// CurrentStage is the number (from 1) of the stage now asked, 0 once every stage is met.
+	CurrentStage int           `json:"current_stage"`
+	Stages       []StageStatus `json:"stages"`
+}
+
+// StageStatus is one stage of a PolicyStatus.
+type StageStatus struct {
+	Met   bool         `json:"met"`
+	Rules []RuleStatus `json:"rules"`
+}
+
+// RuleStatus is one rule of a stage: what it asks and the people whose approvals counted
+// toward it.
+type RuleStatus struct {
+	Label     string   `json:"label"`
+	Group     string   `json:"group,omitempty"`
+	People    []string `json:"people,omitempty"`
+	Approvals int      `json:"approvals"`
+	Counted   []string `json:"counted"`
+}
+
+// PolicyStatus returns the progress of a, created under a policy, with members as group
+// membership now; nil for an approval that keeps no policy.
+func (a *Approval) PolicyStatus(members Members) *PolicyStatus {
+	if a.Resolved == nil {
+		return nil
+	}
+	p := Tally(a.Resolved.Stages, membersOrNone(members), a.Requester, a.Decisions)
+	st := &PolicyStatus{Name: a.Resolved.Policy, Version: a.Resolved.Version, Stages: make([]StageStatus, len(p.Stages))}
+	if p.Current < len(p.Stages) {
+		st.CurrentStage = p.Current + 1
+	}
+	for i, sp := range p.Stages {
+		st.Stages[i] = StageStatus{Met: sp.Met, Rules: make([]RuleStatus, len(sp.Rules))}
+		for j, r := range sp.Rules {
+			counted := r.By
+			if counted == nil {
+				counted = []string{}
+			}
+			st.Stages[i].Rules[j] = RuleStatus{Label: r.Rule.Label(), Group: r.Rule.Group, People: r.Rule.People,
+				Approvals: r.Rule.Approvals, Counted: counted}
+		}
+	}
+	return st
+}
