@@ -42,7 +42,9 @@ type VoteResult struct {
 //   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
 //     ApprovalID is empty; an operation key used by several requesters is ECONFLICT), or if p
 //     is not listed and may not see it (Principal.MayRead: its existence is not revealed);
-//   - EFORBIDDEN if p is not an approver, or is the requester voting approve;
+//   - EFORBIDDEN if p is not an approver, or is the requester voting approve; for an
+//     approval created under a policy, unless p may vote in its current stage now
+//     (decideUnder), which comes after the repeat and the terminal status below;
 //   - if d.Approver already voted: the same verdict returns the current approval with no
 //     change, AlreadyVoted (a repeat); the other verdict is ECONFLICT carrying the current
 //     approval;
@@ -52,7 +54,8 @@ type VoteResult struct {
 //   - otherwise the vote is stored, version+1, an EventVoted event appended; a reject makes
 //     the approval rejected, and the approvals reaching required_approvals make it approved
 //     (decided_at = now, with EventRejected/EventApproved) and, in the same transaction,
-//     create its execution (the outbox; see ExecutionStore).
+//     create its execution (the outbox; see ExecutionStore); under a policy, Tally over every
+//     vote decides instead (docs/policies.md, "Creates and votes").
 //
 // A refusal is committed before it is returned, because finding the approval past its expiry
 // expires it, and that truth is kept.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
 )
 
 const policyConfig = `
@@ -246,4 +248,45 @@ func TestServicePolicies(t *testing.T) {
 	if _, err := p.Resolve(ctx, approval.PolicyInput{Action: "deploy", Requester: "mallory", Context: json.RawMessage(`{"env":"prod"}`)}); approval.ErrorCode(err) != approval.EFORBIDDEN {
 		t.Errorf("got %v for mallory's deploy, want %s", err, approval.EFORBIDDEN)
 	}
+}
+
+// TestServe_Policies: serve with policies in its configuration holds creates and votes to
+// them (docs/policies.md, "Creates and votes").
+func TestServe_Policies(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		srv := startServeWith(t, dsn, serveOptions{config: policyConfig})
+		ciBot := createToken(t, dsn, "ci-bot", "requester")
+		mallory := createToken(t, dsn, "mallory", "requester")
+		alice := createToken(t, dsn, "alice", "approver")
+		fiona := createToken(t, dsn, "fiona", "approver")
+
+		const deploy = `{"action": "deploy", "title": "Deploy", "context": {"env": "prod"}}`
+		srv.do(t, "POST", "/v1/approvals", mallory, "d-1", deploy).wantStatus(t, http.StatusForbidden)
+		srv.do(t, "POST", "/v1/approvals", ciBot, "d-2", `{"action": "deploy", "title": "Deploy", "context": {"env": "prod"}, "approvers": ["mallory"]}`).
+			wantStatus(t, http.StatusUnprocessableEntity)
+		srv.do(t, "POST", "/v1/approvals", ciBot, "d-3", `{"action": "drop", "title": "Drop", "approvers": ["alice"]}`).
+			wantStatus(t, http.StatusUnprocessableEntity)
+		created := srv.do(t, "POST", "/v1/approvals", ciBot, "d-4", deploy)
+		created.wantStatus(t, http.StatusCreated)
+		var a struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+			Policy *struct {
+				Name         string `json:"name"`
+				CurrentStage int    `json:"current_stage"`
+			} `json:"policy"`
+		}
+		created.decode(t, &a)
+		if a.Policy == nil || a.Policy.Name != "prod-deploy" || a.Policy.CurrentStage != 1 {
+			t.Fatalf("created: got %s, want the policy prod-deploy in stage 1", created.body)
+		}
+		srv.do(t, "POST", "/v1/approvals/"+a.ID+"/approve", alice, "", "").wantStatus(t, http.StatusOK)
+
+		refund := srv.do(t, "POST", "/v1/approvals", ciBot, "r-1", `{"action": "refund", "title": "Refund"}`)
+		refund.wantStatus(t, http.StatusCreated)
+		refund.decode(t, &a)
+		srv.do(t, "POST", "/v1/approvals/"+a.ID+"/approve", fiona, "", "").wantStatus(t, http.StatusForbidden)
+	})
 }
