@@ -61,6 +61,13 @@ type Approval struct {
 	// CallbackURL is where the approval's outcome is POSTed, when its create named one
 	// (otherwise the requester's configured callback, if any, is used).
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Resolved is the policy the approval was created under and the rules it resolved to
+	// (docs/policies.md), nil for an approval whose request named its approvers. Its votes
+	// are counted by those rules, whatever the policy says now.
+	Resolved *Resolved `json:"-"`
+	// Policy is Resolved with its progress, as the API shows it; the HTTP layer fills it in
+	// (Approval.PolicyStatus).
+	Policy *PolicyStatus `json:"policy,omitempty"`
 
 	// Fingerprint identifies the create request that made the approval (see Fingerprint).
 	// It is kept for ever, with the approval, so that a retry under the same key is told

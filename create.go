@@ -41,6 +41,16 @@ const (
 // (NormalizeName), refused when they could pass for someone else, and distinct once
 // normalised.
 func NewApproval(req CreateRequest, requester, key, fingerprint string, now time.Time) (*Approval, error) {
+	return newApproval(req, requester, key, fingerprint, now, nil)
+}
+
+// newApproval is NewApproval under the policy resolve returns for the normalised requester,
+// with the people its stages name by themselves, asked once the action, title, requester and
+// key are valid; a nil resolve, or a decision FromRequest, leaves the approvers to the
+// request. Under a policy the approval keeps the Resolved rules, its approvers are those
+// people (decide asks the groups again at each vote), its required approvals the total of
+// the rules', and its expiry the policy's unless the request names a shorter one.
+func newApproval(req CreateRequest, requester, key, fingerprint string, now time.Time, resolve func(requester string) (*PolicyDecision, []string, error)) (*Approval, error) {
 	if err := CheckName("action", req.Action, MaxActionLength); err != nil {
 		return nil, err
 	}
@@ -55,48 +65,38 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 		return nil, err
 	}
 
-	if len(req.Approvers) == 0 {
-		return nil, Errorf(EINVALID, "approvers is required: list 1 to %d approver names", MaxApprovers)
-	} else if len(req.Approvers) > MaxApprovers {
-		return nil, Errorf(EINVALID, "approvers has %d names; at most %d are allowed", len(req.Approvers), MaxApprovers)
-	}
-	approvers := make([]string, len(req.Approvers))
-	seen := make(map[string]bool, len(req.Approvers))
-	for i, name := range req.Approvers {
-		if strings.TrimSpace(name) == "" {
-			return nil, Errorf(EINVALID, "approvers[%d] is empty; each approver must be a name", i)
-		}
-		n, err := NormalizeName(fmt.Sprintf("approvers[%d]", i), name)
+	var (
+		under     *PolicyDecision
+		approvers []string
+		required  int
+		resolved  *Resolved
+		expiresIn = DefaultExpiresIn
+	)
+	if resolve != nil {
+		d, named, err := resolve(requester)
 		if err != nil {
 			return nil, err
-		} else if seen[n] {
-			return nil, Errorf(EINVALID, "approvers[%d] %q is listed twice (as %q once normalised); approvers must be distinct", i, name, n)
 		}
-		seen[n] = true
-		approvers[i] = n
+		if !d.FromRequest {
+			under, approvers = d, named
+		}
+	}
+	if under != nil {
+		// Whatever the request says of its approvers was refused by the policies already,
+		// except required_approvals, which only the rules decide.
+		if req.RequiredApprovals != nil {
+			return nil, Errorf(EUNPROCESSABLE, "policy %s decides how many approvals %s needs; remove required_approvals from the request", under.Resolved.Policy, req.Action)
+		}
+		r := under.Resolved
+		resolved = &r
+		required = requiredOf(r.Stages)
+		if under.ExpiresIn > 0 {
+			expiresIn = min(under.ExpiresIn, MaxExpiresIn)
+		}
+	} else if approvers, required, err = requestApprovers(req, requester); err != nil {
+		return nil, err
 	}
 
-	required := DefaultRequired
-	if req.RequiredApprovals != nil {
-		required = *req.RequiredApprovals
-	}
-	if required < 1 || required > len(req.Approvers) {
-		return nil, Errorf(EINVALID, "required_approvals is %d; it must be between 1 and the number of approvers (%d)", required, len(req.Approvers))
-	}
-	// The requester may not approve their own request (Decide), so a request that needs more
-	// approvals than the other approvers can give would wait for ever: refuse it now.
-	eligible := len(req.Approvers)
-	if seen[requester] {
-		eligible--
-	}
-	switch {
-	case eligible == 0:
-		return nil, Errorf(EINVALID, "approvers lists only the requester %q, who may not approve their own request; name someone else", requester)
-	case required > eligible:
-		return nil, Errorf(EINVALID, "required_approvals is %d but only %d approvers may approve: the requester %q may not approve their own request", required, eligible, requester)
-	}
-
-	expiresIn := DefaultExpiresIn
 	if req.ExpiresIn != nil {
 		d, err := time.ParseDuration(*req.ExpiresIn)
 		if err != nil {
@@ -104,6 +104,9 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 		}
 		if d <= 0 || d > MaxExpiresIn {
 			return nil, Errorf(EINVALID, "expires_in %s is out of range; it must be more than 0 and at most %s (90 days)", d, MaxExpiresIn)
+		}
+		if under != nil && d > expiresIn {
+			return nil, Errorf(EUNPROCESSABLE, "expires_in %s is longer than policy %s allows (%s); name a shorter one or none", d, under.Resolved.Policy, expiresIn)
 		}
 		expiresIn = d
 	}
@@ -138,7 +141,55 @@ func NewApproval(req CreateRequest, requester, key, fingerprint string, now time
 		Version:           1,
 		Fingerprint:       fingerprint,
 		CallbackURL:       callback,
+		Resolved:          resolved,
 	}, nil
+}
+
+// requestApprovers are the approvers and required approvals a request names, checked: the
+// names distinct once normalised, and enough of them besides the requester.
+func requestApprovers(req CreateRequest, requester string) ([]string, int, error) {
+	if len(req.Approvers) == 0 {
+		return nil, 0, Errorf(EINVALID, "approvers is required: list 1 to %d approver names", MaxApprovers)
+	} else if len(req.Approvers) > MaxApprovers {
+		return nil, 0, Errorf(EINVALID, "approvers has %d names; at most %d are allowed", len(req.Approvers), MaxApprovers)
+	}
+	approvers := make([]string, len(req.Approvers))
+	seen := make(map[string]bool, len(req.Approvers))
+	for i, name := range req.Approvers {
+		if strings.TrimSpace(name) == "" {
+			return nil, 0, Errorf(EINVALID, "approvers[%d] is empty; each approver must be a name", i)
+		}
+		n, err := NormalizeName(fmt.Sprintf("approvers[%d]", i), name)
+		if err != nil {
+			return nil, 0, err
+		} else if seen[n] {
+			return nil, 0, Errorf(EINVALID, "approvers[%d] %q is listed twice (as %q once normalised); approvers must be distinct", i, name, n)
+		}
+		seen[n] = true
+		approvers[i] = n
+	}
+
+	required := DefaultRequired
+	if req.RequiredApprovals != nil {
+		required = *req.RequiredApprovals
+	}
+	if required < 1 || required > len(req.Approvers) {
+		return nil, 0, Errorf(EINVALID, "required_approvals is %d; it must be between 1 and the number of approvers (%d)", required, len(req.Approvers))
+	}
+	// The requester may not approve their own request (Decide), so a request that needs more
+	// approvals than the other approvers can give would wait for ever: refuse it now.
+	eligible := len(req.Approvers)
+	if seen[requester] {
+		eligible--
+	}
+	switch {
+	case eligible == 0:
+		return nil, 0, Errorf(EINVALID, "approvers lists only the requester %q, who may not approve their own request; name someone else", requester)
+	case required > eligible:
+		return nil, 0, Errorf(EINVALID, "required_approvals is %d but only %d approvers may approve: the requester %q may not approve their own request", required, eligible, requester)
+	}
+
+	return approvers, required, nil
 }
 
 // normalizeContext returns the context as compact JSON: {} when absent or null, otherwise it

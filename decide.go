@@ -2,6 +2,7 @@ package approval
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 )
@@ -41,7 +42,9 @@ type VoteResult struct {
 //   - ENOTFOUND if the approval does not exist (by ApprovalID, or by OperationKey when
 //     ApprovalID is empty; an operation key used by several requesters is ECONFLICT), or if p
 //     is not listed and may not see it (Principal.MayRead: its existence is not revealed);
-//   - EFORBIDDEN if p is not an approver, or is the requester voting approve;
+//   - EFORBIDDEN if p is not an approver, or is the requester voting approve; for an
+//     approval created under a policy, unless p may vote in its current stage now
+//     (decideUnder), which comes after the repeat and the terminal status below;
 //   - if d.Approver already voted: the same verdict returns the current approval with no
 //     change, AlreadyVoted (a repeat); the other verdict is ECONFLICT carrying the current
 //     approval;
@@ -51,7 +54,8 @@ type VoteResult struct {
 //   - otherwise the vote is stored, version+1, an EventVoted event appended; a reject makes
 //     the approval rejected, and the approvals reaching required_approvals make it approved
 //     (decided_at = now, with EventRejected/EventApproved) and, in the same transaction,
-//     create its execution (the outbox; see ExecutionStore).
+//     create its execution (the outbox; see ExecutionStore); under a policy, Tally over every
+//     vote decides instead (docs/policies.md, "Creates and votes").
 //
 // A refusal is committed before it is returned, because finding the approval past its expiry
 // expires it, and that truth is kept.
@@ -199,6 +203,9 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	} else if err != nil {
 		return decided{}, err
 	}
+	if a.Resolved != nil {
+		return s.decideUnder(ctx, tx, a, d)
+	}
 	if !a.IsApprover(d.Approver) {
 		return refuse(a, Errorf(EFORBIDDEN, "%s is not an approver of this approval", d.Approver))
 	}
@@ -217,8 +224,6 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 		return refuse(a, refusal)
 	}
 
-	now := tx.Now()
-	vote := Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: now}
 	status, event := StatusPending, ""
 	switch {
 	case d.Verdict == VerdictReject:
@@ -226,12 +231,63 @@ func (s *Service) decide(ctx context.Context, tx Tx, d DecideRequest) (decided, 
 	case a.Approvals()+1 >= a.RequiredApprovals:
 		status, event = StatusApproved, EventApproved
 	}
+	return s.recordVote(ctx, tx, a, d, status, event, map[string]any{"verdict": d.Verdict, "comment": d.Comment})
+}
+
+// decideUnder applies one vote on a, created under a policy, inside tx: the vote is refused
+// (EFORBIDDEN, nothing written) unless d.Approver may vote in the current stage now, by the
+// rules a keeps and the groups as Members has them at this moment (docs/policies.md, "Rules
+// and stages"); otherwise the outcome is Tally's over every vote, and the vote's event says
+// which rule it counted toward. The repeats, the conflicts and the expiry are decide's.
+func (s *Service) decideUnder(ctx context.Context, tx Tx, a *Approval, d DecideRequest) (decided, error) {
+	if prev, ok := a.DecisionBy(d.Approver); ok {
+		if prev.Verdict == d.Verdict {
+			return decided{approval: a, repeat: true, commentIgnored: prev.Comment != d.Comment}, nil
+		}
+		return decided{approval: a, refusal: conflict(a, "%s already voted %s", d.Approver, prev.Verdict)}, nil
+	}
+	if a.Status.Terminal() {
+		return decided{approval: a, refusal: conflict(a, "the approval is already %s", a.Status)}, nil
+	}
+	stages, members := a.Resolved.Stages, membersOrNone(s.Members)
+	before := Tally(stages, members, a.Requester, a.Decisions)
+	if ok, why := before.Eligible(stages, members, a.Requester, a.Decisions, d.Approver); !ok {
+		return decided{approval: a, refusal: Errorf(EFORBIDDEN, "%s may not vote on this approval: %s", d.Approver, why)}, nil
+	}
+	if refusal, err := s.refuseUnlessPending(ctx, tx, a, d.Cause); err != nil {
+		return decided{}, err
+	} else if refusal != nil {
+		return decided{approval: a, refusal: refusal}, nil
+	}
+
+	votes := append(slices.Clip(a.Decisions), Decision{Approver: d.Approver, Verdict: d.Verdict})
+	after := Tally(stages, members, a.Requester, votes)
+	status, event := StatusPending, ""
+	switch {
+	case after.Rejected:
+		status, event = StatusRejected, EventRejected // an eligible person's rejection vetoes
+	case after.Approved:
+		status, event = StatusApproved, EventApproved
+	}
+	detail := map[string]any{"verdict": d.Verdict, "comment": d.Comment}
+	if c := after.Toward[len(votes)-1]; c.Stage >= 0 {
+		detail["counted_toward"] = map[string]any{"stage": c.Stage + 1, "rule": stages[c.Stage].Rules[c.Rule].Label()}
+	}
+	return s.recordVote(ctx, tx, a, d, status, event, detail)
+}
+
+// recordVote writes d's vote on a, which tx holds locked and which is pending and not past
+// its expiry, with its event (detail its data), and moves a to status, with event, when that
+// is terminal: the execution queued in the same transaction when approved, the outcome
+// notified.
+func (s *Service) recordVote(ctx context.Context, tx Tx, a *Approval, d DecideRequest, status Status, event string, detail map[string]any) (decided, error) {
+	now := tx.Now()
+	vote := Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: now}
 	var decidedAt *time.Time
 	if status.Terminal() {
 		decidedAt = &now
 	}
-	if err := tx.EventInsert(ctx, a.ID, EventVoted, d.Approver, d.Cause,
-		map[string]any{"verdict": d.Verdict, "comment": d.Comment}); err != nil {
+	if err := tx.EventInsert(ctx, a.ID, EventVoted, d.Approver, d.Cause, detail); err != nil {
 		return decided{}, err
 	}
 	if err := tx.DecisionInsert(ctx, a.ID, vote); err != nil {

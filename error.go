@@ -15,8 +15,12 @@ const (
 	ECONFLICT     = "conflict"     // 409: the state does not allow it, or work is in flight
 	ETOOLARGE     = "too_large"    // 413
 	EMISMATCH     = "mismatch"     // 422: an idempotency key reused for a different request
-	EUNAVAILABLE  = "unavailable"  // 503: a dependency (the database) is down
-	EINTERNAL     = "internal"     // 500
+	// EUNPROCESSABLE is a well-formed request that the policies refuse (422): no policy
+	// applies to its action, it names approvers a policy does not take, or the policy could
+	// only be met with the requester's own vote (docs/policies.md).
+	EUNPROCESSABLE = "unprocessable"
+	EUNAVAILABLE   = "unavailable" // 503: a dependency (the database) is down
+	EINTERNAL      = "internal"    // 500
 )
 
 // Error is the application error. Message is safe to show to the caller; internal details

@@ -35,6 +35,16 @@ type Service struct {
 	// callbacks queue them by it. Zero: nobody is told.
 	Routing Routing
 
+	// Policies decide who must approve what (docs/policies.md): a create is resolved by them
+	// before anything is written, and an approval created under a policy keeps the rules it
+	// resolved to. Nil: requesters name their approvers.
+	Policies Policies
+
+	// Members tells who is in which group now. A vote on an approval created under a policy
+	// asks it when the vote is counted, so that someone removed from a group has no say from
+	// then on. Nil: the groups have no members.
+	Members Members
+
 	// touchMu guards touched: when this process last sent each token's last_used_at, so
 	// that a busy token costs one write a minute, not one per request (see Authenticate).
 	touchMu sync.Mutex
@@ -110,9 +120,12 @@ type CreateResult struct {
 
 // Create runs the idempotent create (docs/invariants.md, invariant 2) for p, who becomes the
 // approval's requester: EFORBIDDEN, before anything else, unless p may create approvals
-// (Principal.MayCreate). The request is validated before anything is written, so a refused request stores nothing and the caller
-// may correct it and reuse the key. Then one store statement or transaction writes the
-// approval, unless the key is taken; and the rule is:
+// (Principal.MayCreate). The request is validated, and resolved by the Policies when there
+// are any (docs/policies.md), before anything is written, so a refused request stores nothing
+// and the caller may correct it and reuse the key; a request the policies refuse whose key
+// already holds its approval (the policies changed since) is answered as a retry. Then one
+// store statement or transaction writes the approval, unless the key is taken; and the rule
+// is:
 //
 //   - the key was free: the new approval, with Respond's answer;
 //   - the key is held by a request with another fingerprint: EMISMATCH (422);
@@ -151,7 +164,15 @@ func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (Cre
 			return res, err
 		}
 	}
-	a, err := NewApproval(req, c.requester, c.Key, fingerprint, s.now())
+	// Under policies the request is resolved here, before anything is written; a refusal
+	// of a request whose key already holds its approval replays that approval.
+	refused := false
+	a, err := newApproval(req, c.requester, c.Key, fingerprint, s.now(), s.resolver(ctx, req, &refused))
+	if refused {
+		if res, ok, err := s.replayHeld(ctx, c, fingerprint, sum); ok || err != nil {
+			return res, err
+		}
+	}
 	if err != nil {
 		return CreateResult{}, err
 	}

@@ -56,7 +56,7 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 			return req, decodeObject(body, &req)
 		},
 		Cause:   s.cause(r),
-		Respond: created,
+		Respond: s.created,
 	})
 	if err != nil {
 		s.writeCreateError(w, r, err)
@@ -71,7 +71,7 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	if res.Response == nil { // the stored answer outlived its retention
-		s.writeJSON(w, r, http.StatusOK, present(res.Approval))
+		s.writeJSON(w, r, http.StatusOK, s.present(res.Approval))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -83,8 +83,8 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 }
 
 // created renders the 201 answer to a create, the response stored for replays.
-func created(a *approval.Approval) (approval.StoredResponse, error) {
-	body, err := marshal(present(a))
+func (s *Server) created(a *approval.Approval) (approval.StoredResponse, error) {
+	body, err := marshal(s.present(a))
 	if err != nil {
 		return approval.StoredResponse{}, err
 	}
@@ -130,7 +130,7 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		s.writeJSON(w, r, http.StatusOK, present(a))
+		s.writeJSON(w, r, http.StatusOK, s.present(a))
 		return
 	}
 	p, err2 := s.authenticate(r.Context(), r)
@@ -149,7 +149,7 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		s.writeJSON(w, r, http.StatusOK, present(a))
+		s.writeJSON(w, r, http.StatusOK, s.present(a))
 		return
 	}
 	s.longPoll(w, r, p, id, version, wait)
@@ -193,7 +193,7 @@ waiting:
 			return
 		}
 		if a.Version > version {
-			s.writeJSON(w, r, http.StatusOK, present(a))
+			s.writeJSON(w, r, http.StatusOK, s.present(a))
 			return
 		}
 		select {
@@ -203,7 +203,7 @@ waiting:
 			}
 		case <-poll.C:
 		case <-timeout.C:
-			s.writeJSON(w, r, http.StatusOK, present(a))
+			s.writeJSON(w, r, http.StatusOK, s.present(a))
 			return
 		case <-ctx.Done():
 			break waiting
@@ -217,7 +217,7 @@ waiting:
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, present(a))
+	s.writeJSON(w, r, http.StatusOK, s.present(a))
 }
 
 // parseWait reads the long-poll parameters: wait as a Go duration ("30s") or whole seconds,
@@ -300,7 +300,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	}
 	out := approvalList{Approvals: make([]*approval.Approval, len(list)), NextCursor: next}
 	for i, a := range list {
-		out.Approvals[i] = present(a)
+		out.Approvals[i] = s.present(a)
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 }
@@ -346,10 +346,10 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 			return
 		}
 		if !v.AlreadyVoted {
-			s.writeJSON(w, r, http.StatusOK, present(v.Approval))
+			s.writeJSON(w, r, http.StatusOK, s.present(v.Approval))
 			return
 		}
-		answer := repeatedVote{Approval: present(v.Approval), AlreadyVoted: true,
+		answer := repeatedVote{Approval: s.present(v.Approval), AlreadyVoted: true,
 			Notice: fmt.Sprintf("%s already voted %s; nothing changed", p.Subject, verdict)}
 		if v.CommentIgnored {
 			answer.Notice += "; the first vote's comment stands and this comment was not recorded"
@@ -391,7 +391,7 @@ func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, present(a))
+	s.writeJSON(w, r, http.StatusOK, s.present(a))
 }
 
 // eventList is the answer of GET /v1/approvals/{id}/events.

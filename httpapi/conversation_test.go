@@ -23,6 +23,7 @@ import (
 	"github.com/approvald/approval/internal/downstream"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/internal/wait"
+	"github.com/approvald/approval/policy"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
 )
@@ -124,7 +125,16 @@ func newConversation(t *testing.T, kind string) *conversation {
 		Verifier: webhook.Verifier{Scheme: webhook.SchemeStandard, Secrets: []string{conversationSecret}},
 		Handlers: []string{approval.TypeApprovalDecision, approval.TypeExecutionResult},
 	}
-	f := setup(t, kind, func(c *httpapi.Config) { c.Sources = []httpapi.Source{chat} })
+	var svc *approval.Service
+	f := setup(t, kind, func(c *httpapi.Config) {
+		c.Sources = []httpapi.Source{chat}
+		// The policies decide release; every other action but launch-missiles names its
+		// approvers, as with no policies.
+		svc = rules(c.Store.(approval.Store))
+		svc.Policies, svc.Members = conversationPolicies(t)
+		c.Service = svc
+	})
+	svc.Now = f.clock.Now // before the first request
 	f.clock.Set(conversationStart)
 	c := &conversation{t: t, f: f, tokens: map[string]string{}, mask: newMasker(conversationStart)}
 	c.down = downstream.New(downstream.Options{HonourKeys: true})
@@ -154,7 +164,7 @@ func newConversation(t *testing.T, kind string) *conversation {
 	}
 	inbox := &worker.InboxProcessor{
 		Store:   f.store,
-		Rules:   f.service(),
+		Rules:   svc,
 		Logger:  slog.New(slog.DiscardHandler),
 		Sources: map[string][]string{chat.Name: chat.Handlers},
 		Poll:    20 * time.Millisecond,
@@ -561,6 +571,34 @@ func (c *conversation) script() {
 	post("retry a processed inbox event", conflict, "/v1/inbox/"+in1+"/retry", "olga", "")
 	post("retry a missing inbox event", notFound, "/v1/inbox/inb_nope/retry", "olga", "")
 	get("sources", ok, "/v1/sources", "root")
+
+	// Policies: release is decided by the configuration, alice of sre first, then bob.
+	release := `{"action": "release", "title": "Release 2.0", "context": {"env": "prod"}}`
+	create("release naming approvers", mismatch, "ci-bot", "release-x", `{"action": "release", "title": "Release 2.0", "approvers": ["mallory"]}`)
+	create("release by a requester the policy does not list", forbidden, "ml-bot", "release-1", release)
+	create("an action no policy applies to", mismatch, "ci-bot", "missiles-1", `{"action": "launch-missiles", "title": "No"}`)
+	rel := c.field(create("create release", created, "ci-bot", "release-1", release), "id")
+	create("replay release", created, "ci-bot", "release-1", release)
+	post("bob is asked only in stage 2", forbidden, "/v1/approvals/"+rel+"/approve", "bob", "")
+	post("carol is asked in no stage", notFound, "/v1/approvals/"+rel+"/approve", "carol", "")
+	post("alice approves release", ok, "/v1/approvals/"+rel+"/approve", "alice", "")
+	get("release in stage 2", ok, "/v1/approvals/"+rel, "ci-bot")
+	post("bob approves release", ok, "/v1/approvals/"+rel+"/approve", "bob", "")
+	get("events of release", ok, "/v1/approvals/"+rel+"/events", "ci-bot")
+}
+
+// conversationPolicies are the conversation's policies and groups.
+func conversationPolicies(t *testing.T) (approval.Policies, approval.Members) {
+	t.Helper()
+	set, err := policy.Compile(map[string]policy.Group{"sre": {Members: []string{"alice"}}}, []policy.Policy{
+		{Name: "release", Match: policy.Match{Action: "release"}, Requesters: []string{"ci-bot"},
+			Stages: []policy.Stage{{Rules: []policy.Rule{{Group: "sre", Approvals: 1}}}, {Rules: []policy.Rule{{People: []string{"bob"}, Approvals: 1}}}}},
+		{Name: "anything-else", Match: policy.Match{Action: "*", When: `action != "launch-missiles"`}, Approvers: policy.FromRequest},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set.ForService(), set.Members()
 }
 
 // pages follows next_cursor from path until the last page, recording each page.

@@ -178,10 +178,12 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 	}
 }
 
-// present returns a copy of a in the shape of the API: times in UTC, and empty lists and
-// context as [] and {} rather than null.
-func present(a *approval.Approval) *approval.Approval {
+// present returns a copy of a in the shape of the API: times in UTC, empty lists and context
+// as [] and {} rather than null, and for an approval created under a policy its progress by
+// the groups as they are now (docs/http-api.md, "The approval").
+func (s *Server) present(a *approval.Approval) *approval.Approval {
 	c := *a
+	c.Policy = a.PolicyStatus(s.svc.Members)
 	if c.Approvers == nil {
 		c.Approvers = []string{}
 	}

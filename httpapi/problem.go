@@ -23,17 +23,18 @@ var errorStatus = map[string]struct {
 	status int
 	title  string
 }{
-	approval.EINVALID:      {http.StatusBadRequest, "Invalid request"},
-	approval.EUNAUTHORIZED: {http.StatusUnauthorized, "Unauthorized"},
-	approval.EFORBIDDEN:    {http.StatusForbidden, "Forbidden"},
-	approval.ENOTFOUND:     {http.StatusNotFound, "Not found"},
-	errMethod:              {http.StatusMethodNotAllowed, "Method not allowed"},
-	errMediaType:           {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	approval.ECONFLICT:     {http.StatusConflict, "Conflict"},
-	approval.ETOOLARGE:     {http.StatusRequestEntityTooLarge, "Request too large"},
-	approval.EMISMATCH:     {http.StatusUnprocessableEntity, "Idempotency key reused"},
-	approval.EUNAVAILABLE:  {http.StatusServiceUnavailable, "Service unavailable"},
-	approval.EINTERNAL:     {http.StatusInternalServerError, "Internal error"},
+	approval.EINVALID:       {http.StatusBadRequest, "Invalid request"},
+	approval.EUNAUTHORIZED:  {http.StatusUnauthorized, "Unauthorized"},
+	approval.EFORBIDDEN:     {http.StatusForbidden, "Forbidden"},
+	approval.ENOTFOUND:      {http.StatusNotFound, "Not found"},
+	errMethod:               {http.StatusMethodNotAllowed, "Method not allowed"},
+	errMediaType:            {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	approval.ECONFLICT:      {http.StatusConflict, "Conflict"},
+	approval.ETOOLARGE:      {http.StatusRequestEntityTooLarge, "Request too large"},
+	approval.EMISMATCH:      {http.StatusUnprocessableEntity, "Idempotency key reused"},
+	approval.EUNPROCESSABLE: {http.StatusUnprocessableEntity, "Policy refused"},
+	approval.EUNAVAILABLE:   {http.StatusServiceUnavailable, "Service unavailable"},
+	approval.EINTERNAL:      {http.StatusInternalServerError, "Internal error"},
 }
 
 // problem is an RFC 9457 problem detail, with extensions: the request id, to quote when
@@ -89,7 +90,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if e := approval.AsError(err); e != nil {
 		if e.Approval != nil && code == approval.ECONFLICT {
-			p.Approval = present(e.Approval)
+			p.Approval = s.present(e.Approval)
 		}
 		if e.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))

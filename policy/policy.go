@@ -369,9 +369,9 @@ func (s *Set) Members() approval.GroupMembers {
 func (s *Set) Empty() bool { return s == nil || len(s.policies) == 0 }
 
 // Resolve returns the first policy whose match holds for in, or refuses the request:
-// EINVALID when no policy matches the action, when a condition cannot be evaluated on the
-// request, or when the request names approvers under a policy that does not take them;
-// EFORBIDDEN when the requester is not among the policy's requesters. Result.Skipped is
+// EUNPROCESSABLE when no policy matches the action, or when the request names approvers
+// under a policy that does not take them; EINVALID when a condition cannot be evaluated on
+// the request; EFORBIDDEN when the requester is not among the policy's requesters. Result.Skipped is
 // filled in either case. A nil or empty Set resolves every request to FromRequest.
 func (s *Set) Resolve(ctx context.Context, in Input) (Result, error) {
 	var res Result
@@ -408,11 +408,11 @@ func (s *Set) Resolve(ctx context.Context, in Input) (Result, error) {
 			return res, approval.Errorf(approval.EFORBIDDEN, "policy %s lets only %s request %s; %s may not", c.Name, strings.Join(c.Requesters, ", "), in.Action, in.Requester)
 		}
 		if len(in.Approvers) > 0 && !res.FromRequest {
-			return res, approval.Errorf(approval.EINVALID, "policy %s decides the approvers of %s; remove approvers from the request (only a policy with approvers: %s takes them)", c.Name, in.Action, FromRequest)
+			return res, approval.Errorf(approval.EUNPROCESSABLE, "policy %s decides the approvers of %s; remove approvers from the request (only a policy with approvers: %s takes them)", c.Name, in.Action, FromRequest)
 		}
 		return res, nil
 	}
-	return res, approval.Errorf(approval.EINVALID, "no policy applies to the action %s; the configuration's policies decide who approves which action", in.Action)
+	return res, approval.Errorf(approval.EUNPROCESSABLE, "no policy applies to the action %s; the configuration's policies decide who approves which action", in.Action)
 }
 
 // variables are the CEL variables of a request.
@@ -424,4 +424,20 @@ func variables(in Input) (map[string]any, error) {
 		}
 	}
 	return map[string]any{"action": in.Action, "title": in.Title, "requester": approval.NameKey(in.Requester), "context": ctxVal}, nil
+}
+
+// ForService returns s as the Service asks it at every create (approval.Policies).
+func (s *Set) ForService() approval.Policies { return forService{s} }
+
+// forService is a Set as approval.Policies.
+type forService struct{ set *Set }
+
+// Resolve resolves in by Set.Resolve.
+func (f forService) Resolve(ctx context.Context, in approval.PolicyInput) (*approval.PolicyDecision, error) {
+	res, err := f.set.Resolve(ctx, Input{Action: in.Action, Title: in.Title, Requester: in.Requester,
+		Context: in.Context, Approvers: in.Approvers})
+	if err != nil {
+		return nil, err
+	}
+	return &approval.PolicyDecision{Resolved: res.Resolved(), FromRequest: res.FromRequest, ExpiresIn: res.ExpiresIn}, nil
 }

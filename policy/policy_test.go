@@ -199,7 +199,7 @@ func TestResolve(t *testing.T) {
 		},
 		{
 			name: "approvers named under a policy", in: policy.Input{Action: "deploy", Requester: "CI-BOT", Context: json.RawMessage(`{"env":"prod"}`), Approvers: []string{"mallory"}},
-			policy: "prod-deploy", code: approval.EINVALID, message: "policy prod-deploy decides the approvers of deploy",
+			policy: "prod-deploy", code: approval.EUNPROCESSABLE, message: "policy prod-deploy decides the approvers of deploy",
 		},
 		{
 			name: "staging deploy falls through", in: policy.Input{Action: "deploy", Requester: "ci-bot", Context: json.RawMessage(`{"env":"staging"}`), Approvers: []string{"alice"}},
@@ -261,8 +261,8 @@ func TestResolve_noMatch(t *testing.T) {
 	t.Parallel()
 	s := MustCompile(t, "groups: {sre: [alice]}\npolicies:\n  - {name: p, match: {action: deploy}, rules: [{group: sre}]}\n")
 	_, err := s.Resolve(context.Background(), policy.Input{Action: "refund", Requester: "ci-bot"})
-	if got, want := approval.ErrorMessage(err), "no policy applies to the action refund"; approval.ErrorCode(err) != approval.EINVALID || !strings.HasPrefix(got, want) {
-		t.Errorf("got %s %q, want invalid %q", approval.ErrorCode(err), got, want)
+	if got, want := approval.ErrorMessage(err), "no policy applies to the action refund"; approval.ErrorCode(err) != approval.EUNPROCESSABLE || !strings.HasPrefix(got, want) {
+		t.Errorf("got %s %q, want unprocessable %q", approval.ErrorCode(err), got, want)
 	}
 }
 
@@ -283,7 +283,7 @@ policies:
 		t.Errorf("got %q, %v, want p", res.Policy, err)
 	}
 	in.Context = json.RawMessage(`{"replicas": 3, "tags": ["db"]}`)
-	if _, err := s.Resolve(context.Background(), in); approval.ErrorCode(err) != approval.EINVALID {
+	if _, err := s.Resolve(context.Background(), in); approval.ErrorCode(err) != approval.EUNPROCESSABLE {
 		t.Errorf("got %v, want no policy to apply", err)
 	}
 }

@@ -18,10 +18,12 @@ import (
 const insertApprovalAttempts = 3
 
 // insert is one create handed to the batcher: the approval, its event's cause, its
-// notifications and the request's pending token check, if any.
+// notifications and the request's pending token check, if any; policy is the approval's
+// Resolved as JSON, "" for none.
 type insert struct {
 	a      *approval.Approval
 	cause  []byte
+	policy string
 	outbox []*approval.OutboxMessage
 	check  *approval.TokenCheck
 }
@@ -38,24 +40,25 @@ type inserted struct {
 // approvers, its approval.created event and the approvers' notifications in the outbox,
 // unless an approval already holds its key (ON CONFLICT DO NOTHING, the approvals in key
 // order: docs/architecture.md, "A create, step by step", and "Creates, intakes and reads in
-// batches"). The creates arrive as parallel arrays ($1 to $15, one element per create; $16 to
-// $18 the approvers and $19 to $25 the notifications, each naming its approval). It returns,
+// batches"). The creates arrive as parallel arrays ($1 to $15 and $26, one element per create;
+// $16 to $18 the approvers and $19 to $25 the notifications, each naming its approval). It returns,
 // per create in order, whether its token was good and whether its approval was written.
 var insertApprovalsSQL = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
 		$7::bytea[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::jsonb[],
-		$13::bytea[], $14::text[], $15::timestamptz[])
+		$13::bytea[], $14::text[], $15::timestamptz[], $26::text[])
 		WITH ORDINALITY AS r(requester, operation_key, fingerprint, id, action, title, context,
 			required_approvals, expires_at, created_at, callback_url, cause,
-			token_hash, token_id, token_at, ord)
+			token_hash, token_id, token_at, policy, ord)
 ), allowed AS (
 	SELECT r.* FROM req AS r WHERE ` + batchTokenGoodSQL + `
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
-		required_approvals, status, decided_at, expires_at, created_at, version, callback_url)
+		required_approvals, status, decided_at, expires_at, created_at, version, callback_url, policy)
 	SELECT id, requester, operation_key, fingerprint, action, title, context,
-		required_approvals, 'pending', NULL, expires_at, created_at, 1, NULLIF(callback_url, '')
+		required_approvals, 'pending', NULL, expires_at, created_at, 1, NULLIF(callback_url, ''),
+		NULLIF(policy, '')::jsonb
 	FROM allowed
 	ORDER BY operation_key, requester
 	ON CONFLICT (operation_key, requester) DO NOTHING
@@ -99,12 +102,16 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	if err != nil {
 		return nil, err
 	}
+	policy, err := sqldb.PolicyJSON(a)
+	if err != nil {
+		return nil, err
+	}
 	for _, m := range outbox {
 		if m.Kind != approval.OutboxNotification {
 			return nil, approval.Errorf(approval.EINTERNAL, "a create queues notifications only, not %s", m.Kind)
 		}
 	}
-	in := insert{a: a, cause: causeJSON, outbox: outbox, check: approval.PendingTokenCheck(ctx)}
+	in := insert{a: a, cause: causeJSON, policy: string(policy), outbox: outbox, check: approval.PendingTokenCheck(ctx)}
 	for range insertApprovalAttempts {
 		out, err := s.creates.Do(in)
 		switch {
@@ -137,7 +144,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		contexts, causes, hashes                                     = make([][]byte, n), make([]string, n), make([][]byte, n)
 		required                                                     = make([]int, n)
 		expires, created, checkedAt                                  = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
-		callbacks, tokenIDs                                          = make([]string, n), make([]string, n)
+		callbacks, tokenIDs, policies                                = make([]string, n), make([]string, n), make([]string, n)
 		pApproval, pApprover                                         []string
 		pPosition                                                    []int
 		mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload []string
@@ -149,6 +156,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		contexts[i], causes[i], required[i] = []byte(a.Context), string(c.Req.cause), a.RequiredApprovals
 		expires[i], created[i], callbacks[i] = a.ExpiresAt, a.CreatedAt, a.CallbackURL
 		hashes[i], tokenIDs[i], checkedAt[i] = tokenArgs(c.Req.check)
+		policies[i] = c.Req.policy
 		for j, approver := range a.Approvers {
 			pApproval, pPosition, pApprover = append(pApproval, a.ID), append(pPosition, j+1), append(pApprover, approver)
 		}
@@ -166,7 +174,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 	b := &pgx.Batch{}
 	b.Queue(insertApprovalsSQL, requesters, keys, fingerprints, ids, actions, titles,
 		contexts, required, expires, created, callbacks, causes, hashes, tokenIDs, checkedAt,
-		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload)
+		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload, policies)
 	b.Queue(heldApprovalsSQL, requesters, keys, ids)
 	results := make([]inserted, n)
 	err = func() error {

@@ -190,3 +190,13 @@ take them, rules only the requester could meet), 4 when the requester may not as
 
 Flags:
 `
+
+// servicePolicies are the Service's policies and group membership from cfg: none when no
+// policies are configured, so that requesters name their approvers.
+func servicePolicies(cfg Config) (approval.Policies, approval.Members) {
+	set := cfg.PolicySet()
+	if set.Empty() {
+		return nil, nil
+	}
+	return set.ForService(), set.Members()
+}

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/internal/testdb"
 )
 
 const policyConfig = `
@@ -195,4 +202,91 @@ func TestPolicyCheck_badConfiguration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServicePolicies: serve gives the Service no policies when none are configured (the
+// requester names the approvers), and otherwise the configuration's, resolved as policy
+// check resolves them, with the groups' members.
+func TestServicePolicies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	empty, err := ParseConfig(strings.NewReader("database_url: file:x.db\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := empty.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if p, m := servicePolicies(empty); p != nil || m != nil {
+		t.Fatalf("got policies %v and members %v with no policies configured, want none", p, m)
+	}
+
+	cfg, err := ParseConfig(strings.NewReader("database_url: file:x.db\n" + policyConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, m := servicePolicies(cfg)
+	if p == nil || m == nil {
+		t.Fatal("got no policies or no members, want the configuration's")
+	}
+	if !m.InGroup("bob", "sre") || m.InGroup("dave", "sre") {
+		t.Errorf("got sre membership bob %v, dave %v; want true, false", m.InGroup("bob", "sre"), m.InGroup("dave", "sre"))
+	}
+	d, err := p.Resolve(ctx, approval.PolicyInput{Action: "deploy", Requester: "ci-bot", Context: json.RawMessage(`{"env":"prod"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Resolved.Policy != "prod-deploy" || d.FromRequest || d.ExpiresIn != 24*time.Hour || len(d.Resolved.Stages) != 1 || len(d.Resolved.Stages[0].Rules) != 2 {
+		t.Errorf("got %+v, want prod-deploy's one stage of two rules, expiring in 24h", d)
+	}
+	if d, err := p.Resolve(ctx, approval.PolicyInput{Action: "anything", Requester: "ci-bot", Approvers: []string{"alice"}}); err != nil || !d.FromRequest {
+		t.Errorf("got %+v, %v; want from_request", d, err)
+	}
+	if _, err := p.Resolve(ctx, approval.PolicyInput{Action: "deploy", Requester: "mallory", Context: json.RawMessage(`{"env":"prod"}`)}); approval.ErrorCode(err) != approval.EFORBIDDEN {
+		t.Errorf("got %v for mallory's deploy, want %s", err, approval.EFORBIDDEN)
+	}
+}
+
+// TestServe_Policies: serve with policies in its configuration holds creates and votes to
+// them (docs/policies.md, "Creates and votes").
+func TestServe_Policies(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		srv := startServeWith(t, dsn, serveOptions{config: policyConfig})
+		ciBot := createToken(t, dsn, "ci-bot", "requester")
+		mallory := createToken(t, dsn, "mallory", "requester")
+		alice := createToken(t, dsn, "alice", "approver")
+		fiona := createToken(t, dsn, "fiona", "approver")
+
+		const deploy = `{"action": "deploy", "title": "Deploy", "context": {"env": "prod"}}`
+		srv.do(t, "POST", "/v1/approvals", mallory, "d-1", deploy).wantStatus(t, http.StatusForbidden)
+		srv.do(t, "POST", "/v1/approvals", ciBot, "d-2", `{"action": "deploy", "title": "Deploy", "context": {"env": "prod"}, "approvers": ["mallory"]}`).
+			wantStatus(t, http.StatusUnprocessableEntity)
+		srv.do(t, "POST", "/v1/approvals", ciBot, "d-3", `{"action": "drop", "title": "Drop", "approvers": ["alice"]}`).
+			wantStatus(t, http.StatusUnprocessableEntity)
+		created := srv.do(t, "POST", "/v1/approvals", ciBot, "d-4", deploy)
+		created.wantStatus(t, http.StatusCreated)
+		var a struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+			Policy *struct {
+				Name         string `json:"name"`
+				CurrentStage int    `json:"current_stage"`
+			} `json:"policy"`
+		}
+		created.decode(t, &a)
+		if a.Policy == nil || a.Policy.Name != "prod-deploy" || a.Policy.CurrentStage != 1 {
+			t.Fatalf("created: got %s, want the policy prod-deploy in stage 1", created.body)
+		}
+		srv.do(t, "POST", "/v1/approvals/"+a.ID+"/approve", alice, "", "").wantStatus(t, http.StatusOK)
+
+		refund := srv.do(t, "POST", "/v1/approvals", ciBot, "r-1", `{"action": "refund", "title": "Refund"}`)
+		refund.wantStatus(t, http.StatusCreated)
+		refund.decode(t, &a)
+		srv.do(t, "POST", "/v1/approvals/"+a.ID+"/approve", fiona, "", "").wantStatus(t, http.StatusForbidden)
+	})
 }

@@ -300,6 +300,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	// the workers decide alike.
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses,
 		Targeted: svc.targeted, Routing: svc.config.routing()}
+	rules.Policies, rules.Members = servicePolicies(svc.config)
 	// One budget for every body read before its sender is known: the intake's and the
 	// sign-in forms'.
 	bodies := httpapi.NewBodyBudget(svc.config.Limits.MaxInflightBodyBytes)

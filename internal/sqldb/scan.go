@@ -13,7 +13,7 @@ import (
 const (
 	ApprovalColumns = `a.id, a.operation_key, a.action, a.title, a.context, a.requester,
 	a.required_approvals, a.status, a.decided_at, a.expires_at, a.created_at, a.version,
-	a.fingerprint, COALESCE(a.callback_url, '')`
+	a.fingerprint, COALESCE(a.callback_url, ''), a.policy`
 	ExecutionColumns = `x.id, x.approval_id, x.operation_key, x.action, x.targeted, x.status,
 	x.attempts, x.last_error, x.result, x.next_attempt_at, x.lease_expires_at,
 	x.applied_version, x.uncertain, x.attempt_base, x.created_at, x.updated_at, x.downstream_key`
@@ -28,11 +28,12 @@ const (
 	ApprovalDetailColumns = `x.id, x.status, x.attempts, x.last_error, x.result, x.updated_at`
 )
 
-// approvalDest are the destinations of ApprovalColumns; status is the approval's, to convert.
-func approvalDest(a *approval.Approval, status *string) []any {
+// approvalDest are the destinations of ApprovalColumns; status is the approval's and policy
+// its Resolved as JSON (nil for none), to convert.
+func approvalDest(a *approval.Approval, status *string, policy *[]byte) []any {
 	return []any{&a.ID, &a.OperationKey, &a.Action, &a.Title, Bytes((*[]byte)(&a.Context)), &a.Requester,
 		&a.RequiredApprovals, status, NullTime(&a.DecidedAt), Time(&a.ExpiresAt), Time(&a.CreatedAt),
-		&a.Version, &a.Fingerprint, &a.CallbackURL}
+		&a.Version, &a.Fingerprint, &a.CallbackURL, Bytes(policy)}
 }
 
 // ScanApprovalDetail reads a row of a Dialect's ApprovalDetail.
@@ -57,6 +58,7 @@ type ApprovalDetail struct {
 	a                    approval.Approval
 	status               string
 	approvers, decisions []byte
+	policy               []byte
 	x                    approval.Execution
 	xID, xStatus         *string
 	xAttempts            *int
@@ -65,7 +67,7 @@ type ApprovalDetail struct {
 
 // Dest are the destinations of ApprovalColumns and ApprovalDetailColumns, in order.
 func (d *ApprovalDetail) Dest() []any {
-	return append(approvalDest(&d.a, &d.status), Bytes(&d.approvers), Bytes(&d.decisions),
+	return append(approvalDest(&d.a, &d.status, &d.policy), Bytes(&d.approvers), Bytes(&d.decisions),
 		&d.xID, &d.xStatus, &d.xAttempts, &d.xError, Bytes((*[]byte)(&d.x.Result)), NullTime(&d.x.UpdatedAt))
 }
 
@@ -82,6 +84,12 @@ func (d *ApprovalDetail) Approval() (*approval.Approval, error) {
 	}
 	for i := range a.Decisions {
 		a.Decisions[i].At = a.Decisions[i].At.UTC()
+	}
+	if d.policy != nil {
+		a.Resolved = new(approval.Resolved)
+		if err := json.Unmarshal(d.policy, a.Resolved); err != nil {
+			return nil, fmt.Errorf("decode policy of %s: %w", a.ID, err)
+		}
 	}
 	if d.xID != nil {
 		x := d.x
@@ -210,4 +218,17 @@ func (d bytesDest) Scan(src any) error {
 		return fmt.Errorf("cannot scan %T into bytes", src)
 	}
 	return nil
+}
+
+// PolicyJSON encodes what an approval keeps of its policy as both dialects store it: nil (NULL)
+// for an approval that keeps none.
+func PolicyJSON(a *approval.Approval) ([]byte, error) {
+	if a.Resolved == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(a.Resolved)
+	if err != nil {
+		return nil, fmt.Errorf("encode policy of %s: %w", a.ID, err)
+	}
+	return b, nil
 }
