@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/approvald/approval/internal/httpstatus"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -297,13 +298,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Request-Id", info.id)
 	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpstatus.Writer{ResponseWriter: w}
 
 	defer func() {
 		v := recover()
 		if v != nil && v != http.ErrAbortHandler {
 			info.log.Error("handler panicked", slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-			if sw.status == 0 {
+			if !sw.Written() {
 				s.writeError(sw, r, approval.Errorf(approval.EINTERNAL, "internal error"))
 				v = nil
 			} else {
@@ -312,7 +313,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				v = http.ErrAbortHandler
 			}
 		}
-		s.observe(r, info, sw.statusCode(), time.Since(start))
+		s.observe(r, info, sw.Code(), time.Since(start))
 		if v != nil {
 			panic(v)
 		}
@@ -438,35 +439,4 @@ func clientRequestID(values []string) string {
 		}
 	}
 	return h
-}
-
-// statusWriter records the status code a handler wrote.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// statusCode is the status the client got: 200 when the handler wrote nothing.
-func (w *statusWriter) statusCode() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
-	return w.status
 }

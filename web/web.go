@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/approvald/approval/internal/httpstatus"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -261,8 +262,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		limit, _ := formLimit(r.URL.Path)
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
-	sw := &statusWriter{ResponseWriter: w}
-	defer func() { s.logRequest(r, info, sw.statusCode(), time.Since(start)) }()
+	sw := &httpstatus.Writer{ResponseWriter: w}
+	defer func() { s.logRequest(r, info, sw.Code(), time.Since(start)) }()
 	s.cop.Handler(s.mux).ServeHTTP(sw, r)
 }
 
@@ -307,37 +308,6 @@ func (s *Server) logRequest(r *http.Request, info *pageRequest, status int, d ti
 		slog.Duration("duration", d),
 		slog.String("subject", info.subject),
 	)
-}
-
-// statusWriter records the status code a page wrote.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection's writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// statusCode is the status the client got: 200 when the page wrote nothing.
-func (w *statusWriter) statusCode() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
-	return w.status
 }
 
 // cause is the audit trail's cause of a change made by r: an HTTP request, by its id.
