@@ -27,6 +27,12 @@ import (
 
 // HTTP server limits.
 const (
+	// clockEvery is how often a replica measures its clock against the database's, and
+	// clockBoundDivisor the share of the lease its offset may reach before it stops claiming
+	// work: two replicas within lease/20 of the database are within lease/10 of each other,
+	// the margin the runner keeps before a lease ends (docs/operations.md, "Clocks").
+	clockEvery        = 10 * time.Second
+	clockBoundDivisor = 20
 	// readHeaderTimeout bounds a client that opens a connection and sends headers slowly.
 	readHeaderTimeout = 10 * time.Second
 	// readTimeout bounds reading a whole request, body included: the webhook intake needs no
@@ -301,6 +307,21 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses,
 		Targeted: svc.targeted, Routing: svc.config.routing()}
 	rules.Policies, rules.Members = servicePolicies(svc.config)
+	// Leases are judged by the replicas' clocks: measure this one against the database's
+	// before any work is claimed, and keep measuring (docs/operations.md, "Clocks").
+	rules.Clock = &approval.ClockWatch{Store: st, Bound: svc.config.Workers.Lease / clockBoundDivisor,
+		Every: clockEvery, Logger: svc.logger.With("worker", "clock")}
+	measureCtx, measured := context.WithTimeout(ctx, clockEvery)
+	rules.Clock.Measure(measureCtx)
+	measured()
+	go rules.Clock.Run(ctx)
+	registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "approvald_clock_offset_seconds",
+		Help: "The database's clock minus this process's, as last measured; beyond the bound (workers.lease/20) the replica claims no work.",
+	}, func() float64 {
+		offset, _, _ := rules.Clock.Offset()
+		return offset.Seconds()
+	}))
 	// One budget for every body read before its sender is known: the intake's and the
 	// sign-in forms'.
 	bodies := httpapi.NewBodyBudget(svc.config.Limits.MaxInflightBodyBytes)
