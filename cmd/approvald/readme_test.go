@@ -40,6 +40,11 @@ func TestREADME(t *testing.T) {
 		}
 	}
 
+	for _, tool := range []string{"bash", "curl", "openssl", "base64", "od"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the README's commands need %s: %v", tool, err)
+		}
+	}
 	r := newReadmeRun(t)
 	for _, s := range steps {
 		r.step(t, s)
