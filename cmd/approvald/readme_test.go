@@ -194,7 +194,7 @@ func (r *readmeRun) step(t *testing.T, s consoleStep) {
 			rc, _ = strconv.Atoi(all[m[2]:m[3]])
 			jobs, _ := strconv.Atoi(all[m[4]:m[5]])
 			output = all[:m[0]] + all[m[1]:]
-			if err = r.match(s, output, false); err == nil || jobs == 0 {
+			if err = r.match(s, output, false); err == nil || jobs == 0 || rc != 0 {
 				break
 			}
 		}
@@ -336,10 +336,12 @@ func (r *readmeRun) match(s consoleStep, got string, more bool) error {
 	var pattern strings.Builder
 	pattern.WriteString(`\A`)
 	var names []string // the README's text of each capturing group
-	for _, line := range want {
+	shown := make([]string, len(want))
+	for i, line := range want {
 		if r.addr != "" {
 			line = strings.ReplaceAll(line, readmeAddr, r.addr)
 		}
+		shown[i] = line
 		if line == "..." {
 			pattern.WriteString(`(?:[^\n]*\n)*?`)
 			continue
@@ -381,7 +383,7 @@ func (r *readmeRun) match(s consoleStep, got string, more bool) error {
 	re := regexp.MustCompile(pattern.String())
 	m := re.FindStringSubmatch(got)
 	if m == nil {
-		return fmt.Errorf("got:\n%s\nwant (README.md, placeholders and ... as described in docs/testing.md):\n%s", got, strings.Join(want, "\n"))
+		return fmt.Errorf("got:\n%s\nwant (README.md, placeholders and ... as described in docs/testing.md):\n%s", got, strings.Join(shown, "\n"))
 	}
 	// Each placeholder the README shows is one value, and different ones different values.
 	binds := map[string]string{}
