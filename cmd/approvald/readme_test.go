@@ -216,7 +216,8 @@ func (r *readmeRun) step(t *testing.T, s consoleStep) {
 	}
 }
 
-// stepDone marks the end of a command's output and carries its exit code.
+// stepDone marks the end of a command's output; the marker carries its exit code and the
+// number of background jobs still running.
 const stepDone = "README-STEP-DONE"
 
 var stepDoneLine = regexp.MustCompile(`\n` + stepDone + ` (\d+) (\d+)\n`)
