@@ -154,6 +154,18 @@ func TestBrowser_TypedCommentSurvivesUpdate(t *testing.T) {
 		if got := bob.value("#comment"); got != typed {
 			t.Fatalf("after carol's rejection the comment is %q, want %q", got, typed)
 		}
+		// Nothing stale stays on the page: the votes are the new ones, the time left is gone,
+		// and the parts the answer does not carry say they may have changed.
+		if got := bob.text(".votes"); !strings.Contains(got, "alice approved at") || !strings.Contains(got, "carol rejected at") {
+			t.Fatalf("the votes show %q, want alice's and carol's", got)
+		}
+		if got := bob.text("#votes-h"); !strings.Contains(got, "1 of 2 needed") {
+			t.Fatalf("the count shows %q, want 1 of 2 needed", got)
+		}
+		n, err := chromedp.Run(bob.ctx, chromedp.Evaluate[int](`document.querySelectorAll(".meta .left").length + 10 * document.querySelectorAll("section[data-changes] .stale").length`))
+		if err != nil || n != 20 {
+			t.Fatalf("time left shown and sections marked stale: %d (%v), want no time left and 2 marked", n, err)
+		}
 		disabled, err := chromedp.Run(bob.ctx, chromedp.Evaluate[bool](`document.getElementById("approve").disabled && document.getElementById("reject").disabled`))
 		if err != nil || !disabled {
 			t.Fatalf("buttons disabled: %v (%v), want true once the approval is decided", disabled, err)

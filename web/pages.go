@@ -361,11 +361,28 @@ type waitAnswer struct {
 	Badge   statusView      `json:"badge"`
 	Said    string          `json:"said"`
 	CanVote bool            `json:"can_vote"`
+	// Approvals and Required count the approvals so far against those needed; Votes are the
+	// votes so far, oldest first, as the page lists them.
+	Approvals int        `json:"approvals"`
+	Required  int        `json:"required"`
+	Votes     []waitVote `json:"votes"`
+}
+
+// waitVote is one vote in the long-poll's answer.
+type waitVote struct {
+	Approver string           `json:"approver"`
+	Verdict  approval.Verdict `json:"verdict"`
+	At       string           `json:"at"` // RFC 3339, UTC
+	Comment  string           `json:"comment,omitempty"`
 }
 
 // waitAnswerOf is the long-poll's answer about a, for the viewer sess.
 func waitAnswerOf(a *approval.Approval, sess *session) waitAnswer {
-	ans := waitAnswer{Version: a.Version, Status: a.Status, Badge: approvalStatus(a.Status)}
+	ans := waitAnswer{Version: a.Version, Status: a.Status, Badge: approvalStatus(a.Status),
+		Approvals: a.Approvals(), Required: a.RequiredApprovals, Votes: []waitVote{}}
+	for _, d := range a.Decisions {
+		ans.Votes = append(ans.Votes, waitVote{Approver: d.Approver, Verdict: d.Verdict, At: d.At.UTC().Format(time.RFC3339), Comment: d.Comment})
+	}
 	_, mine := a.DecisionBy(sess.Subject)
 	ans.CanVote = a.Status == approval.StatusPending && !mine && a.IsApprover(sess.Subject) && sess.principal().MayDecide()
 	var last *approval.Decision

@@ -168,6 +168,23 @@
       badge.append(icon, " " + body.badge.word);
       status.replaceChildren(badge);
     }
+    showVotes(body);
+    if (body.status !== "pending") {
+      var left = document.querySelector(".meta .left");
+      if (left) { left.remove(); }
+    }
+    // What the answer does not carry is marked as older than the rest.
+    document.querySelectorAll("section[data-changes]").forEach(function (sec) {
+      if (sec.querySelector(".stale")) { return; }
+      var note = document.createElement("p");
+      note.className = "stale";
+      note.append("This part may have changed since the page was loaded. ");
+      var a = document.createElement("a");
+      a.href = reload;
+      a.textContent = "Show the approval";
+      note.appendChild(a);
+      sec.querySelector("h2").after(note);
+    });
     update.hidden = false;
     update.className = "update " + body.badge.class;
     if (body.can_vote) {
@@ -182,6 +199,43 @@
     update.appendChild(a);
     document.querySelectorAll("form.decision button").forEach(function (b) { b.disabled = true; });
     say("done", "This page no longer updates.", "Reload", reload, "live-link");
+  }
+
+  // showVotes lists the votes of the long-poll's answer as the server renders them.
+  function showVotes(body) {
+    var count = document.querySelector("#votes-h .count");
+    if (count) { count.textContent = body.approvals + " of " + body.required + " needed"; }
+    var list = document.querySelector("ul.votes");
+    if (!list || !body.votes) { return; }
+    var items = body.votes.map(function (v) {
+      var approved = v.verdict === "approve";
+      var li = document.createElement("li");
+      li.className = approved ? "good" : "bad";
+      var icon = document.createElement("span");
+      icon.setAttribute("aria-hidden", "true");
+      icon.textContent = approved ? "✓" : "✕";
+      var who = document.createElement("strong");
+      who.textContent = v.approver;
+      var when = document.createElement("time");
+      when.setAttribute("datetime", v.at);
+      var d = new Date(v.at);
+      when.textContent = isNaN(d) ? v.at : fmt.format(d);
+      when.title = v.at;
+      li.append(icon, " ", who, (approved ? " approved" : " rejected") + " at ", when);
+      if (v.comment) {
+        var q = document.createElement("blockquote");
+        q.textContent = v.comment;
+        li.appendChild(q);
+      }
+      return li;
+    });
+    if (items.length === 0) {
+      var none = document.createElement("li");
+      none.className = "muted";
+      none.textContent = "No votes yet.";
+      items.push(none);
+    }
+    list.replaceChildren.apply(list, items);
   }
 
   poll();
