@@ -53,7 +53,6 @@ func (s *Server) readForm(w http.ResponseWriter, r *http.Request) error {
 // the budget when unknown is true: its sender is not known (a sign-in form, or a vote whose
 // session was refused).
 func (s *Server) readFormWithin(w http.ResponseWriter, r *http.Request, limit int64, unknown bool) error {
-	signin := unknown
 	if err := checkFormType(r); err != nil {
 		w.Header().Set("Connection", "close")
 		return err
@@ -63,7 +62,7 @@ func (s *Server) readFormWithin(w http.ResponseWriter, r *http.Request, limit in
 		w.Header().Set("Connection", "close")
 		return tooLarge
 	}
-	if s.bodies != nil && signin {
+	if s.bodies != nil && unknown {
 		size := limit
 		if r.ContentLength >= 0 {
 			size = r.ContentLength

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/web"
 )
@@ -152,3 +153,29 @@ func (b *browser) signOut() {
 }
 
 func newJar() (http.CookieJar, error) { return cookiejar.New(nil) }
+
+// TestDecide_RefusedSessionBodyBudgeted: the body of a vote whose session is refused comes
+// from someone not known, so it is read only with room in the budget of such bodies (503
+// with Retry-After without it), and gives its room back.
+func TestDecide_RefusedSessionBodyBudgeted(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		budget := httpapi.NewBodyBudget(64 << 10)
+		f := setup(t, kind, func(cfg *web.Config, _ string) { cfg.Bodies = budget })
+		a := f.create("Rotate the signing keys", []string{"alice"}, 1, "")
+		b := f.browser() // never signed in
+		path := "/ui/approvals/" + a.ID + "/approve"
+		form := url.Values{"comment": {"kept"}}
+
+		release, ok := budget.Reserve(64 << 10)
+		must(t, ok, "reserve the budget")
+		p := b.do(http.MethodPost, path, form)
+		must(t, p.status == http.StatusServiceUnavailable && p.header.Get("Retry-After") == "1",
+			"with the budget full: %d, Retry-After %q; want 503, 1", p.status, p.header.Get("Retry-After"))
+		release()
+		p = b.do(http.MethodPost, path, form)
+		must(t, p.status == http.StatusUnauthorized && strings.Contains(p.body, ">kept</textarea>"), "within the budget: %d, want 401 with the comment kept", p.status)
+		release, ok = budget.Reserve(64 << 10)
+		must(t, ok, "the whole budget is free again")
+		release()
+	})
+}
