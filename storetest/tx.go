@@ -1106,5 +1106,32 @@ func txCases() []txCase {
 			}
 			wantStored(t, f.store, []string{"carol"}, map[string]string{"carol": "carol.new@idp.example"})
 		}},
+		{"SecretInsertIfAbsent", func(t *testing.T, f *fixture) {
+			first, second := []byte("first value"), []byte("second value")
+			for _, v := range [][]byte{first, second} {
+				inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.SecretInsertIfAbsent(ctx, "k", v) })
+			}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if got, err := tx.SecretGet(ctx, "k"); err != nil || !bytes.Equal(got, first) {
+					t.Fatalf("secret k: got %q, %v; want %q: the second insert changed nothing", got, err, first)
+				}
+				return nil
+			})
+		}},
+		{"SecretGet", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if _, err := tx.SecretGet(ctx, "k"); approval.ErrorCode(err) != approval.ENOTFOUND {
+					t.Fatalf("an absent secret: %v, want ENOTFOUND", err)
+				}
+				// Written and read back in one transaction, as Service.StoredSessionKey does.
+				if err := tx.SecretInsertIfAbsent(ctx, "k", []byte{0, 1, 255}); err != nil {
+					return err
+				}
+				if got, err := tx.SecretGet(ctx, "k"); err != nil || !bytes.Equal(got, []byte{0, 1, 255}) {
+					t.Fatalf("secret k in its transaction: got %v, %v; want [0 1 255]", got, err)
+				}
+				return nil
+			})
+		}},
 	}
 }

@@ -340,6 +340,13 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 
 	webConfig := svc.webConfig(st, rules)
 	webConfig.Bodies = bodies
+	if webConfig.SessionKey == nil {
+		key, err := svc.storedSessionKey(ctx, rules)
+		if err != nil {
+			return err
+		}
+		webConfig.SessionKey = key
+	}
 	ui, err := web.New(webConfig)
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
@@ -454,6 +461,26 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		svc.logger.Info("stopped")
 	}
 	return serveErr
+}
+
+// storedSessionKey returns the session key kept in the database, made at the first start
+// without web.session_key, so that a restart keeps the pages' sessions (docs/web.md,
+// "Session"). On PostgreSQL, which replicas share, it warns: the key is then in the
+// database and its backups, readable by whoever reads them, and cannot be rotated from the
+// configuration. A SQLite file belongs to one process, which keeps its key beside the
+// sessions it signs.
+func (svc *service) storedSessionKey(ctx context.Context, rules *approval.Service) ([]byte, error) {
+	key, err := rules.StoredSessionKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("web: session key kept in the database: %w", err)
+	}
+	if kind, _ := ParseDatabaseURL(svc.config.DatabaseURL); kind == databasePostgres {
+		svc.logger.Warn("web.session_key is not set: the pages sign sessions with a key kept in the database, shared by every replica on it; " +
+			"whoever can read the database or its backups can sign session cookies. Set web.session_key, the same on every replica, to keep the key out of the database")
+	} else {
+		svc.logger.Info("web.session_key is not set: the pages sign sessions with a key kept in the database, so sessions survive a restart")
+	}
+	return key, nil
 }
 
 // webConfig returns the pages' configuration on st, deciding through rules.
