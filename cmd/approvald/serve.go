@@ -310,6 +310,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Logger:           svc.logger,
 		Registry:         registry,
 		IdempotencyLease: svc.config.Idempotency.Lease,
+		RequestTimeout:   svc.config.Limits.RequestTimeout,
 		Sources:          svc.sources(),
 		Failpoints:       svc.failpoints,
 		Bodies:           bodies,
@@ -319,6 +320,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 
 	webConfig := svc.webConfig(st, rules)
 	webConfig.Bodies = bodies
+	webConfig.RequestTimeout = svc.config.Limits.RequestTimeout
 	ui, err := web.New(webConfig)
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
