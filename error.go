@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -70,6 +71,28 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// DeadlinePassed is the error of work cut short by its deadline (a statement, a wait for a
+// connection or a lock, or a batch the database did not end in time): 503 with Retry-After,
+// never an internal error (docs/operations.md, "Deadlines"). It is a fresh error each time,
+// since callers may annotate what they receive.
+func DeadlinePassed() *Error {
+	return &Error{Code: EUNAVAILABLE, Message: "the database did not answer in time; try again", RetryAfter: time.Second}
+}
+
+// Unfinished returns err as the application sees it when the work that failed with it ran
+// under ctx: an error that is only ctx's deadline passing (or a cancellation that came with
+// it) is DeadlinePassed, any other is err itself.
+func Unfinished(ctx context.Context, err error) error {
+	if err == nil || ErrorCode(err) != EINTERNAL {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", DeadlinePassed(), err)
+	}
+	return err
 }
 
 // AsError returns the *Error in err's chain, or nil.

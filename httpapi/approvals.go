@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -210,7 +211,12 @@ waiting:
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), finalReadTimeout)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The request's deadline is its wait and a request's timeout: a read held it.
+		s.writeError(w, r, approval.DeadlinePassed())
+		return
+	}
+	ctx, cancel := detached(r, finalReadTimeout)
 	defer cancel()
 	a, err := s.readableApproval(ctx, p, id)
 	if err != nil {

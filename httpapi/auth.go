@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/approvald/approval"
 )
@@ -54,7 +55,9 @@ func (s *Server) authenticateFirstTrip(ctx context.Context, r *http.Request) (co
 // settle returns nil when the request's token check, if it has one, passed, running it now
 // when no store call has; otherwise the 401 to answer instead of whatever the request was
 // about to answer. A check a store refused is looked up once more for the reason
-// Authenticate would give (revoked, expired, unknown).
+// Authenticate would give (revoked, expired, unknown). The check runs even if the client has
+// gone, within the request's deadline, or settleGrace when that has passed (it is often why
+// the request is answering an error).
 func (s *Server) settle(r *http.Request) error {
 	info, ok := r.Context().Value(requestInfoKey{}).(*requestInfo)
 	if !ok || info.check == nil {
@@ -65,8 +68,21 @@ func (s *Server) settle(r *http.Request) error {
 	if !c.Pending() && !c.Refused() {
 		return nil
 	}
-	return s.svc.ConfirmToken(context.WithoutCancel(r.Context()), c)
+	deadline := time.Now().Add(settleGrace)
+	if d, ok := r.Context().Deadline(); ok && d.After(deadline) {
+		deadline = d
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+	defer cancel()
+	err := s.svc.ConfirmToken(ctx, c)
+	if err != nil && ctx.Err() != nil {
+		return approval.Unfinished(ctx, err)
+	}
+	return err
 }
+
+// settleGrace bounds the token check settle runs for a request whose deadline has passed.
+const settleGrace = 500 * time.Millisecond
 
 // authenticateOperator authenticates the request and lets operators and admins through, for
 // what the server itself holds rather than the Service (the configured webhook sources): the

@@ -56,8 +56,14 @@ func rules(s approval.Store) *approval.Service {
 // setup starts a server over a new store of the given kind. opts adjust the Config.
 func setup(tb testing.TB, kind string, opts ...func(*httpapi.Config)) *fixture {
 	tb.Helper()
-	f := &fixture{tb: tb, clock: fakeclock.New(approval.Now()), registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
-	f.store = testdb.OpenWith(tb, kind, testdb.Options{Now: f.clock.Now})
+	clock := fakeclock.New(approval.Now())
+	return serveOn(tb, testdb.OpenWith(tb, kind, testdb.Options{Now: clock.Now}), clock, opts...)
+}
+
+// serveOn starts a server over store, whose clock is clock. opts adjust the Config.
+func serveOn(tb testing.TB, store approval.Store, clock *fakeclock.Clock, opts ...func(*httpapi.Config)) *fixture {
+	tb.Helper()
+	f := &fixture{tb: tb, clock: clock, store: store, registry: prometheus.NewRegistry(), logs: &lockedBuffer{}}
 	cfg := httpapi.Config{
 		Store:    f.store,
 		Logger:   slog.New(slog.NewJSONHandler(f.logs, nil)),

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"cmp"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -18,7 +17,8 @@ import (
 )
 
 // intakeTimeout bounds storing one delivery. The store write runs to its end even if the
-// sender hangs up: a committed event is acknowledged as a duplicate on redelivery.
+// sender hangs up (within the request's deadline): a committed event is acknowledged as a
+// duplicate on redelivery.
 const intakeTimeout = 10 * time.Second
 
 // keptHeaders are the delivery headers stored with an event: the ones that identify, sign and
@@ -68,7 +68,7 @@ func (s *Server) handleIntake(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release() // the body is held until it is stored
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), intakeTimeout)
+	ctx, cancel := detached(r, intakeTimeout)
 	defer cancel()
 	eventID := e.EventID
 	duplicate, err := s.store.RecordInbox(ctx, e)

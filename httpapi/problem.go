@@ -56,6 +56,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if cerr := s.settle(r); cerr != nil {
 		err = cerr // a refused token is answered 401 before anything else
 	}
+	err = approval.Unfinished(r.Context(), err)
 	info := s.info(r)
 	code := approval.ErrorCode(err)
 	entry, ok := errorStatus[code]
@@ -95,6 +96,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		if e.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
 		}
+	}
+	if code == approval.EUNAVAILABLE && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1") // a dependency that is down: come back soon
 	}
 
 	body, err := json.Marshal(p)

@@ -73,9 +73,12 @@ type Config struct {
 	Registry         *prometheus.Registry // nil = a new one; served at /metrics
 	Now              func() time.Time     // nil = approval.Now; the Service has its own
 	IdempotencyLease time.Duration        // deadline of a create's work; 0 = 30s
-	LongPollInterval time.Duration        // how often ?wait= re-reads the store; 0 = 1s
-	Sources          []Source             // webhook sources, served at POST /v1/inbox/{name}
-	Failpoints       *failpoint.Set       // nil = none
+	// RequestTimeout is the deadline of every other request's work, store calls included
+	// (a long-poll adds its wait); past it the request is answered 503. 0 = 30s.
+	RequestTimeout   time.Duration
+	LongPollInterval time.Duration  // how often ?wait= re-reads the store; 0 = 1s
+	Sources          []Source       // webhook sources, served at POST /v1/inbox/{name}
+	Failpoints       *failpoint.Set // nil = none
 	// Bodies is the budget of the bodies read before their sender is known, shared with
 	// whatever else the process serves (the sign-in forms); nil = a budget of
 	// DefaultMaxInflightBodyBytes for this Server alone.
@@ -105,6 +108,7 @@ type Source struct {
 // Defaults of Config.
 const (
 	DefaultIdempotencyLease = 30 * time.Second
+	DefaultRequestTimeout   = 30 * time.Second
 	DefaultLongPollInterval = time.Second
 	DefaultCountsInterval   = time.Minute
 	DefaultMaxWebhookBody   = 1 << 20
@@ -118,6 +122,7 @@ type Server struct {
 	log          *slog.Logger
 	now          func() time.Time
 	lease        time.Duration
+	timeout      time.Duration // every request's deadline but a create's (Config.RequestTimeout)
 	pollInterval time.Duration
 	sources      map[string]*Source // by name
 	sourceOrder  []*Source          // as configured, for GET /v1/sources
@@ -146,6 +151,7 @@ func New(cfg Config) *Server {
 		log:          cfg.Logger,
 		now:          cfg.Now,
 		lease:        cmp.Or(cfg.IdempotencyLease, DefaultIdempotencyLease),
+		timeout:      cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
 		pollInterval: cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
 		sources:      make(map[string]*Source, len(cfg.Sources)),
 		failpoints:   cfg.Failpoints,
@@ -285,8 +291,10 @@ func (s *Server) register(routes []route) {
 // wildcard matches a ServeMux path wildcard such as {id}.
 var wildcard = regexp.MustCompile(`\{[^}]*\}`)
 
-// ServeHTTP gives the request an id, runs the matching route and records the access log line
-// and the metrics. The id is always the server's own, so that the audit trail's causes cannot
+// ServeHTTP gives the request an id and its deadline, runs the matching route and records
+// the access log line and the metrics. The deadline is RequestTimeout from now, plus the
+// wait of a long-poll (?wait=); a create works within its own, the idempotency lease
+// (docs/operations.md, "Deadlines"). The id is always the server's own, so that the audit trail's causes cannot
 // be chosen by a client; the client's X-Request-Id, when it is sane, is kept beside it
 // (clientRequestID) in the log and in the causes. The X-Request-Id answered is the server's.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -297,7 +305,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		info.log = info.log.With(slog.String("client_request_id", info.clientID))
 	}
 	w.Header().Set("X-Request-Id", info.id)
-	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), requestInfoKey{}, info), s.timeout+longPollWait(r))
+	defer cancel()
+	r = r.WithContext(ctx)
 	sw := &httpstatus.Writer{ResponseWriter: w}
 
 	defer func() {
@@ -323,6 +333,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
+}
+
+// detached returns a context for work that must run to its end even if r's client goes away
+// (cancelling r's context), but no longer than limit nor past r's deadline.
+func detached(r *http.Request, limit time.Duration) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(limit)
+	if d, ok := r.Context().Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+}
+
+// longPollWait is how long the request r may wait for a change before its work starts: the
+// ?wait= of a GET, 0 for any other request (a malformed wait is refused by its route).
+func longPollWait(r *http.Request) time.Duration {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead || !strings.Contains(r.URL.RawQuery, "wait") {
+		return 0
+	}
+	wait, _, err := parseWait(r.URL.Query())
+	if err != nil {
+		return 0
+	}
+	return wait
 }
 
 // checkURL refuses a request whose path or query holds a NUL character or bytes that are not

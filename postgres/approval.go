@@ -114,7 +114,7 @@ type read struct {
 // replaces on PostgreSQL.
 func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, error) {
 	c := approval.PendingTokenCheck(ctx)
-	a, err := s.reads.Do(read{id: id, check: c})
+	a, err := s.reads.Do(ctx, read{id: id, check: c})
 	return s.shared.Checked(ctx, id, c, a, err)
 }
 
@@ -123,7 +123,7 @@ func (s *Store) Approval(ctx context.Context, id string) (*approval.Approval, er
 // memory checks only its token) share one statement and one round trip. It replaces
 // sqldb.Reads.TokenByHash on PostgreSQL.
 func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*approval.Token, error) {
-	t, err := s.tokens.Do(hash)
+	t, err := s.tokens.Do(ctx, hash)
 	if err == nil && t == nil {
 		err = approval.Errorf(approval.ENOTFOUND, "token not found")
 	}

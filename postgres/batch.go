@@ -23,7 +23,8 @@ const (
 const batchKinds = 4
 
 // batchTimeout bounds a batch, which runs on a context of its own: it writes for callers
-// who may have gone, and each caller waits for it to end.
+// who may have gone, until the latest of their deadlines and never longer than this
+// (batch.EachAlone).
 const batchTimeout = 30 * time.Second
 
 // eachAlone is the run of the store's batchers: write over a batch, within batchTimeout, and

@@ -113,10 +113,10 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	}
 	in := insert{a: a, cause: causeJSON, policy: string(policy), outbox: outbox, check: approval.PendingTokenCheck(ctx)}
 	for range insertApprovalAttempts {
-		out, err := s.creates.Do(in)
+		out, err := s.creates.Do(ctx, in)
 		switch {
 		case err != nil:
-			return nil, err
+			return nil, translate("insert approval", err)
 		case out.refused:
 			return nil, in.check.Refuse()
 		case in.check != nil:

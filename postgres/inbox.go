@@ -17,7 +17,7 @@ import (
 // one round trip; a duplicate, the exception, costs a second for the conflict's count and the
 // read of the event kept (docs/architecture.md, "What is left in the drivers").
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
-	out, err := s.intakes.Do(e)
+	out, err := s.intakes.Do(ctx, e)
 	if err != nil {
 		return false, translate("record inbox event", err)
 	}

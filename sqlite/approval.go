@@ -51,10 +51,10 @@ func (s *Store) InsertApproval(ctx context.Context, a *approval.Approval, cause 
 	if h, err := keyHolder(ctx, s.shared.DB, a.Requester, a.OperationKey, check); err != nil || h != nil {
 		return h, fail("read the approval holding the key", err)
 	}
-	out, err := s.creates.Do(insert{a: a, cause: cause, outbox: outbox, check: check})
+	out, err := s.creates.Do(ctx, insert{a: a, cause: cause, outbox: outbox, check: check})
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, fail("insert approval", err)
 	case out.refused:
 		return nil, check.Refuse()
 	case check != nil:

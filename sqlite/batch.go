@@ -13,7 +13,8 @@ import (
 const writeBatchMax = 64
 
 // batchTimeout bounds a batch, which runs on a context of its own: it writes for callers who
-// may have gone, and each of them waits for it to end.
+// may have gone, until the latest of their deadlines and never longer than this
+// (batch.Deadline).
 const batchTimeout = 30 * time.Second
 
 // newBatcher returns a batcher whose batches are written by writeBatch with write.
@@ -29,7 +30,7 @@ func newBatcher[Req, Res any](s *Store, op string, write func(context.Context, *
 // that ended the whole transaction, is every call's (docs/architecture.md, "Inside the
 // SQLite driver").
 func writeBatch[Req, Res any](s *Store, op string, calls []*batch.Call[Req, Res], write func(context.Context, *tx, Req) (Res, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), batch.Deadline(calls, time.Now().Add(batchTimeout)))
 	defer cancel()
 	failAll := func(err error) {
 		var zero Res

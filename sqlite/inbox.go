@@ -13,9 +13,9 @@ import (
 // duplicate, the event stored first. The write lock orders concurrent deliveries, and the
 // deliveries that queue for it together share one transaction (writeBatch).
 func (s *Store) RecordInbox(ctx context.Context, e *approval.InboxEvent) (bool, error) {
-	stored, err := s.intakes.Do(e)
+	stored, err := s.intakes.Do(ctx, e)
 	if err != nil {
-		return false, err
+		return false, fail("record inbox event", err)
 	}
 	return sqldb.Recorded(e, stored), nil
 }

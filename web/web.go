@@ -45,6 +45,7 @@ const (
 	DefaultSessionTTL       = 12 * time.Hour
 	DefaultLongPollInterval = 500 * time.Millisecond
 	DefaultLongPollWait     = 25 * time.Second
+	DefaultRequestTimeout   = 30 * time.Second
 	DefaultStuckAfter       = 5 * time.Minute
 	// MinSessionKeyLength is the shortest session key accepted, in bytes.
 	MinSessionKeyLength = 32
@@ -79,6 +80,9 @@ type Config struct {
 
 	LongPollInterval time.Duration // how often the page's long-poll re-reads; 0 = 500ms
 	LongPollWait     time.Duration // how long one long-poll waits; 0 = 25s
+	// RequestTimeout is the deadline of a page request's work, store calls included (the
+	// page's long-poll adds LongPollWait); past it the request is answered 503. 0 = 30s.
+	RequestTimeout time.Duration
 	// StuckAfter is how long past its due time a pending inbox event is shown as stuck on
 	// the operators' page; 0 = DefaultStuckAfter.
 	StuckAfter time.Duration
@@ -101,6 +105,7 @@ type Server struct {
 	bodies     BodyBudget
 	pollEvery  time.Duration
 	pollWait   time.Duration
+	timeout    time.Duration // a request's deadline (Config.RequestTimeout)
 	stuckAfter time.Duration
 
 	pages  map[string]*template.Template
@@ -124,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 		ttl:        cmp.Or(cfg.SessionTTL, DefaultSessionTTL),
 		pollEvery:  cmp.Or(cfg.LongPollInterval, DefaultLongPollInterval),
 		pollWait:   cmp.Or(cfg.LongPollWait, DefaultLongPollWait),
+		timeout:    cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
 		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter),
 		links:      cfg.Links,
 		bodies:     cfg.Bodies,
@@ -245,8 +251,9 @@ const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 
 	"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 
 // ServeHTTP sets the security headers on every answer, refuses cross-origin posts, runs the
-// matching page, and writes one access log line per request, as the API does (docs/web.md,
-// "Logs").
+// matching page within the request's deadline (RequestTimeout, and the long-poll's wait for
+// the page that waits), and writes one access log line per request, as the API does
+// (docs/web.md, "Logs").
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now() // the wall clock, not s.now: durations are real even when tests move time
 	h := w.Header()
@@ -256,7 +263,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "same-origin")
 	info := &pageRequest{id: approval.NewID("req")}
 	h.Set("X-Request-Id", info.id)
-	r = r.WithContext(context.WithValue(r.Context(), pageRequestKey{}, info))
+	timeout := s.timeout
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, Prefix+"approvals/") && strings.HasSuffix(r.URL.Path, "/wait") {
+		timeout += s.pollWait
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), pageRequestKey{}, info), timeout)
+	defer cancel()
+	r = r.WithContext(ctx)
 	if r.Method == http.MethodPost {
 		// Every form is read within its limit, by readForm or by whatever else reads it.
 		limit, _ := formLimit(r.URL.Path)
@@ -362,6 +375,7 @@ func (s *Server) handleFavicon(w http.ResponseWriter, r *http.Request) {
 // fail answers err: an HTML page for a browser, problem+json for anyone else, with the
 // status of the error's code. Internal details are logged, never shown.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	err = approval.Unfinished(r.Context(), err)
 	code := approval.ErrorCode(err)
 	status, ok := statusOf[code]
 	if !ok {

@@ -127,6 +127,10 @@ type LimitsConfig struct {
 	// known (webhook deliveries, sign-in forms), all together; at least every source's
 	// max_body, so that a delivery of any allowed size can be read.
 	MaxInflightBodyBytes int64 `yaml:"max_inflight_body_bytes"`
+	// RequestTimeout is the deadline of an API or page request's work, the store's answers
+	// included (a long-poll adds its wait; a create works within idempotency.lease instead);
+	// past it the request is answered 503 with Retry-After (docs/operations.md, "Deadlines").
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 }
 
 // BootstrapConfig tunes the admin token serve makes and prints on a new database.
@@ -298,6 +302,7 @@ func DefaultConfig() Config {
 		Limits: LimitsConfig{
 			MaxConnections:       httpapi.DefaultMaxConnections,
 			MaxInflightRequests:  httpapi.DefaultMaxInflightRequests,
+			RequestTimeout:       httpapi.DefaultRequestTimeout,
 			MaxInflightBodyBytes: httpapi.DefaultMaxInflightBodyBytes,
 		},
 		Bootstrap: BootstrapConfig{TokenTTL: DefaultBootstrapTokenTTL},
@@ -385,6 +390,7 @@ var envOverrides = []struct {
 	{name: "APPROVALD_WORKERS_CONCURRENCY", integer: func(c *Config) *int { return &c.Workers.Concurrency }},
 	{name: "APPROVALD_BOOTSTRAP_TOKEN_TTL", duration: func(c *Config) *time.Duration { return &c.Bootstrap.TokenTTL }},
 	{name: "APPROVALD_IDEMPOTENCY_LEASE", duration: func(c *Config) *time.Duration { return &c.Idempotency.Lease }},
+	{name: "APPROVALD_LIMITS_REQUEST_TIMEOUT", duration: func(c *Config) *time.Duration { return &c.Limits.RequestTimeout }},
 	{name: "APPROVALD_LOG_FLUSH_INTERVAL", duration: func(c *Config) *time.Duration { return &c.Log.FlushInterval }},
 }
 
@@ -437,6 +443,7 @@ func (c *Config) Validate() error {
 		{"workers.poll", c.Workers.Poll},
 		{"idempotency.lease", c.Idempotency.Lease},
 		{"bootstrap.token_ttl", c.Bootstrap.TokenTTL},
+		{"limits.request_timeout", c.Limits.RequestTimeout},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("%s: %w", d.field, ErrNotPositive)

@@ -129,6 +129,7 @@ func TestParseConfig_DesignDefaults(t *testing.T) {
 		{"workers.lease", c.Workers.Lease, 30 * time.Second},
 		{"workers.poll", c.Workers.Poll, 1 * time.Second},
 		{"log.flush_interval", c.Log.FlushInterval, 100 * time.Millisecond},
+		{"limits.request_timeout", c.Limits.RequestTimeout, 30 * time.Second},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
@@ -239,6 +240,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		"APPROVALD_IDEMPOTENCY_LEASE":      "10s",
 		"APPROVALD_LOG_FLUSH_INTERVAL":     "0s",
 		"APPROVALD_BOOTSTRAP_TOKEN_TTL":    "2h",
+		"APPROVALD_LIMITS_REQUEST_TIMEOUT": "5s",
 	}
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -247,6 +249,8 @@ func TestConfig_ApplyEnv(t *testing.T) {
 	if err := c.ApplyEnv(os.LookupEnv); err != nil {
 		t.Fatalf("apply env: %v", err)
 	}
+	limits := DefaultConfig().Limits
+	limits.RequestTimeout = 5 * time.Second
 	want := Config{
 		Listen:      "0.0.0.0:9000",
 		DatabaseURL: "postgres://db/approvald",
@@ -254,7 +258,7 @@ func TestConfig_ApplyEnv(t *testing.T) {
 		Workers:     WorkersConfig{Lease: time.Minute, Poll: 250 * time.Millisecond, Concurrency: 16},
 		Idempotency: IdempotencyConfig{Lease: 10 * time.Second},
 		Log:         LogConfig{FlushInterval: 0},
-		Limits:      DefaultConfig().Limits,
+		Limits:      limits,
 		Bootstrap:   BootstrapConfig{TokenTTL: 2 * time.Hour},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -294,6 +298,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"zero worker lease", func(c *Config) { c.Workers.Lease = 0 }, "workers.lease", ErrNotPositive},
 		{"zero poll", func(c *Config) { c.Workers.Poll = 0 }, "workers.poll", ErrNotPositive},
 		{"zero idempotency lease", func(c *Config) { c.Idempotency.Lease = 0 }, "idempotency.lease", ErrNotPositive},
+		{"zero request timeout", func(c *Config) { c.Limits.RequestTimeout = 0 }, "limits.request_timeout", ErrNotPositive},
 		{"negative body retention", func(c *Config) { c.Retention.InboxBodies = -time.Hour }, "retention.inbox_bodies", ErrNegative},
 		{"zero concurrency", func(c *Config) { c.Workers.Concurrency = 0 }, "workers.concurrency", ErrNotPositive},
 		{"negative log flush interval", func(c *Config) { c.Log.FlushInterval = -time.Millisecond }, "log.flush_interval", ErrNegative},

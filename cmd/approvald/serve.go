@@ -331,6 +331,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Logger:           svc.logger,
 		Registry:         registry,
 		IdempotencyLease: svc.config.Idempotency.Lease,
+		RequestTimeout:   svc.config.Limits.RequestTimeout,
 		Sources:          svc.sources(),
 		Failpoints:       svc.failpoints,
 		Bodies:           bodies,
@@ -347,6 +348,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		}
 		webConfig.SessionKey = key
 	}
+	webConfig.RequestTimeout = svc.config.Limits.RequestTimeout
 	ui, err := web.New(webConfig)
 	if err != nil {
 		return fmt.Errorf("web: %w", err)

@@ -6,26 +6,29 @@
 // running starts one at once with whatever is waiting, so a lone caller is never held back;
 // calls that arrive while every slot is busy queue, and the next batch to start takes them
 // all (up to Max). The busier the store, the bigger its batches, and the fewer commits each
-// call costs. Batches run in the goroutine of the call that took the slot, one after the
-// other while calls are queued; once that call's own result is in, a new goroutine takes the
-// slot over, so a caller goes back to its work as soon as its result is in and the batch it
-// was running ends.
+// call costs. Batches run in a goroutine that holds a slot, one after the other while calls
+// are queued, so that a caller whose context ends goes back at once, whatever its batch is
+// doing (docs/operations.md, "Deadlines").
 package batch
 
 import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Call is one caller's item in a batch: Run sets Res or Err of each call it is given.
+// Deadline is the caller's context's deadline, zero when it has none: the batch works for
+// its calls until the latest of them (EachAlone).
 type Call[Req, Res any] struct {
-	Req Req
-	Res Res
-	Err error
+	Req      Req
+	Res      Res
+	Err      error
+	Deadline time.Time
 }
 
 // Batcher runs calls in batches through its run function.
@@ -60,6 +63,7 @@ func (b *Batcher[Req, Res]) Waiting() int {
 }
 
 type waiting[Req, Res any] struct {
+	ctx  context.Context
 	call Call[Req, Res]
 	done chan struct{}
 }
@@ -74,10 +78,17 @@ func New[Req, Res any](concurrent, max int, run func([]*Call[Req, Res])) *Batche
 	return &Batcher[Req, Res]{run: run, max: max, concurrent: concurrent}
 }
 
-// Do runs req in the next batch and returns its result. It waits for that batch whatever
-// happens to the caller meanwhile: once queued, a call is written or failed with its batch.
-func (b *Batcher[Req, Res]) Do(req Req) (Res, error) {
-	w := &waiting[Req, Res]{call: Call[Req, Res]{Req: req}, done: make(chan struct{})}
+// Do runs req in the next batch and returns its result. A call whose ctx ends before its
+// batch starts is not run; one whose ctx ends while its batch runs returns ctx's error at
+// once, and its batch goes on without it: what the batch did is then learnt by reading again
+// (a create's key replays its outcome).
+func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
+	w := &waiting[Req, Res]{ctx: ctx, call: Call[Req, Res]{Req: req}, done: make(chan struct{})}
+	w.call.Deadline, _ = ctx.Deadline()
+	var zero Res
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
 	b.mu.Lock()
 	b.queue = append(b.queue, w)
 	lead := b.running < b.concurrent
@@ -86,15 +97,27 @@ func (b *Batcher[Req, Res]) Do(req Req) (Res, error) {
 	}
 	b.mu.Unlock()
 	if lead {
-		b.lead(w)
+		go b.lead()
 	}
-	<-w.done
-	return w.call.Res, w.call.Err
+	select {
+	case <-w.done:
+		return w.call.Res, w.call.Err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	if i := slices.Index(b.queue, w); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1) // not started: it never will be
+	}
+	b.mu.Unlock()
+	if isDone(w) { // the batch ended as the context did: its answer is the truth
+		return w.call.Res, w.call.Err
+	}
+	return zero, ctx.Err()
 }
 
-// lead runs batches in a slot this goroutine holds, until the queue is empty or the batch
-// holding own is done; queued calls left then go on in a new goroutine.
-func (b *Batcher[Req, Res]) lead(own *waiting[Req, Res]) {
+// lead runs batches in a slot this goroutine holds, until the queue is empty. Calls whose
+// context ended while they were queued are dropped from the batch, unrun.
+func (b *Batcher[Req, Res]) lead() {
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 {
@@ -102,17 +125,21 @@ func (b *Batcher[Req, Res]) lead(own *waiting[Req, Res]) {
 			b.mu.Unlock()
 			return
 		}
-		if own != nil && isDone(own) {
-			b.mu.Unlock()
-			go b.lead(nil)
-			return
-		}
 		n := min(len(b.queue), b.max)
-		batch := make([]*waiting[Req, Res], n)
-		copy(batch, b.queue)
+		batch := make([]*waiting[Req, Res], 0, n)
+		for _, w := range b.queue[:n] {
+			if err := w.ctx.Err(); err != nil {
+				w.call.Err = err
+				close(w.done)
+				continue
+			}
+			batch = append(batch, w)
+		}
 		b.queue = append(b.queue[:0], b.queue[n:]...)
 		b.mu.Unlock()
-		b.runBatch(batch)
+		if len(batch) > 0 {
+			b.runBatch(batch)
+		}
 	}
 }
 
@@ -153,16 +180,17 @@ func isDone[Req, Res any](w *waiting[Req, Res]) bool {
 }
 
 // EachAlone returns a run for New that runs write over each batch, on a context of its own
-// bounded by timeout (a batch works for callers who may have gone, and each of them waits
-// for it to end). When the batch fails with an error that alone says is a refusal of the
-// whole batch with nothing of it done (the database refused one call's content, or a
-// deadlock), it runs write again over each call alone, so that one call's failure is its
-// own. write may also fail a call of its own accord (its content checked before the batch is
-// sent), setting its Err. Any other error (the connection lost, when the batch may or may
-// not have taken effect) is every call's.
+// (a batch works for callers who may have gone): it ends at the latest deadline among the
+// batch's calls, and never later than timeout from the batch's start. When the batch fails
+// with an error that alone says is a refusal of the whole batch with nothing of it done (the
+// database refused one call's content, or a deadlock), it runs write again over each call
+// alone, within that call's own deadline, so that one call's failure is its own. write may
+// also fail a call of its own accord (its content checked before the batch is sent), setting
+// its Err. Any other error (the connection lost, when the batch may or may not have taken
+// effect) is every call's.
 func EachAlone[Req, Res any](timeout time.Duration, write func(context.Context, []*Call[Req, Res]) error, alone func(error) bool) func([]*Call[Req, Res]) {
 	return func(calls []*Call[Req, Res]) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithDeadline(context.Background(), Deadline(calls, time.Now().Add(timeout)))
 		defer cancel()
 		err := write(ctx, calls)
 		switch {
@@ -170,7 +198,7 @@ func EachAlone[Req, Res any](timeout time.Duration, write func(context.Context, 
 		case len(calls) > 1 && alone(err):
 			for _, c := range calls {
 				c.Err = nil
-				if err := write(ctx, []*Call[Req, Res]{c}); err != nil {
+				if err := writeAlone(ctx, c, write); err != nil {
 					c.Err = err
 				}
 			}
@@ -180,4 +208,35 @@ func EachAlone[Req, Res any](timeout time.Duration, write func(context.Context, 
 			}
 		}
 	}
+}
+
+// writeAlone runs write over c alone, within c's deadline.
+func writeAlone[Req, Res any](ctx context.Context, c *Call[Req, Res], write func(context.Context, []*Call[Req, Res]) error) error {
+	if !c.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, c.Deadline)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return write(ctx, []*Call[Req, Res]{c})
+}
+
+// Deadline returns the deadline of a batch of calls: the latest of theirs, and limit when it
+// is earlier or when a call has none.
+func Deadline[Req, Res any](calls []*Call[Req, Res], limit time.Time) time.Time {
+	var latest time.Time
+	for _, c := range calls {
+		if c.Deadline.IsZero() {
+			return limit
+		}
+		if c.Deadline.After(latest) {
+			latest = c.Deadline
+		}
+	}
+	if latest.IsZero() || latest.After(limit) {
+		return limit
+	}
+	return latest
 }

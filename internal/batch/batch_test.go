@@ -45,7 +45,7 @@ func TestLoneCallRunsAtOnce(t *testing.T) {
 	d := &double{}
 	b := batch.New(2, 8, d.run)
 	for i := range 3 {
-		res, err := b.Do(i)
+		res, err := b.Do(context.Background(), i)
 		if err != nil || res != 2*i {
 			t.Fatalf("Do(%d) = %d, %v; want %d, nil", i, res, err, 2*i)
 		}
@@ -71,7 +71,7 @@ func TestCallsQueuedBehindABatchShareTheNext(t *testing.T) {
 		wg.Add(1)
 		go func() { // the first call takes the slot and blocks in its batch
 			defer wg.Done()
-			results[0], _ = b.Do(0)
+			results[0], _ = b.Do(context.Background(), 0)
 		}()
 		<-d.started
 
@@ -82,7 +82,7 @@ func TestCallsQueuedBehindABatchShareTheNext(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				queued.Done()
-				res, err := b.Do(i)
+				res, err := b.Do(context.Background(), i)
 				if err != nil {
 					t.Errorf("Do(%d): %v", i, err)
 				}
@@ -135,10 +135,10 @@ func TestPanicFailsTheBatchNotTheProcess(t *testing.T) {
 			c.Res = c.Req
 		}
 	})
-	if _, err := b.Do(13); err == nil || !strings.Contains(err.Error(), "thirteen") {
+	if _, err := b.Do(context.Background(), 13); err == nil || !strings.Contains(err.Error(), "thirteen") {
 		t.Fatalf("Do(13) error = %v; want the panic", err)
 	}
-	if res, err := b.Do(1); err != nil || res != 1 {
+	if res, err := b.Do(context.Background(), 1); err != nil || res != 1 {
 		t.Fatalf("after a panic, Do(1) = %d, %v; want 1, nil", res, err)
 	}
 }
@@ -204,4 +204,147 @@ func TestEachAlone(t *testing.T) {
 			t.Fatalf("call %d after a lost connection: got %v, want %v", i, c.Err, lost)
 		}
 	}
+}
+
+// TestCallerWhoseContextEndsReturnsAtOnce: a caller whose deadline passes while its batch is
+// held returns the context's error then, not when the batch ends; the batch goes on.
+func TestCallerWhoseContextEndsReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &double{hold: make(chan struct{}), started: make(chan struct{})}
+		b := batch.New(1, 8, d.run)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.Do(ctx, 7)
+			errc <- err
+		}()
+		<-d.started
+		err := <-errc
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Do with a held batch: got %v, want %v", err, context.DeadlineExceeded)
+		}
+		if got := time.Since(start); got != time.Second {
+			t.Fatalf("Do returned after %v; want its deadline, 1s", got)
+		}
+		close(d.hold)
+		synctest.Wait()
+		if fmt.Sprint(d.batches) != "[[7]]" {
+			t.Fatalf("batches: got %v, want the held batch to go on and end", d.batches)
+		}
+	})
+}
+
+// TestQueuedCallWhoseContextEndedIsNotRun: a call whose context ends while it waits behind
+// a held batch leaves the queue and is never run; the calls queued with it are.
+func TestQueuedCallWhoseContextEndedIsNotRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := &double{hold: make(chan struct{}), started: make(chan struct{})}
+		b := batch.New(1, 8, d.run)
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); b.Do(context.Background(), 1) }()
+		<-d.started
+		ctx, cancel := context.WithCancel(context.Background())
+		var gone error
+		go func() { defer wg.Done(); _, gone = b.Do(ctx, 2) }()
+		go func() { defer wg.Done(); b.Do(context.Background(), 3) }()
+		synctest.Wait()
+		if got := batch.Queued(b); got != 2 {
+			t.Fatalf("queued behind the held batch: got %d, want 2", got)
+		}
+		cancel()
+		synctest.Wait()
+		if got := batch.Queued(b); got != 1 {
+			t.Fatalf("queued once a caller's context ended: got %d, want 1", got)
+		}
+		close(d.hold)
+		wg.Wait()
+		if !errors.Is(gone, context.Canceled) {
+			t.Fatalf("the cancelled call: got %v, want %v", gone, context.Canceled)
+		}
+		if fmt.Sprint(d.batches) != "[[1] [3]]" {
+			t.Fatalf("batches: got %v, want [[1] [3]]: the cancelled call never runs", d.batches)
+		}
+	})
+}
+
+// TestExpiredCallIsDroppedFromItsBatch: a call whose context ended before its batch started
+// is failed with that error and not given to run, even when no one saw it end (its caller
+// is blocked elsewhere, or the batch was taken first).
+func TestExpiredCallIsDroppedFromItsBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen [][]int
+		b := batch.New(1, 8, func(calls []*batch.Call[int, int]) {
+			var reqs []int
+			for _, c := range calls {
+				reqs = append(reqs, c.Req)
+				c.Res = c.Req
+			}
+			seen = append(seen, reqs)
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := b.Do(ctx, 1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do with an ended context: got %v, want %v", err, context.Canceled)
+		}
+		if len(seen) != 0 {
+			t.Fatalf("batches: got %v, want none", seen)
+		}
+	})
+}
+
+// TestDeadline: a batch works until the latest deadline among its calls, within the limit;
+// a call with no deadline gives it the limit.
+func TestDeadline(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(secs ...int) []*batch.Call[int, int] {
+		var out []*batch.Call[int, int]
+		for _, s := range secs {
+			c := &batch.Call[int, int]{}
+			if s >= 0 {
+				c.Deadline = base.Add(time.Duration(s) * time.Second)
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	limit := base.Add(30 * time.Second)
+	for _, tc := range []struct {
+		calls []*batch.Call[int, int]
+		want  time.Time
+	}{
+		{at(2, 5, 3), base.Add(5 * time.Second)},
+		{at(2, 40), limit},
+		{at(2, -1), limit},
+		{at(), limit},
+	} {
+		if got := batch.Deadline(tc.calls, limit); !got.Equal(tc.want) {
+			t.Errorf("Deadline of %d calls: got %v, want %v", len(tc.calls), got.Sub(base), tc.want.Sub(base))
+		}
+	}
+}
+
+// TestEachAloneKeepsToTheDeadlines: the batch's context ends at its calls' latest deadline,
+// not timeout later; run alone after a refusal, a call gets its own deadline.
+func TestEachAloneKeepsToTheDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refused := errors.New("refused")
+		now := time.Now()
+		var deadlines []time.Duration
+		write := func(ctx context.Context, calls []*batch.Call[int, int]) error {
+			d, _ := ctx.Deadline()
+			deadlines = append(deadlines, d.Sub(now))
+			if len(calls) > 1 {
+				return refused
+			}
+			return nil
+		}
+		calls := []*batch.Call[int, int]{{Deadline: now.Add(time.Second)}, {Deadline: now.Add(2 * time.Second)}}
+		batch.EachAlone(time.Minute, write, func(err error) bool { return errors.Is(err, refused) })(calls)
+		if fmt.Sprint(deadlines) != "[2s 1s 2s]" {
+			t.Fatalf("deadlines of the batch, then each call alone: got %v, want [2s 1s 2s]", deadlines)
+		}
+	})
 }

@@ -31,7 +31,7 @@ func Classify(err error, class func(error) *approval.Error) error {
 	}
 	e := class(err)
 	if e == nil && errors.Is(err, context.DeadlineExceeded) {
-		e = Unavailable()
+		e = approval.DeadlinePassed()
 	}
 	if e == nil {
 		return err
