@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Rules of approval (docs/policies.md): a policy resolves to ordered stages, each a set of
@@ -43,6 +44,9 @@ type Resolved struct {
 	Policy  string  `json:"policy"`
 	Version string  `json:"version"`
 	Stages  []Stage `json:"stages"`
+	// RemindEvery, when positive, is how often the eligible people of the current stage who
+	// have not voted are reminded (docs/policies.md, "Reminders").
+	RemindEvery time.Duration `json:"remind_every,omitempty"`
 }
 
 // Members tells who is in a group now: the group's static members and the people whose
