@@ -522,15 +522,19 @@ func nullBytes(b []byte) any {
 // vote or another scan changed and committed since the statement began is read again once
 // locked, and left out if its reminder is no longer due.
 func (t Tx) ApprovalRemindDueForUpdate(ctx context.Context, limit int) ([]approval.ReminderDue, error) {
-	due, err := query(ctx, t, `
-		SELECT id, COALESCE(stage_started_at, created_at) FROM approvals
-		WHERE status = 'pending' AND remind_at IS NOT NULL AND remind_at <= $1
-		ORDER BY remind_at, id LIMIT $2`+t.Dialect.SkipLocked,
+	due, err := query(ctx, t, RemindDueSQL+t.Dialect.SkipLocked,
 		func(row Row) (d approval.ReminderDue, err error) {
 			return d, row.Scan(&d.ID, Time(&d.StageStartedAt))
 		}, t.Dialect.Time(t.At), limit)
 	return due, t.Translate("find approvals due for a reminder", err)
 }
+
+// RemindDueSQL finds the approvals due for a reminder at $1, up to $2 of them, without the
+// dialect's lock clause.
+const RemindDueSQL = `
+		SELECT id, COALESCE(stage_started_at, created_at) FROM approvals
+		WHERE status = 'pending' AND remind_at IS NOT NULL AND remind_at <= $1
+		ORDER BY remind_at, id LIMIT $2`
 
 // ApprovalSetReminder sets when the approval's stage began and its next reminder is due.
 func (t Tx) ApprovalSetReminder(ctx context.Context, id string, stageStartedAt time.Time, remindAt *time.Time) error {
