@@ -217,6 +217,11 @@ func TestRemindDue(t *testing.T) {
 		if got, want := reminders(a.ID), "alice#1,bob#1,bob#2,carol#1,carol#2,dave#1,dave#2"; got != want {
 			t.Fatalf("round 2, alice having voted: got %s, want %s", got, want)
 		}
+		for _, s := range outbox(t, st, a.ID, approval.EventReminder) {
+			if s.notice.Round == 2 && s.notice.Policy.String() != "stage 1 of 1: sre: 1 of 2 (alice); security: 0 of 1" {
+				t.Errorf("progress in round 2: got %s, want stage 1 of 1: sre: 1 of 2 (alice); security: 0 of 1", s.notice.Policy)
+			}
+		}
 		clock.Advance(time.Hour)
 		mustRemind(t, svc)
 		clock.Advance(59 * time.Minute) // 3h59m: round 4 would be at the expiry, so there is none
