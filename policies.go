@@ -232,10 +232,7 @@ func (st *PolicyStatus) ProgressLine() string {
 	}
 	parts := make([]string, len(s.Rules))
 	for i, r := range s.Rules {
-		parts[i] = r.Label + ": " + strconv.Itoa(len(r.Counted)) + " of " + strconv.Itoa(r.Approvals)
-		if len(r.Counted) > 0 {
-			parts[i] += " (" + strings.Join(r.Counted, ", ") + ")"
-		}
+		parts[i] = ruleLine(r.Label, r.Approvals, r.Counted)
 	}
 	return strings.Join(parts, "; ")
 }
