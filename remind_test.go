@@ -246,6 +246,24 @@ func TestRemindDue_late(t *testing.T) {
 		if got, want := who(outbox(t, st, a.ID, approval.EventReminder)), "alice#2,bob#2,carol#2,dave#2"; got != want {
 			t.Fatalf("a scan at 2h30m: got %s, want %s", got, want)
 		}
+		// Found due again in the same round (a replica that read it before this scan
+		// committed, a restart): the outbox's key queues nothing more.
+		tx, err := st.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.ApprovalSetReminder(t.Context(), a.ID, a.CreatedAt, &a.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := mustRemind(t, svc); n != 1 {
+			t.Fatalf("found due again: got %d due, want 1", n)
+		}
+		if got, want := who(outbox(t, st, a.ID, approval.EventReminder)), "alice#2,bob#2,carol#2,dave#2"; got != want {
+			t.Fatalf("a second scan in round 2: got %s, want %s (once each)", got, want)
+		}
 		clock.Advance(29 * time.Minute)
 		if n := mustRemind(t, svc); n != 0 {
 			t.Fatalf("at 2h59m: got %d due, want 0 (round 3 is at 3h)", n)
