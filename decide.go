@@ -273,7 +273,11 @@ func (s *Service) decideUnder(ctx context.Context, tx Tx, a *Approval, d DecideR
 	if c := after.Toward[len(votes)-1]; c.Stage >= 0 {
 		detail["counted_toward"] = map[string]any{"stage": c.Stage + 1, "rule": stages[c.Stage].Rules[c.Rule].Label()}
 	}
-	return s.recordVote(ctx, tx, a, d, status, event, detail)
+	res, err := s.recordVote(ctx, tx, a, d, status, event, detail)
+	if err != nil || status.Terminal() || after.Current == before.Current {
+		return res, err
+	}
+	return res, s.stageStarted(ctx, tx, a, after)
 }
 
 // recordVote writes d's vote on a, which tx holds locked and which is pending and not past

@@ -117,6 +117,12 @@ type Notice struct {
 	ExpiresAt    time.Time `json:"expires_at"`
 	At           time.Time `json:"at"`
 	URL          string    `json:"url,omitempty"` // a callback's destination
+	// Policy is the approval's progress under its policy when the notice was queued, for a
+	// notice that asks for a vote (EventRequested, EventStageStarted, EventReminder) on an
+	// approval created under a policy.
+	Policy *PolicyStatus `json:"policy,omitempty"`
+	// Round numbers a reminder within its stage, from 1.
+	Round int `json:"round,omitempty"`
 }
 
 // Signin is the payload of a sign-in link: the token in the clear until the mail is sent
@@ -228,7 +234,9 @@ func (r Routing) CheckCallbackURL(raw string) error {
 // channel, each unique per (approval, recipient, channel, event).
 // stored holds the provider's addresses of those the configuration names none for
 // (providerEmails).
-func (r Routing) notices(n Notice, recipients []string, stored map[string]string) []*OutboxMessage {
+// keyEvent stands for the event in the keys: the event itself, or with what tells one such
+// notice of an approval from another (EventReminder + "/stage/round").
+func (r Routing) notices(n Notice, keyEvent string, recipients []string, stored map[string]string) []*OutboxMessage {
 	var msgs []*OutboxMessage
 	seen := map[string]bool{}
 	for _, person := range recipients {
@@ -238,7 +246,7 @@ func (r Routing) notices(n Notice, recipients []string, stored map[string]string
 		seen[person] = true
 		for _, ch := range r.channels(person, stored) {
 			msgs = append(msgs, &OutboxMessage{
-				ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, person, ch, n.Event),
+				ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, person, ch, keyEvent),
 				Kind: OutboxNotification, ApprovalID: n.ApprovalID, Recipient: person, Channel: ch,
 				Event: n.Event,
 			})
@@ -303,6 +311,12 @@ type OutboxOutcome struct {
 // queueNotices inserts n's notifications to the recipients, and its callback when the
 // approval has a callback URL, in tx, and signals the outbox worker.
 func queueNotices(ctx context.Context, tx Tx, r Routing, n Notice, recipients []string) error {
+	return queueNoticesKeyed(ctx, tx, r, n, n.Event, recipients)
+}
+
+// queueNoticesKeyed is queueNotices with the notifications' keys naming keyEvent for the
+// event (Routing.notices). Only a decision is called back.
+func queueNoticesKeyed(ctx context.Context, tx Tx, r Routing, n Notice, keyEvent string, recipients []string) error {
 	// The approval's own callback_url (in n.URL) overrides the requester's configured one.
 	callback := n.URL
 	if callback == "" {
@@ -313,8 +327,8 @@ func queueNotices(ctx context.Context, tx Tx, r Routing, n Notice, recipients []
 	if err != nil {
 		return err
 	}
-	msgs := r.notices(n, recipients, stored)
-	if callback != "" && n.Event != EventRequested && n.Event != EventNeedsReview {
+	msgs := r.notices(n, keyEvent, recipients, stored)
+	if callback != "" && !asks(n.Event) && n.Event != EventNeedsReview {
 		msgs = append(msgs, &OutboxMessage{
 			ID: NewID("cbk"), NaturalKey: CallbackKey(n.EventID), Kind: OutboxCallback,
 			ApprovalID: n.ApprovalID, Recipient: n.Requester, Channel: ChannelCallback, Event: n.Event,
@@ -364,17 +378,25 @@ func decisionRecipients(a *Approval) []string {
 	return people
 }
 
+// asks reports whether event is one of a notice asking for a vote.
+func asks(event string) bool {
+	return event == EventRequested || event == EventStageStarted || event == EventReminder
+}
+
 // createNotices returns the messages of a new approval: one notification per approver and
-// channel. They are written with the approval, by Store.InsertApproval. stored holds the
-// provider's addresses of the approvers the configuration names none for (providerEmails).
-func createNotices(r Routing, a *Approval, stored map[string]string) ([]*OutboxMessage, error) {
-	n := Notice{
-		EventID: "evt_" + strings.TrimPrefix(a.ID, "apr_") + "_requested", Event: EventRequested,
-		ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action, Title: a.Title,
-		Requester: a.Requester, Approvers: a.Approvers, Status: a.Status, ExpiresAt: a.ExpiresAt,
-		At: a.CreatedAt,
+// channel; under a policy, per person of its first stage (members says who is in a group).
+// They are written with the approval, by Store.InsertApproval. stored holds the provider's
+// addresses of the approvers the configuration names none for (providerEmails).
+func createNotices(r Routing, a *Approval, members Members, stored map[string]string) ([]*OutboxMessage, error) {
+	recipients := a.Approvers
+	var p Progress
+	if a.Resolved != nil {
+		members = membersOrNone(members)
+		p = Tally(a.Resolved.Stages, members, a.Requester, nil)
+		recipients = stageRecipients(a, p, members)
 	}
-	msgs := r.notices(n, a.Approvers, stored)
+	n := askNotice(a, EventRequested, p, a.CreatedAt)
+	msgs := r.notices(n, n.Event, recipients, stored)
 	if len(msgs) == 0 {
 		return nil, nil
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -181,8 +183,12 @@ func (a *Approval) PolicyStatus(members Members) *PolicyStatus {
 	if a.Resolved == nil {
 		return nil
 	}
-	p := Tally(a.Resolved.Stages, membersOrNone(members), a.Requester, a.Decisions)
-	st := &PolicyStatus{Name: a.Resolved.Policy, Version: a.Resolved.Version, Stages: make([]StageStatus, len(p.Stages))}
+	return policyStatus(a.Resolved, Tally(a.Resolved.Stages, membersOrNone(members), a.Requester, a.Decisions))
+}
+
+// policyStatus is the PolicyStatus of an approval keeping r, tallied as p.
+func policyStatus(r *Resolved, p Progress) *PolicyStatus {
+	st := &PolicyStatus{Name: r.Policy, Version: r.Version, Stages: make([]StageStatus, len(p.Stages))}
 	if p.Current < len(p.Stages) {
 		st.CurrentStage = p.Current + 1
 	}
@@ -199,3 +205,38 @@ func (a *Approval) PolicyStatus(members Members) *PolicyStatus {
 	}
 	return st
 }
+
+// StageLine says which stage is asked: "stage 1 of 2", or "all 2 stages met" once every stage
+// is met ("met" for a policy of one stage).
+func (st *PolicyStatus) StageLine() string {
+	n := len(st.Stages)
+	switch {
+	case st.CurrentStage > 0:
+		return "stage " + strconv.Itoa(st.CurrentStage) + " of " + strconv.Itoa(n)
+	case n == 1:
+		return "met"
+	}
+	return "all " + strconv.Itoa(n) + " stages met"
+}
+
+// ProgressLine is the progress of the rules of the current stage (the last once every stage
+// is met), as the notifications and the command line show it:
+// "sre: 1 of 2 (alice); security: 0 of 1".
+func (st *PolicyStatus) ProgressLine() string {
+	if len(st.Stages) == 0 {
+		return ""
+	}
+	s := st.Stages[len(st.Stages)-1]
+	if st.CurrentStage > 0 {
+		s = st.Stages[st.CurrentStage-1]
+	}
+	parts := make([]string, len(s.Rules))
+	for i, r := range s.Rules {
+		parts[i] = ruleLine(r.Label, r.Approvals, r.Counted)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// String is the stage and its progress on one line: "stage 1 of 2: sre: 1 of 2 (alice);
+// security: 0 of 1".
+func (st *PolicyStatus) String() string { return st.StageLine() + ": " + st.ProgressLine() }

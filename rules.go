@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Rules of approval (docs/policies.md): a policy resolves to ordered stages, each a set of
@@ -43,6 +44,9 @@ type Resolved struct {
 	Policy  string  `json:"policy"`
 	Version string  `json:"version"`
 	Stages  []Stage `json:"stages"`
+	// RemindEvery, when positive, is how often the eligible people of the current stage who
+	// have not voted are reminded (docs/policies.md, "Reminders").
+	RemindEvery time.Duration `json:"remind_every,omitempty"`
 }
 
 // Members tells who is in a group now: the group's static members and the people whose
@@ -102,17 +106,22 @@ type RuleProgress struct {
 // Met reports whether the rule has its approvals.
 func (r RuleProgress) Met() bool { return len(r.By) >= r.Rule.Approvals }
 
-// String is the rule's progress as people read it: "sre: 1 of 2, alice".
-func (r RuleProgress) String() string {
-	s := r.Rule.Label() + ": " + strconv.Itoa(len(r.By)) + " of " + strconv.Itoa(r.Rule.Approvals)
-	if len(r.By) > 0 {
-		s += ", " + strings.Join(r.By, ", ")
+// String is the rule's progress as people read it: "sre: 1 of 2 (alice)".
+func (r RuleProgress) String() string { return ruleLine(r.Rule.Label(), r.Rule.Approvals, r.By) }
+
+// ruleLine is the one form of a rule's progress, which notifications, the command line and
+// the API's users read: "sre: 1 of 2 (alice)", the label, the approvals counted, the
+// approvals needed, and who counted.
+func ruleLine(label string, approvals int, by []string) string {
+	s := label + ": " + strconv.Itoa(len(by)) + " of " + strconv.Itoa(approvals)
+	if len(by) > 0 {
+		s += " (" + strings.Join(by, ", ") + ")"
 	}
 	return s
 }
 
 // String is the stage's rules' progress joined by "; ":
-// "sre: 1 of 2, alice; security: 0 of 1".
+// "sre: 1 of 2 (alice); security: 0 of 1".
 func (s StageProgress) String() string {
 	parts := make([]string, len(s.Rules))
 	for i, r := range s.Rules {

@@ -61,58 +61,58 @@ func TestTally(t *testing.T) {
 		},
 		{
 			name: "one of sre", stages: twoRules, requester: "ci-bot", votes: approve("alice"),
-			progress: "sre: 1 of 2, alice; security: 0 of 1",
+			progress: "sre: 1 of 2 (alice); security: 0 of 1",
 		},
 		{
 			// alice is in both groups: her vote counts once.
 			name: "a person in two groups counts once", stages: twoRules, requester: "ci-bot",
 			votes:    approve("alice", "bob"),
-			progress: "sre: 2 of 2, alice, bob; security: 0 of 1",
+			progress: "sre: 2 of 2 (alice, bob); security: 0 of 1",
 		},
 		{
 			name: "three distinct people meet both rules", stages: twoRules, requester: "ci-bot",
 			votes:    approve("alice", "bob", "carol"),
-			progress: "sre: 2 of 2, bob, carol; security: 1 of 1, alice", current: 1, approved: true,
+			progress: "sre: 2 of 2 (bob, carol); security: 1 of 1 (alice)", current: 1, approved: true,
 		},
 		{
 			name: "the requester never counts", stages: twoRules, requester: "bob",
 			votes:    approve("Bob", "alice", "carol"),
-			progress: "sre: 2 of 2, alice, carol; security: 0 of 1",
+			progress: "sre: 2 of 2 (alice, carol); security: 0 of 1",
 		},
 		{
 			name: "a person outside every rule counts nothing", stages: twoRules, requester: "ci-bot",
 			votes:    approve("mallory", "dave"),
-			progress: "sre: 0 of 2; security: 1 of 1, dave",
+			progress: "sre: 0 of 2; security: 1 of 1 (dave)",
 		},
 		{
 			name: "a second vote of the same person counts once", stages: twoRules, requester: "ci-bot",
 			votes:    approve("bob", "BOB"),
-			progress: "sre: 1 of 2, bob; security: 0 of 1",
+			progress: "sre: 1 of 2 (bob); security: 0 of 1",
 		},
 		{
 			name: "stage two is current once stage one is met", stages: staged, requester: "ci-bot",
 			votes:    approve("erin"),
-			progress: "leads: 1 of 1, erin | fiona: 0 of 1", current: 1,
+			progress: "leads: 1 of 1 (erin) | fiona: 0 of 1", current: 1,
 		},
 		{
 			name: "stages need distinct people", stages: staged, requester: "ci-bot",
 			votes:    approve("fiona"),
-			progress: "leads: 1 of 1, fiona | fiona: 0 of 1", current: 1,
+			progress: "leads: 1 of 1 (fiona) | fiona: 0 of 1", current: 1,
 		},
 		{
 			name: "a later stage counts nothing before it is current", stages: staged, requester: "erin",
 			votes:    approve("fiona"),
-			progress: "leads: 1 of 1, fiona | fiona: 0 of 1", current: 1,
+			progress: "leads: 1 of 1 (fiona) | fiona: 0 of 1", current: 1,
 		},
 		{
 			name: "both stages met", stages: staged, requester: "ci-bot",
 			votes:    approve("fiona", "erin"),
-			progress: "leads: 1 of 1, erin | fiona: 1 of 1, fiona", current: 2, approved: true,
+			progress: "leads: 1 of 1 (erin) | fiona: 1 of 1 (fiona)", current: 2, approved: true,
 		},
 		{
 			name: "a rejection by an eligible person rejects", stages: twoRules, requester: "ci-bot",
 			votes:    append(approve("alice", "bob"), reject("dave")),
-			progress: "sre: 2 of 2, alice, bob; security: 0 of 1", rejected: true,
+			progress: "sre: 2 of 2 (alice, bob); security: 0 of 1", rejected: true,
 		},
 		{
 			name: "a rejection by a person outside the rules does not", stages: twoRules, requester: "ci-bot",

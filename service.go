@@ -197,7 +197,7 @@ func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (Cre
 	if err != nil {
 		return CreateResult{}, err
 	}
-	outbox, err := createNotices(s.Routing, a, stored)
+	outbox, err := createNotices(s.Routing, a, s.Members, stored)
 	if err != nil {
 		return CreateResult{}, err
 	}

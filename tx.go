@@ -55,6 +55,14 @@ type Tx interface {
 	// Approvals another transaction holds are skipped, not waited for (PostgreSQL; SQLite's
 	// single writer has none).
 	ApprovalIDsDueForUpdate(ctx context.Context, limit int) ([]string, error)
+	// ApprovalRemindDueForUpdate returns up to limit pending approvals whose remind_at <= Now,
+	// the soonest due first, each with its stage_started_at (its created_at when unset), and
+	// locks them until the transaction ends. Approvals another transaction holds are skipped,
+	// not waited for (PostgreSQL; SQLite's single writer has none).
+	ApprovalRemindDueForUpdate(ctx context.Context, limit int) ([]ReminderDue, error)
+	// ApprovalSetReminder sets the approval's stage_started_at and remind_at (nil: none due).
+	// The caller holds its lock: an approval that does not exist fails the transaction.
+	ApprovalSetReminder(ctx context.Context, id string, stageStartedAt time.Time, remindAt *time.Time) error
 	// DecisionInsert records an approver's vote; the approval's events must already hold the
 	// approval.voted event that records it (decisions are ordered by it).
 	DecisionInsert(ctx context.Context, approvalID string, d Decision) error

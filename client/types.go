@@ -31,9 +31,37 @@ type Approval struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	Version           int64           `json:"version"`
 	CallbackURL       string          `json:"callback_url,omitempty"`
+	// Policy is the approval's policy and its progress, nil for an approval whose request
+	// named its approvers.
+	Policy *PolicyStatus `json:"policy,omitempty"`
 	// Execution is nil until the approval is approved; then it has Status "not_configured"
 	// (the caller carries the action out) or the state of approvald's calls to the target.
 	Execution *Execution `json:"execution"`
+}
+
+// PolicyStatus is how far an approval created under a policy has come: its stages, each
+// rule's approvals so far, and the stage now asked (docs/http-api.md, "The approval").
+type PolicyStatus struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// CurrentStage is the number (from 1) of the stage now asked, 0 once every stage is met.
+	CurrentStage int           `json:"current_stage"`
+	Stages       []StageStatus `json:"stages"`
+}
+
+// StageStatus is one stage of a PolicyStatus.
+type StageStatus struct {
+	Met   bool         `json:"met"`
+	Rules []RuleStatus `json:"rules"`
+}
+
+// RuleStatus is one rule of a stage: what it asks and who counted toward it.
+type RuleStatus struct {
+	Label     string   `json:"label"`
+	Group     string   `json:"group,omitempty"`
+	People    []string `json:"people,omitempty"`
+	Approvals int      `json:"approvals"`
+	Counted   []string `json:"counted"`
 }
 
 // Decided reports whether the approval has left StatusPending, for good.

@@ -42,8 +42,11 @@ func (c *Chat) Send(ctx context.Context, m *approval.OutboxMessage) error {
 	}
 	link := strings.TrimSuffix(c.PublicURL, "/") + web.ApprovalPath(n.ApprovalID)
 	text := Subject(n)
+	if details := Details(n); len(details) > 0 {
+		text += "\n" + strings.Join(details, "\n")
+	}
 	body, err := json.Marshal(map[string]any{
-		"text": text + " " + link,
+		"text": text + "\n" + link,
 		"blocks": []any{
 			map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": slackEscape(text)}},
 			map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "<" + link + "|Open it in approvald>"}},

@@ -252,11 +252,36 @@ func (ml *Mail) view(m *approval.OutboxMessage) (mailView, error) {
 	}, nil
 }
 
+// Details are the lines a notice that asks for a vote adds to its subject, in the chat
+// message: the stage and the rules' progress under a policy, and when the approval expires.
+func Details(n approval.Notice) []string {
+	switch n.Event {
+	case approval.EventRequested, approval.EventStageStarted, approval.EventReminder:
+	default:
+		return nil
+	}
+	var lines []string
+	if n.Policy != nil {
+		lines = append(lines, "Stage: "+n.Policy.StageLine(), "Progress: "+n.Policy.ProgressLine())
+	}
+	return append(lines, "Expires: "+n.ExpiresAt.Format(expiryLayout))
+}
+
+// expiryLayout is how mails and chat messages show an expiry.
+const expiryLayout = "2006-01-02 15:04 MST"
+
 // Subject is a notice's one line: what happened to which approval.
 func Subject(n approval.Notice) string {
 	switch n.Event {
 	case approval.EventRequested:
 		return fmt.Sprintf("Approval requested by %s: %s", n.Requester, n.Title)
+	case approval.EventStageStarted:
+		if n.Policy != nil {
+			return fmt.Sprintf("Approval requested by %s (%s): %s", n.Requester, n.Policy.StageLine(), n.Title)
+		}
+		return fmt.Sprintf("Approval requested by %s: %s", n.Requester, n.Title)
+	case approval.EventReminder:
+		return fmt.Sprintf("Reminder: approval requested by %s: %s", n.Requester, n.Title)
 	case approval.EventNeedsReview:
 		return fmt.Sprintf("Execution needs review: %s (%s)", n.Action, n.OperationKey)
 	}
@@ -279,13 +304,17 @@ func cmpOr(s, def string) string {
 
 // The templates: one per kind of mail, the same in text and HTML. No mail carries a link
 // that decides anything: the reader goes to the page and decides there, signed in.
-const noticeText = `{{define "notice"}}{{with .Notice}}{{if eq .Event "approval.requested"}}{{.Requester}} asks for your approval:
+const noticeText = `{{define "notice"}}{{with .Notice}}{{if or (eq .Event "approval.requested") (eq .Event "approval.stage_started") (eq .Event "approval.reminder")}}{{if ne .Event "approval.requested"}}{{template "ask" .}}
+
+{{end}}{{.Requester}} asks for your approval:
 
   {{.Title}}
 
 Action: {{.Action}}
 Operation key: {{.OperationKey}}
-Expires: {{.ExpiresAt.Format "2006-01-02 15:04 MST"}}
+{{with .Policy}}Stage: {{.StageLine}}
+Progress: {{.ProgressLine}}
+{{end}}Expires: {{.ExpiresAt.Format "2006-01-02 15:04 MST"}}
 {{else if eq .Event "execution.needs_review"}}The execution of {{.Action}} ({{.OperationKey}}) needs an operator's review:
 
   {{.Reason}}
@@ -295,15 +324,19 @@ Open it: {{.Link}}
 {{end}}`
 
 const noticeHTML = `{{define "notice"}}<!DOCTYPE html>
-<html><body>{{with .Notice}}{{if eq .Event "approval.requested"}}<p>{{.Requester}} asks for your approval:</p>
+<html><body>{{with .Notice}}{{if or (eq .Event "approval.requested") (eq .Event "approval.stage_started") (eq .Event "approval.reminder")}}{{if ne .Event "approval.requested"}}<p>{{template "ask" .}}</p>
+{{end}}<p>{{.Requester}} asks for your approval:</p>
 <p><strong>{{.Title}}</strong></p>
-<p>Action: {{.Action}}<br>Operation key: {{.OperationKey}}<br>Expires: {{.ExpiresAt.Format "2006-01-02 15:04 MST"}}</p>
+<p>Action: {{.Action}}<br>Operation key: {{.OperationKey}}<br>{{with .Policy}}Stage: {{.StageLine}}<br>Progress: {{.ProgressLine}}<br>{{end}}Expires: {{.ExpiresAt.Format "2006-01-02 15:04 MST"}}</p>
 {{else if eq .Event "execution.needs_review"}}<p>The execution of {{.Action}} ({{.OperationKey}}) needs an operator's review:</p>
 <p>{{.Reason}}</p>
 {{else}}<p>The approval <strong>{{.Title}}</strong> is {{.Status}}{{if and .Actor (ne .Actor "system")}} by {{.Actor}}{{end}}.</p>
 {{end}}{{end}}<p><a href="{{.Link}}">Open it in approvald</a></p>
 </body></html>
 {{end}}`
+
+// askIntro opens a notice that asks for a vote again: a later stage's start, a reminder.
+const askIntro = `{{define "ask"}}{{if eq .Event "approval.stage_started"}}The earlier stages are met: your stage is asked now.{{else if eq .Event "approval.reminder"}}Reminder: your vote is still asked; the approval expires on {{.ExpiresAt.Format "2006-01-02 15:04 MST"}}.{{end}}{{end}}`
 
 // The sign-in mail holds the link and nothing else that acts: the link opens a page that asks
 // to confirm, so a scanner that follows it signs nobody in.
@@ -322,6 +355,6 @@ const signinHTML = `{{define "signin"}}<!DOCTYPE html>
 {{end}}`
 
 var (
-	textMail = texttemplate.Must(texttemplate.Must(texttemplate.New("mail").Parse(noticeText)).Parse(signinText))
-	htmlMail = template.Must(template.Must(template.New("mail").Parse(noticeHTML)).Parse(signinHTML))
+	textMail = texttemplate.Must(texttemplate.Must(texttemplate.Must(texttemplate.New("mail").Parse(noticeText)).Parse(signinText)).Parse(askIntro))
+	htmlMail = template.Must(template.Must(template.Must(template.New("mail").Parse(noticeHTML)).Parse(signinHTML)).Parse(askIntro))
 )

@@ -329,7 +329,7 @@ type Result struct {
 
 // Resolved returns what the approval keeps of the policy.
 func (r Result) Resolved() approval.Resolved {
-	return approval.Resolved{Policy: r.Policy, Version: r.Version, Stages: r.Stages}
+	return approval.Resolved{Policy: r.Policy, Version: r.Version, Stages: r.Stages, RemindEvery: r.RemindEvery}
 }
 
 // Skip is a policy that did not apply, and why.

@@ -40,25 +40,26 @@ type inserted struct {
 // approvers, its approval.created event and the approvers' notifications in the outbox,
 // unless an approval already holds its key (ON CONFLICT DO NOTHING, the approvals in key
 // order: docs/architecture.md, "A create, step by step", and "Creates, intakes and reads in
-// batches"). The creates arrive as parallel arrays ($1 to $15 and $26, one element per create;
+// batches"). The creates arrive as parallel arrays ($1 to $15, $26 and $27, one element per create;
 // $16 to $18 the approvers and $19 to $25 the notifications, each naming its approval). It returns,
 // per create in order, whether its token was good and whether its approval was written.
 var insertApprovalsSQL = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
 		$7::bytea[], $8::integer[], $9::timestamptz[], $10::timestamptz[], $11::text[], $12::jsonb[],
-		$13::bytea[], $14::text[], $15::timestamptz[], $26::text[])
+		$13::bytea[], $14::text[], $15::timestamptz[], $26::text[], $27::timestamptz[])
 		WITH ORDINALITY AS r(requester, operation_key, fingerprint, id, action, title, context,
 			required_approvals, expires_at, created_at, callback_url, cause,
-			token_hash, token_id, token_at, policy, ord)
+			token_hash, token_id, token_at, policy, remind_at, ord)
 ), allowed AS (
 	SELECT r.* FROM req AS r WHERE ` + batchTokenGoodSQL + `
 ), app AS (
 	INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
-		required_approvals, status, decided_at, expires_at, created_at, version, callback_url, policy)
+		required_approvals, status, decided_at, expires_at, created_at, version, callback_url, policy,
+		remind_at)
 	SELECT id, requester, operation_key, fingerprint, action, title, context,
 		required_approvals, 'pending', NULL, expires_at, created_at, 1, NULLIF(callback_url, ''),
-		NULLIF(policy, '')::jsonb
+		NULLIF(policy, '')::jsonb, remind_at
 	FROM allowed
 	ORDER BY operation_key, requester
 	ON CONFLICT (operation_key, requester) DO NOTHING
@@ -145,6 +146,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		required                                                     = make([]int, n)
 		expires, created, checkedAt                                  = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		callbacks, tokenIDs, policies                                = make([]string, n), make([]string, n), make([]string, n)
+		reminds                                                      = make([]*time.Time, n)
 		pApproval, pApprover                                         []string
 		pPosition                                                    []int
 		mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload []string
@@ -156,7 +158,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		contexts[i], causes[i], required[i] = []byte(a.Context), string(c.Req.cause), a.RequiredApprovals
 		expires[i], created[i], callbacks[i] = a.ExpiresAt, a.CreatedAt, a.CallbackURL
 		hashes[i], tokenIDs[i], checkedAt[i] = tokenArgs(c.Req.check)
-		policies[i] = c.Req.policy
+		policies[i], reminds[i] = c.Req.policy, a.FirstReminder()
 		for j, approver := range a.Approvers {
 			pApproval, pPosition, pApprover = append(pApproval, a.ID), append(pPosition, j+1), append(pApprover, approver)
 		}
@@ -174,7 +176,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 	b := &pgx.Batch{}
 	b.Queue(insertApprovalsSQL, requesters, keys, fingerprints, ids, actions, titles,
 		contexts, required, expires, created, callbacks, causes, hashes, tokenIDs, checkedAt,
-		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload, policies)
+		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload, policies, reminds)
 	b.Queue(heldApprovalsSQL, requesters, keys, ids)
 	results := make([]inserted, n)
 	err = func() error {

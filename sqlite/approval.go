@@ -132,10 +132,11 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, cause app
 	}
 	if _, err := tx.ExecContext(ctx, `
 		INSERT INTO approvals (id, requester, operation_key, fingerprint, action, title, context,
-			required_approvals, status, decided_at, expires_at, created_at, version, callback_url, policy)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, ?, ?, 1, NULLIF(?, ''), ?)`,
+			required_approvals, status, decided_at, expires_at, created_at, version, callback_url, policy, remind_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, ?, ?, 1, NULLIF(?, ''), ?, ?)`,
 		a.ID, a.Requester, a.OperationKey, a.Fingerprint, a.Action, a.Title, nullText(a.Context),
 		a.RequiredApprovals, micros(a.ExpiresAt), micros(a.CreatedAt), a.CallbackURL, nullText(policy),
+		nullMicros(a.FirstReminder()),
 	); err != nil {
 		if isUnique(err) {
 			return approval.Errorf(approval.ECONFLICT, "an approval with this id or operation key already exists")

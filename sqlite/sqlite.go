@@ -462,3 +462,11 @@ func isUnique(err error) bool {
 	return errors.As(err, &e) &&
 		(e.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || e.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 }
+
+// nullMicros binds an optional time as micros(t), or NULL.
+func nullMicros(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: micros(*t), Valid: true}
+}

@@ -367,6 +367,82 @@ func txCases() []txCase {
 				return nil
 			})
 		}},
+		{"ApprovalRemindDueForUpdate", func(t *testing.T, f *fixture) {
+			start := f.clock.Now().UTC().Truncate(approval.Precision)
+			reminded := func(every time.Duration) *approval.Approval {
+				a := PendingApproval(t, f.clock.Now())
+				a.Resolved = &approval.Resolved{Policy: "p", Version: "v", RemindEvery: every,
+					Stages: []approval.Stage{{Rules: []approval.Rule{{People: []string{"alice", "bob"}, Approvals: 1}}}}}
+				return MustCreate(t, f.store, a)
+			}
+			soon := reminded(time.Hour)
+			later := reminded(2 * time.Hour)
+			reminded(48 * time.Hour) // at or after the expiry: no reminder
+			MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			decided := reminded(time.Hour)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				now := tx.Now()
+				return tx.ApprovalSetStatusIfPending(ctx, decided.ID, approval.StatusApproved, &now)
+			})
+			due := func(want ...string) {
+				t.Helper()
+				inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+					got, err := tx.ApprovalRemindDueForUpdate(ctx, 10)
+					var ids []string
+					for _, d := range got {
+						ids = append(ids, d.ID)
+						if !d.StageStartedAt.Equal(start) {
+							t.Errorf("stage of %s started: got %s, want the create's %s", d.ID, d.StageStartedAt, start)
+						}
+					}
+					if err != nil || !slices.Equal(ids, want) {
+						t.Fatalf("due for a reminder: got %v, %v; want %v", ids, err, want)
+					}
+					return nil
+				})
+			}
+			f.clock.Advance(59 * time.Minute)
+			due()
+			f.clock.Advance(time.Minute)
+			due(soon.ID)
+			f.clock.Advance(time.Hour)
+			due(soon.ID, later.ID) // the soonest due first
+		}},
+		{"ApprovalSetReminder", func(t *testing.T, f *fixture) {
+			a := PendingApproval(t, f.clock.Now())
+			a.Resolved = &approval.Resolved{Policy: "p", Version: "v", RemindEvery: time.Hour,
+				Stages: []approval.Stage{{Rules: []approval.Rule{{People: []string{"alice"}, Approvals: 1}}}}}
+			a = MustCreate(t, f.store, a)
+			started := f.clock.Now().Add(30 * time.Minute).UTC().Truncate(approval.Precision)
+			next := started.Add(time.Hour)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.ApprovalSetReminder(ctx, a.ID, started, &next)
+			})
+			f.clock.Advance(90*time.Minute - time.Microsecond)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if got, err := tx.ApprovalRemindDueForUpdate(ctx, 10); err != nil || len(got) != 0 {
+					t.Fatalf("due before the reminder set: got %v, %v; want none", got, err)
+				}
+				return nil
+			})
+			f.clock.Advance(time.Microsecond)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				got, err := tx.ApprovalRemindDueForUpdate(ctx, 10)
+				if err != nil || len(got) != 1 || got[0].ID != a.ID || !got[0].StageStartedAt.Equal(started) {
+					t.Fatalf("due: got %+v, %v; want %s, its stage started at %s", got, err, a.ID, started)
+				}
+				return tx.ApprovalSetReminder(ctx, a.ID, started, nil)
+			})
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if got, err := tx.ApprovalRemindDueForUpdate(ctx, 10); err != nil || len(got) != 0 {
+					t.Fatalf("due with no reminder set: got %v, %v; want none", got, err)
+				}
+				return nil
+			})
+			txFails(t, f, "set the reminder of a missing approval", func(ctx context.Context, tx approval.Tx) error {
+				return tx.ApprovalSetReminder(ctx, "apr_missing", started, nil)
+			})
+		}},
 		{"DecisionInsert", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			d := approval.Decision{Approver: "alice", Verdict: approval.VerdictApprove, Comment: "ok", At: f.clock.Now()}

@@ -16,10 +16,12 @@ const (
 	DefaultSweepBatch    = 100
 )
 
-// Sweeper moves overdue approvals to expired, purges finished inbox events past their
+// Sweeper moves overdue approvals to expired, queues the reminders that are due
+// (approval.Service.RemindDue), purges finished inbox events past their
 // retention, sign-in links past approval.SigninKeep and page sessions expired more than
 // approval.SessionKeep ago. Every replica runs one: the store's conditional writes make concurrent
-// sweeps safe, so an approval is expired exactly once however many sweepers race for it.
+// sweeps safe, so an approval is expired exactly once, and reminded once per person and round,
+// however many sweepers race for it.
 type Sweeper struct {
 	// Rules expires due approvals and purges old rows (an *approval.Service); required.
 	Rules  SweepRules
@@ -38,10 +40,11 @@ type Sweeper struct {
 	InboxBodies time.Duration
 }
 
-// SweepRules expires due approvals and purges what is kept no longer: approval.Service's
-// ExpireDue, PurgeInbox, PurgeSigninTokens and PurgeSessions.
+// SweepRules expires due approvals, reminds and purges what is kept no longer:
+// approval.Service's ExpireDue, RemindDue, PurgeInbox, PurgeSigninTokens and PurgeSessions.
 type SweepRules interface {
 	ExpireDue(ctx context.Context, limit int) (int, error)
+	RemindDue(ctx context.Context, limit int) (int, error)
 	PurgeInbox(ctx context.Context, keepIDs, keepBodies time.Duration, limit int) (int, error)
 	PurgeSigninTokens(ctx context.Context, keep time.Duration, limit int) (int, error)
 	PurgeSessions(ctx context.Context, keep time.Duration, limit int) (int, error)
@@ -75,7 +78,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}
 }
 
-// Sweep makes one pass: it expires due approvals, then purges the inbox (when InboxIDs is set)
+// Sweep makes one pass: it expires due approvals, queues due reminders, then purges the inbox (when InboxIDs is set)
 // old sign-in links and old page sessions, each in batches until a batch comes back short. A failure of
 // one does not skip the others.
 func (s *Sweeper) Sweep(ctx context.Context) error {
@@ -88,6 +91,12 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	})
 	if expireErr != nil {
 		expireErr = fmt.Errorf("expire due approvals: %w", expireErr)
+	}
+	reminded, remindErr := drain(ctx, batch, func(ctx context.Context) (int, error) {
+		return s.Rules.RemindDue(ctx, batch)
+	})
+	if remindErr != nil {
+		remindErr = fmt.Errorf("remind: %w", remindErr)
 	}
 	var inboxPurged int
 	var inboxErr error
@@ -115,11 +124,11 @@ func (s *Sweeper) Sweep(ctx context.Context) error {
 	if sessionErr != nil {
 		sessionErr = fmt.Errorf("purge sessions: %w", sessionErr)
 	}
-	if expired > 0 || inboxPurged > 0 || signins > 0 || sessions > 0 {
-		s.logger().InfoContext(ctx, "swept", "expired", expired, "inbox_purged", inboxPurged,
+	if expired > 0 || reminded > 0 || inboxPurged > 0 || signins > 0 || sessions > 0 {
+		s.logger().InfoContext(ctx, "swept", "expired", expired, "reminded", reminded, "inbox_purged", inboxPurged,
 			"signin_links_purged", signins, "sessions_purged", sessions)
 	}
-	return errors.Join(expireErr, inboxErr, signinErr, sessionErr)
+	return errors.Join(expireErr, remindErr, inboxErr, signinErr, sessionErr)
 }
 
 func (s *Sweeper) logger() *slog.Logger {

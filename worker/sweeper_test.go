@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -360,6 +361,50 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 		got, err := s.InboxEvent(ctx, pending.ID)
 		if err != nil || got.Status != approval.InboxPending || string(got.Body) != string(pending.Body) {
 			t.Errorf("pending event: got %+v, %v; want it kept with its body", got, err)
+		}
+	})
+}
+
+// TestSweeper_Reminds: a sweep queues the reminders that are due, once per person and round,
+// whatever how many sweeps follow.
+func TestSweeper_Reminds(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := t.Context()
+		clk := newClock()
+		s := testdb.Open(t, kind, clk.Now)
+		a := newApproval(clk, "remind", 3*time.Hour)
+		a.Resolved = &approval.Resolved{Policy: "p", Version: "v", RemindEvery: time.Hour,
+			Stages: []approval.Stage{{Rules: []approval.Rule{{People: []string{"alice", "bob"}, Approvals: 1}}}}}
+		if h, err := s.InsertApproval(ctx, a, approval.HTTPCause("req-remind"), nil); err != nil || h != nil {
+			t.Fatalf("create approval: got holder %+v, error %v, want neither", h, err)
+		}
+		svc := &approval.Service{Store: s, Routing: approval.Routing{Channels: map[string][]string{
+			"alice": {approval.ChannelEmail}, "bob": {approval.ChannelChat}}}}
+		sw := &worker.Sweeper{Rules: svc, Logger: discard}
+		reminders := func() []string {
+			t.Helper()
+			msgs, _, err := s.OutboxMessages(ctx, approval.OutboxFilter{Kind: approval.OutboxNotification})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range msgs {
+				if m.Event == approval.EventReminder {
+					got = append(got, m.Recipient+"/"+m.Channel)
+				}
+			}
+			slices.Sort(got)
+			return got
+		}
+		clk.Advance(time.Hour)
+		for range 3 {
+			if err := sw.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := reminders(), []string{"alice/email", "bob/chat"}; !slices.Equal(got, want) {
+			t.Fatalf("reminders after three sweeps in round 1: got %v, want %v", got, want)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/client"
 )
 
@@ -157,6 +158,11 @@ func printApproval(w io.Writer, a *client.Approval, link string) error {
 	fmt.Fprintf(tw, "key\t%s\n", terminalText(a.OperationKey))
 	fmt.Fprintf(tw, "requester\t%s\n", terminalText(a.Requester))
 	fmt.Fprintf(tw, "approvers\t%s (%d of %d approved)\n", terminalText(strings.Join(a.Approvers, ", ")), approvals(a), a.RequiredApprovals)
+	if st := policyStatus(a); st != nil {
+		fmt.Fprintf(tw, "policy\t%s (version %s)\n", terminalText(st.Name), terminalText(st.Version))
+		fmt.Fprintf(tw, "stage\t%s\n", terminalText(st.StageLine()))
+		fmt.Fprintf(tw, "progress\t%s\n", terminalText(st.ProgressLine()))
+	}
 	fmt.Fprintf(tw, "context\t%s\n", terminalText(string(a.Context)))
 	fmt.Fprintf(tw, "created\t%s\n", a.CreatedAt.Local().Format(time.DateTime))
 	fmt.Fprintf(tw, "expires\t%s\n", a.ExpiresAt.Local().Format(time.DateTime))
@@ -168,6 +174,25 @@ func printApproval(w io.Writer, a *client.Approval, link string) error {
 		fmt.Fprintf(tw, "vote\t%s %s at %s%s\n", terminalText(d.Approver), terminalText(d.Verdict), d.At.Local().Format(time.DateTime), comment(oneLine(d.Comment)))
 	}
 	return tw.Flush()
+}
+
+// policyStatus is a's policy and progress as the approval package formats them
+// (PolicyStatus.StageLine, ProgressLine), nil when a keeps no policy.
+func policyStatus(a *client.Approval) *approval.PolicyStatus {
+	p := a.Policy
+	if p == nil {
+		return nil
+	}
+	st := &approval.PolicyStatus{Name: p.Name, Version: p.Version, CurrentStage: p.CurrentStage,
+		Stages: make([]approval.StageStatus, len(p.Stages))}
+	for i, s := range p.Stages {
+		st.Stages[i] = approval.StageStatus{Met: s.Met, Rules: make([]approval.RuleStatus, len(s.Rules))}
+		for j, r := range s.Rules {
+			st.Stages[i].Rules[j] = approval.RuleStatus{Label: r.Label, Group: r.Group, People: r.People,
+				Approvals: r.Approvals, Counted: r.Counted}
+		}
+	}
+	return st
 }
 
 // oneLine keeps a table's rows one line each whatever a title holds, and makes it safe for a

@@ -134,6 +134,9 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 	} else {
 		fmt.Fprintf(c.stderr, "approval %s asked of %s: %s\n", terminalText(a.ID), terminalText(strings.Join(a.Approvers, ", ")), terminalText(link))
 	}
+	if st := policyStatus(a); st != nil && !a.Decided() {
+		fmt.Fprintf(c.stderr, "policy %s, %s\n", terminalText(st.Name), terminalText(st.String()))
+	}
 
 	if !a.Decided() && c.wait > 0 {
 		fmt.Fprintf(c.stderr, "waiting up to %s for the decision\n", c.wait)
@@ -148,6 +151,11 @@ func (c *RequestCommand) Run(ctx context.Context) error {
 		seen := len(a.Decisions)
 		decided, err := waitCl.WaitForDecision(waitCtx, a.ID, func(now *client.Approval) {
 			for _, d := range now.Decisions[min(seen, len(now.Decisions)):] {
+				if st := policyStatus(now); st != nil {
+					fmt.Fprintf(c.stderr, "%s voted %s (%s)%s\n", terminalText(d.Approver), terminalText(d.Verdict),
+						terminalText(st.String()), comment(oneLine(d.Comment)))
+					continue
+				}
 				fmt.Fprintf(c.stderr, "%s voted %s (%d of %d approvals)%s\n", terminalText(d.Approver), terminalText(d.Verdict),
 					approvals(now), now.RequiredApprovals, comment(oneLine(d.Comment)))
 			}

@@ -514,3 +514,31 @@ func nullBytes(b []byte) any {
 	}
 	return b
 }
+
+// ApprovalRemindDueForUpdate returns up to limit pending approvals whose next reminder is due,
+// locked, the soonest first, through the partial index approvals_remind_idx (migration 0023),
+// which holds only pending approvals with a reminder to come; SKIP LOCKED lets several
+// replicas scan at once, as ApprovalIDsDueForUpdate does. Under read committed a row that a
+// vote or another scan changed and committed since the statement began is read again once
+// locked, and left out if its reminder is no longer due.
+func (t Tx) ApprovalRemindDueForUpdate(ctx context.Context, limit int) ([]approval.ReminderDue, error) {
+	due, err := query(ctx, t, RemindDueSQL+t.Dialect.SkipLocked,
+		func(row Row) (d approval.ReminderDue, err error) {
+			return d, row.Scan(&d.ID, Time(&d.StageStartedAt))
+		}, t.Dialect.Time(t.At), limit)
+	return due, t.Translate("find approvals due for a reminder", err)
+}
+
+// RemindDueSQL finds the approvals due for a reminder at $1, up to $2 of them, without the
+// dialect's lock clause.
+const RemindDueSQL = `
+		SELECT id, COALESCE(stage_started_at, created_at) FROM approvals
+		WHERE status = 'pending' AND remind_at IS NOT NULL AND remind_at <= $1
+		ORDER BY remind_at, id LIMIT $2`
+
+// ApprovalSetReminder sets when the approval's stage began and its next reminder is due.
+func (t Tx) ApprovalSetReminder(ctx context.Context, id string, stageStartedAt time.Time, remindAt *time.Time) error {
+	return t.writeOne(ctx, "set approval reminder",
+		`UPDATE approvals SET stage_started_at = $2, remind_at = $3 WHERE id = $1`,
+		id, t.Dialect.Time(stageStartedAt), t.Dialect.NullTime(remindAt))
+}
