@@ -3,7 +3,6 @@ package approval
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -266,13 +265,39 @@ func (s *Service) createMembers(ctx context.Context, stages []Stage) (Members, e
 	if len(oidc) == 0 {
 		return membersOrNone(s.Members), nil
 	}
-	names := make([]string, 0, len(oidc))
+	return s.storedMembers(ctx, oidc)
+}
+
+// ProgressMembers returns the Members by which the progress of the approvals is shown
+// (Approval.PolicyStatus): the configured members and, where the stages of an approval that
+// has votes name a group with an oidc_group, the people stored in it, read in one statement
+// for all the approvals; no read otherwise.
+func (s *Service) ProgressMembers(ctx context.Context, as ...*Approval) (Members, error) {
+	oidc := map[string]string{}
+	for _, a := range as {
+		if a == nil || a.Resolved == nil || len(a.Decisions) == 0 {
+			continue
+		}
+		for group, og := range s.oidcGroups(a.Resolved.Stages) {
+			oidc[group] = og
+		}
+	}
+	if len(oidc) == 0 {
+		return membersOrNone(s.Members), nil
+	}
+	return s.storedMembers(ctx, oidc)
+}
+
+// storedMembers returns the configured members with, for the groups of oidc (group to its
+// oidc_group), everyone stored in their oidc_group: one read of the store.
+func (s *Service) storedMembers(ctx context.Context, oidc map[string]string) (Members, error) {
+	var names []string
 	for _, og := range oidc {
 		if !slices.Contains(names, og) {
 			names = append(names, og)
 		}
 	}
-	slices.SortFunc(names, strings.Compare)
+	slices.Sort(names)
 	stored, err := s.Store.IdentityGroupMembers(ctx, names)
 	if err != nil {
 		return nil, err
