@@ -56,6 +56,9 @@ func (s *Service) ClaimApplyInbox(ctx context.Context, limit int, actionFor func
 	if limit <= 0 {
 		return nil, Errorf(EINVALID, "limit must be positive")
 	}
+	if err := s.Clock.Check(); err != nil {
+		return nil, err
+	}
 	return inTx(ctx, s, func(tx Tx) ([]*InboxEvent, error) {
 		events, err := tx.InboxLockDue(ctx, limit)
 		if err != nil || len(events) == 0 {

@@ -33,10 +33,14 @@ func claimLost[T comparable](kind, id string, mine T) error {
 }
 
 // claimDue runs one claim of a worker in a transaction of its own: EINVALID unless lease and
-// limit are positive; take claims up to limit rows, each leased until leaseEnd.
+// limit are positive, EUNAVAILABLE while s.Clock says this process's clock is too far off
+// the database's to judge leases by; take claims up to limit rows, each leased until leaseEnd.
 func claimDue[T any](ctx context.Context, s *Service, lease time.Duration, limit int, take func(tx Tx, leaseEnd time.Time) ([]T, error)) ([]T, error) {
 	if lease <= 0 || limit <= 0 {
 		return nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	if err := s.Clock.Check(); err != nil {
+		return nil, err
 	}
 	return inTx(ctx, s, func(tx Tx) ([]T, error) { return take(tx, tx.Now().Add(lease)) })
 }

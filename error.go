@@ -34,6 +34,9 @@ type Error struct {
 	// RetryAfter, when set on a conflict or an unavailable, tells the caller when to try
 	// again.
 	RetryAfter time.Duration
+
+	// clockOffset marks the refusal of a claim by ClockWatch (IsClockOffset).
+	clockOffset bool
 }
 
 // Error implements the error interface.

@@ -131,10 +131,14 @@ func (s *Service) FinishAttempts(ctx context.Context, fs []AttemptFinish) ([]Att
 // (EINVALID unless lease and limit are positive): a runner whose attempts ended has their
 // slots to fill, and one commit serves both. An execution whose outcome is a retry already
 // due may be among the claims. The answers come as from each alone; an error is the
-// transaction's: then nothing was recorded and nothing claimed.
+// transaction's: then nothing was recorded and nothing claimed. While s.Clock says this
+// process's clock is off the database's, the outcomes are recorded and nothing is claimed.
 func (s *Service) FinishAndClaim(ctx context.Context, fs []AttemptFinish, lease time.Duration, limit int) ([]AttemptFinished, []*ExecutionClaim, error) {
 	if lease <= 0 || limit <= 0 {
 		return nil, nil, Errorf(EINVALID, "lease and limit must be positive")
+	}
+	if s.Clock.Check() != nil {
+		limit = 0 // the outcomes are recorded; no work is claimed while the clock is off
 	}
 	return s.finishAndClaim(ctx, fs, lease, limit)
 }

@@ -45,6 +45,11 @@ type Service struct {
 	// then on. Nil: the groups have no members.
 	Members Members
 
+	// Clock, when set, holds back every claim of work (executions, inbox events, outbox
+	// messages) while this process's clock is too far off the database's to judge leases by
+	// (ClockWatch). Nil: the clock is trusted.
+	Clock *ClockWatch
+
 	// touchMu guards touched: when this process last sent each token's last_used_at, so
 	// that a busy token costs one write a minute, not one per request (see Authenticate).
 	touchMu sync.Mutex

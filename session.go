@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"time"
 )
 
@@ -144,6 +145,29 @@ func (s *Service) PurgeSessions(ctx context.Context, keep time.Duration, limit i
 	}
 	return inTx(ctx, s, func(tx Tx) (int, error) {
 		return tx.SessionDeleteExpired(ctx, tx.Now().Add(-keep), limit)
+	})
+}
+
+// SessionKeyLength is the length in bytes of the session key StoredSessionKey makes.
+const SessionKeyLength = 32
+
+// sessionKeyName is the stored session key's name in the secrets table.
+const sessionKeyName = "web.session_key"
+
+// StoredSessionKey returns the pages' session key kept in the store, making it first when
+// there is none: random bytes, inserted if absent and read back in one transaction, so that
+// every start of the service on this database, and every process sharing it (replicas
+// starting at once included), signs sessions with the one key (docs/web.md, "Session").
+func (s *Service) StoredSessionKey(ctx context.Context) ([]byte, error) {
+	key := make([]byte, SessionKeyLength)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("make session key: %w", err)
+	}
+	return inTx(ctx, s, func(tx Tx) ([]byte, error) {
+		if err := tx.SecretInsertIfAbsent(ctx, sessionKeyName, key); err != nil {
+			return nil, err
+		}
+		return tx.SecretGet(ctx, sessionKeyName)
 	})
 }
 

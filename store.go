@@ -93,6 +93,10 @@ type Store interface {
 	// cannot write (a full disk, a read-only database, a PostgreSQL in recovery) fails it as
 	// EUNAVAILABLE.
 	HeartbeatUpdate(ctx context.Context) error
+	// DatabaseTime reads the database's own clock, which leases would be judged by if every
+	// replica agreed with it (ClockWatch). SQLite, which runs inside this process, answers
+	// this machine's clock (time.Now, not the store's Now).
+	DatabaseTime(ctx context.Context) (time.Time, error)
 	// Close releases the store's connections.
 	Close() error
 }

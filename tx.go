@@ -233,6 +233,13 @@ type Tx interface {
 	// expiredBefore, ended or not, and returns how many.
 	SessionDeleteExpired(ctx context.Context, expiredBefore time.Time, limit int) (int, error)
 
+	// SecretInsertIfAbsent stores value as the secret named name, made at Now, only when no
+	// secret has that name; otherwise it changes nothing (a concurrent insert of the same
+	// name waits for the other transaction and then changes nothing).
+	SecretInsertIfAbsent(ctx context.Context, name string, value []byte) error
+	// SecretGet returns the secret named name, or ENOTFOUND.
+	SecretGet(ctx context.Context, name string) ([]byte, error)
+
 	// PersonEmailGetMany returns the addresses stored for the persons (Store.PersonEmails),
 	// person to address; persons without one are absent.
 	PersonEmailGetMany(ctx context.Context, persons []string) (map[string]string, error)

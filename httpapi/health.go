@@ -25,8 +25,8 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// handleReadyz answers 200 when the store answers a ping and takes a write (readiness), 503
-// otherwise. The ping is made for every request; the write (Store.HeartbeatUpdate) at most
+// handleReadyz answers 200 when the store answers a ping and takes a write, and this
+// process's clock agrees with the database's (approval.ClockWatch), 503 otherwise (readiness). The ping is made for every request; the write (Store.HeartbeatUpdate) at most
 // once every writeProbeEvery, its answer shared by the requests meanwhile.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
@@ -36,6 +36,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			s.info(r).log.Warn("readiness check failed", slog.Any("error", err))
 			err = approval.Errorf(approval.EUNAVAILABLE, "the database does not answer")
 		}
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.svc.Clock.Check(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

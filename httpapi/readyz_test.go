@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/postgres"
@@ -111,4 +113,42 @@ func TestReadyz_PostgresReadOnly(t *testing.T) {
 	f.wantNotWriting(t) // still within the second
 	f.clock.Advance(httpapi.WriteProbeEvery)
 	f.wantReady(t)
+}
+
+// TestReadyz_ClockOffset: a replica whose clock is off the database's by more than the
+// bound is not ready, saying why, and is ready again once its clock agrees, with no restart.
+func TestReadyz_ClockOffset(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		var watch *approval.ClockWatch
+		f := setup(t, kind, func(c *httpapi.Config) {
+			store := c.Store.(approval.Store)
+			c.Service = rules(store)
+			c.Service.Now = c.Now
+			watch = &approval.ClockWatch{Store: store, Now: c.Now, Bound: 2 * time.Second}
+			c.Service.Clock = watch
+		})
+		measure := func() {
+			t.Helper()
+			if err := watch.Measure(t.Context()); err != nil {
+				t.Fatalf("measure: %v", err)
+			}
+		}
+		// The fake clock stands still while the machine's runs: set it to now before each
+		// reading meant to agree.
+		f.clock.Set(time.Now())
+		measure()
+		f.wantReady(t)
+
+		f.clock.Advance(time.Minute)
+		measure()
+		p := f.do("GET", "/readyz", "", "").problem(t, http.StatusServiceUnavailable)
+		if !strings.Contains(p.Detail, "clock") {
+			t.Errorf("/readyz: got detail %q, want it to say the clock is off", p.Detail)
+		}
+
+		f.clock.Set(time.Now())
+		measure()
+		f.wantReady(t)
+	})
 }

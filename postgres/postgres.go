@@ -192,6 +192,13 @@ func (s *Store) HeartbeatUpdate(ctx context.Context) error {
 	return translate("heartbeat", err)
 }
 
+// DatabaseTime reads the server's clock (clock_timestamp(), not the transaction's start).
+func (s *Store) DatabaseTime(ctx context.Context) (time.Time, error) {
+	var at time.Time
+	err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at)
+	return at, translate("read the database's clock", err)
+}
+
 // Migrate applies the embedded migrations not yet recorded in schema_migrations, in name
 // order, in one transaction that holds an advisory lock: of several processes migrating at
 // once, one applies them and the others wait and then find nothing left to do.

@@ -170,7 +170,7 @@ func (t *ruleTx) Commit(ctx context.Context) error {
 	if t.done {
 		return errors.New("postgres: commit of a transaction that has ended")
 	}
-	if !t.begun && len(t.queue) == 0 {
+	if !t.begun && len(t.queue) == 0 && len(t.signals) == 0 {
 		t.end()
 		return nil
 	}

@@ -312,6 +312,16 @@ func (s *Store) HeartbeatUpdate(ctx context.Context) error {
 	return fail("heartbeat", tx.commit())
 }
 
+// DatabaseTime is this machine's clock: SQLite has no clock of its own apart from the
+// process that opens it, and one machine's processes share one clock. It is time.Now, not
+// the store's Now, so that a process whose clock is moved (Now) is seen to be off.
+func (s *Store) DatabaseTime(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fail("read the clock", err)
+	}
+	return time.Now(), nil
+}
+
 // Close ends every subscription and closes both pools.
 func (s *Store) Close() error {
 	s.hub.Close()

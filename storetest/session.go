@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -32,6 +33,27 @@ func exerciseSessions(t *testing.T, s suite) {
 			t.Fatalf("session %s: %v, want EUNAUTHORIZED", id, err)
 		}
 	}
+
+	// The session key kept in the store: replicas starting at once each make a key, and all
+	// come out with the one that was inserted first; later starts read it back.
+	s.run(t, "StoredSessionKeyAtOnce", func(t *testing.T, f *fixture) {
+		const racers = 20
+		keys := make([][]byte, racers)
+		errs := make([]error, racers)
+		race(racers, func(i int) { keys[i], errs[i] = f.service().StoredSessionKey(t.Context()) })
+		for i := range racers {
+			if errs[i] != nil {
+				t.Fatalf("racer %d: %v", i, errs[i])
+			}
+			if len(keys[i]) != approval.SessionKeyLength || !bytes.Equal(keys[i], keys[0]) {
+				t.Fatalf("racer %d: got key %x, want racer 0's %x (%d bytes)", i, keys[i], keys[0], approval.SessionKeyLength)
+			}
+		}
+		again, err := f.service().StoredSessionKey(t.Context())
+		if err != nil || !bytes.Equal(again, keys[0]) {
+			t.Fatalf("a later start: got key %x, %v; want %x", again, err, keys[0])
+		}
+	})
 
 	s.run(t, "SessionInsert", func(t *testing.T, f *fixture) {
 		ctx := t.Context()

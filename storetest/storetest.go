@@ -60,6 +60,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Addresses", exerciseAddresses},
 		{"Sessions", exerciseSessions},
 		{"Tx", exerciseTx},
+		{"Clock", exerciseClock},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()

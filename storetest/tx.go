@@ -421,9 +421,27 @@ func txCases() []txCase {
 			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.EventInsertMany(ctx, nil) })
 		}},
 		{"Notify", func(t *testing.T, f *fixture) {
-			// A signal is a hint that may be spurious (approval.Notifier), so the case checks
-			// what must happen: a committed Notify is heard, and one rolled back fails nothing.
-			topic := approval.TopicApproval("apr_committed")
+			// A committed Notify is heard; one rolled back fails nothing and is not heard: a
+			// committed signal sent after it arrives while the rolled-back one has not, since
+			// both stores deliver in commit order (SQLite within the process after commit,
+			// PostgreSQL on the store's one LISTEN connection).
+			topic, marker := approval.TopicApproval("apr_rolled_back"), approval.TopicApproval("apr_committed")
+			rolledBack, stop := f.store.Subscribe(topic)
+			defer stop()
+			committed, stopCommitted := f.store.Subscribe(marker)
+			defer stopCommitted()
+			// Committed until each subscription, which may still be connecting, hears one.
+			for _, s := range []struct {
+				topic string
+				ch    <-chan struct{}
+			}{{topic, rolledBack}, {marker, committed}} {
+				wantSignal(t, s.ch, s.topic, func(int) {
+					inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.Notify(ctx, s.topic) })
+				})
+			}
+			drain(rolledBack)
+			drain(committed)
+
 			ctx := t.Context()
 			tx, err := f.store.Begin(ctx)
 			if err != nil {
@@ -435,12 +453,13 @@ func txCases() []txCase {
 			if err := tx.Rollback(ctx); err != nil {
 				t.Fatalf("rollback after notify: %v", err)
 			}
-			committed, stop := f.store.Subscribe(topic)
-			defer stop()
-			// Committed until the subscription, which may still be connecting, hears one.
-			wantSignal(t, committed, topic, func(int) {
-				inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.Notify(ctx, topic) })
-			})
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.Notify(ctx, marker) })
+			wantSignalled(t, committed, "the committed signal after a rolled-back one")
+			select {
+			case <-rolledBack:
+				t.Fatal("a Notify that was rolled back was heard")
+			default:
+			}
 		}},
 		{"ExecutionInsert", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
@@ -1087,6 +1106,33 @@ func txCases() []txCase {
 				inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.PersonEmailUpsert(ctx, "carol", email) })
 			}
 			wantStored(t, f.store, []string{"carol"}, map[string]string{"carol": "carol.new@idp.example"})
+		}},
+		{"SecretInsertIfAbsent", func(t *testing.T, f *fixture) {
+			first, second := []byte("first value"), []byte("second value")
+			for _, v := range [][]byte{first, second} {
+				inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.SecretInsertIfAbsent(ctx, "k", v) })
+			}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if got, err := tx.SecretGet(ctx, "k"); err != nil || !bytes.Equal(got, first) {
+					t.Fatalf("secret k: got %q, %v; want %q: the second insert changed nothing", got, err, first)
+				}
+				return nil
+			})
+		}},
+		{"SecretGet", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if _, err := tx.SecretGet(ctx, "k"); approval.ErrorCode(err) != approval.ENOTFOUND {
+					t.Fatalf("an absent secret: %v, want ENOTFOUND", err)
+				}
+				// Written and read back in one transaction, as Service.StoredSessionKey does.
+				if err := tx.SecretInsertIfAbsent(ctx, "k", []byte{0, 1, 255}); err != nil {
+					return err
+				}
+				if got, err := tx.SecretGet(ctx, "k"); err != nil || !bytes.Equal(got, []byte{0, 1, 255}) {
+					t.Fatalf("secret k in its transaction: got %v, %v; want [0 1 255]", got, err)
+				}
+				return nil
+			})
 		}},
 
 		{"IdentityGroupGetMany", func(t *testing.T, f *fixture) {

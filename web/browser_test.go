@@ -87,6 +87,9 @@ type tab struct {
 
 	mu       sync.Mutex
 	problems []string // console errors, exceptions, error log entries, dialogs
+	// quietNetwork lets the network's own log entries pass (a refused connection, a 401
+	// answer), for the tests that take the server away or refuse the session on purpose.
+	quietNetwork bool
 }
 
 // newTab opens a page in a new browser context. It fails the test at the end if the page
@@ -131,6 +134,12 @@ func (tb *tab) observe(ev any) {
 			problem += " " + ev.ExceptionDetails.Exception.Description
 		}
 	case *cdplog.EventEntryAdded:
+		tb.mu.Lock()
+		quiet := tb.quietNetwork && ev.Entry.Source == cdplog.EntrySourceNetwork
+		tb.mu.Unlock()
+		if quiet {
+			return
+		}
 		if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
 			problem = fmt.Sprintf("%s %s: %s (%s)", ev.Entry.Source, ev.Entry.Level, ev.Entry.Text, ev.Entry.URL)
 		}

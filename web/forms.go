@@ -46,6 +46,13 @@ func formLimit(path string) (limit int64, signin bool) {
 // net/http does not read the rest of the body either.
 func (s *Server) readForm(w http.ResponseWriter, r *http.Request) error {
 	limit, signin := formLimit(r.URL.Path)
+	return s.readFormWithin(w, r, limit, signin)
+}
+
+// readFormWithin is readForm of a form of at most limit bytes, whose bytes are reserved from
+// the budget when unknown is true: its sender is not known (a sign-in form, or a vote whose
+// session was refused).
+func (s *Server) readFormWithin(w http.ResponseWriter, r *http.Request, limit int64, unknown bool) error {
 	if err := checkFormType(r); err != nil {
 		w.Header().Set("Connection", "close")
 		return err
@@ -55,7 +62,7 @@ func (s *Server) readForm(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Connection", "close")
 		return tooLarge
 	}
-	if s.bodies != nil && signin {
+	if s.bodies != nil && unknown {
 		size := limit
 		if r.ContentLength >= 0 {
 			size = r.ContentLength

@@ -172,16 +172,36 @@ func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*a
 // be valid for this session and approval; the vote goes through Service.Decide, and the
 // browser is sent (303) to the answer page, which says what happened. A second submit of
 // the same form in this process waits for the first and is sent to the same answer.
-func (s *Server) handleDecide(verdict approval.Verdict) func(http.ResponseWriter, *http.Request, *session) {
-	return func(w http.ResponseWriter, r *http.Request, sess *session) {
+//
+// A vote refused before anything is read or written, because its session is refused (ended,
+// expired, unknown, signed with another key) or its form's token is not this session's, is
+// answered with a page that says the vote was not recorded, keeps the comment in a form and
+// links to signing in again, or to the approval (voteNotRecorded).
+func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		sess, err := s.session(r)
+		if err != nil {
+			if approval.ErrorCode(err) != approval.EUNAUTHORIZED {
+				s.fail(w, r, err)
+				return
+			}
+			// Who sent it is not known: its bytes come out of the budget of such bodies.
+			if ferr := s.readFormWithin(w, r, maxFormBody, true); ferr != nil {
+				s.fail(w, r, ferr)
+				return
+			}
+			s.voteNotRecorded(w, r, nil, id, verdict, err)
+			return
+		}
+		requestOf(r).subject = sess.Subject
 		if err := s.readForm(w, r); err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		id := r.PathValue("id")
 		nonce, expires, err := s.checkDecisionToken(r.PostFormValue("token"), sess, id)
 		if err != nil {
-			s.fail(w, r, err)
+			s.voteNotRecorded(w, r, sess, id, verdict, err)
 			return
 		}
 		p := sess.principal()
@@ -214,6 +234,45 @@ func (s *Server) handleDecide(verdict approval.Verdict) func(http.ResponseWriter
 		}
 		http.Redirect(w, r, answerURL, http.StatusSeeOther)
 	}
+}
+
+// notRecordedPage is the data of the page that answers a vote refused before it was read:
+// what was not recorded and why, the comment kept, and where to go next.
+type notRecordedPage struct {
+	ApprovalID string
+	Noun       string // "approval" or "rejection"
+	Reason     string // the refusal, in words
+	Comment    string
+	// SignIn is set when the session was refused: the sign-in link returns to the approval.
+	SignIn string
+}
+
+// voteNotRecorded answers a vote refused for err before anything was read or written: a
+// browser gets a page saying plainly that the vote was not recorded, with the comment kept in
+// a form and a link to sign in again (the session was refused; sess is nil) or to the
+// approval (its form was refused), with err's status; anyone else gets err as problem+json.
+func (s *Server) voteNotRecorded(w http.ResponseWriter, r *http.Request, sess *session, id string, verdict approval.Verdict, err error) {
+	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		s.fail(w, r, err)
+		return
+	}
+	page := notRecordedPage{
+		ApprovalID: id,
+		Noun:       map[approval.Verdict]string{approval.VerdictApprove: "approval", approval.VerdictReject: "rejection"}[verdict],
+		Reason:     approval.ErrorMessage(err),
+		Comment:    r.PostFormValue("comment"),
+	}
+	if page.Noun == "" {
+		page.Noun = "vote"
+	}
+	if sess == nil {
+		page.SignIn = Prefix + "signin?" + url.Values{"next": {ApprovalPath(id)}}.Encode()
+	}
+	status := http.StatusForbidden
+	if code := approval.ErrorCode(err); code == approval.EUNAUTHORIZED {
+		status = http.StatusUnauthorized
+	}
+	s.render(w, r, status, "notrecorded", sess, page)
 }
 
 // answerURL is the answer page of the viewer's verdict on approval id, signed so that the
@@ -292,10 +351,66 @@ func answerFor(a *approval.Approval, events []approval.Event, me string, verdict
 	return &answer{Lead: "Your " + noun + " was not recorded", Tail: ". Nothing changed; try again."}
 }
 
-// waitAnswer is the JSON answer of the page's long-poll.
+// waitAnswer is the JSON answer of the page's long-poll: the approval's version and status,
+// and what a page that keeps its form (a comment is being typed) shows beside it instead of
+// reloading: the status's badge, what changed in words, and whether the viewer may still
+// vote on it.
 type waitAnswer struct {
 	Version int64           `json:"version"`
 	Status  approval.Status `json:"status"`
+	Badge   statusView      `json:"badge"`
+	Said    string          `json:"said"`
+	CanVote bool            `json:"can_vote"`
+	// Approvals and Required count the approvals so far against those needed; Votes are the
+	// votes so far, oldest first, as the page lists them.
+	Approvals int        `json:"approvals"`
+	Required  int        `json:"required"`
+	Votes     []waitVote `json:"votes"`
+}
+
+// waitVote is one vote in the long-poll's answer.
+type waitVote struct {
+	Approver string           `json:"approver"`
+	Verdict  approval.Verdict `json:"verdict"`
+	At       string           `json:"at"` // RFC 3339, UTC
+	Comment  string           `json:"comment,omitempty"`
+}
+
+// waitAnswerOf is the long-poll's answer about a, for the viewer sess.
+func waitAnswerOf(a *approval.Approval, sess *session) waitAnswer {
+	ans := waitAnswer{Version: a.Version, Status: a.Status, Badge: approvalStatus(a.Status),
+		Approvals: a.Approvals(), Required: a.RequiredApprovals, Votes: []waitVote{}}
+	for _, d := range a.Decisions {
+		ans.Votes = append(ans.Votes, waitVote{Approver: d.Approver, Verdict: d.Verdict, At: d.At.UTC().Format(time.RFC3339), Comment: d.Comment})
+	}
+	_, mine := a.DecisionBy(sess.Subject)
+	ans.CanVote = a.Status == approval.StatusPending && !mine && a.IsApprover(sess.Subject) && sess.principal().MayDecide()
+	var last *approval.Decision
+	if n := len(a.Decisions); n > 0 {
+		last = &a.Decisions[n-1]
+	}
+	past := map[approval.Verdict]string{approval.VerdictApprove: "approved", approval.VerdictReject: "rejected"}
+	at := func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
+	switch {
+	case a.Status == approval.StatusPending && last != nil:
+		who := last.Approver
+		if approval.SameName(who, sess.Subject) {
+			who = "You"
+		}
+		ans.Said = fmt.Sprintf("%s %s this at %s; %d of %d approvals so far.", who, past[last.Verdict], at(last.At), a.Approvals(), a.RequiredApprovals)
+	case a.Status == approval.StatusPending:
+		ans.Said = "The approval changed; it is still pending."
+	default:
+		ans.Said = "This request is now " + string(a.Status)
+		if (a.Status == approval.StatusApproved || a.Status == approval.StatusRejected) && last != nil {
+			ans.Said += " (" + last.Approver + " " + past[last.Verdict] + " it)"
+		}
+		if a.DecidedAt != nil {
+			ans.Said += " at " + at(*a.DecidedAt)
+		}
+		ans.Said += "."
+	}
+	return ans
 }
 
 // handleWait is GET /ui/approvals/{id}/wait?version=N, the long-poll of a pending approval's
@@ -326,7 +441,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 			return
 		}
 		if a.Version > version {
-			writeJSON(w, waitAnswer{Version: a.Version, Status: a.Status})
+			writeJSON(w, waitAnswerOf(a, sess))
 			return
 		}
 		select {
@@ -336,7 +451,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 			}
 		case <-poll.C:
 		case <-timeout.C:
-			writeJSON(w, waitAnswer{Version: a.Version, Status: a.Status})
+			writeJSON(w, waitAnswerOf(a, sess))
 			return
 		case <-r.Context().Done():
 			return

@@ -81,7 +81,7 @@ func titleOf(name string, page any) string {
 	case errorPage:
 		return p.Title
 	}
-	return map[string]string{"waiting": "Waiting for me", "operations": "Operations", "signin": "Sign in"}[name]
+	return map[string]string{"waiting": "Waiting for me", "operations": "Operations", "signin": "Sign in", "notrecorded": "Vote not recorded"}[name]
 }
 
 var funcs = template.FuncMap{
@@ -105,7 +105,9 @@ type executionItem struct {
 
 // statusView is a status shown by word, icon and colour (the class).
 type statusView struct {
-	Word, Icon, Class string
+	Word  string `json:"word"`
+	Icon  string `json:"icon"`
+	Class string `json:"class"`
 }
 
 func approvalStatus(s approval.Status) statusView {

@@ -96,7 +96,7 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 	for {
 		start := time.Now()
 		n, err := p.process(ctx, limit)
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !approval.IsClockOffset(err) {
 			p.logger().ErrorContext(ctx, "inbox pass failed", "error", err)
 		}
 		if err == nil && n == limit {

@@ -105,7 +105,7 @@ func (o *Outbox) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	for {
 		n, err := o.runOnce(ctx)
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !approval.IsClockOffset(err) {
 			o.logger().ErrorContext(ctx, "outbox round failed", "error", err)
 		}
 		if err == nil && n == o.batch() {

@@ -167,7 +167,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		running -= takeReady(finished)
 		if free := min(max(r.batch(), r.ahead()), r.holds()-running); free > 0 {
 			claims, claimedAt, err := rec.claim(ctx, free)
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !approval.IsClockOffset(err) {
 				r.logger().ErrorContext(ctx, "claim executions failed", "error", err)
 			}
 			for _, c := range claims {

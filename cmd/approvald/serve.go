@@ -27,6 +27,12 @@ import (
 
 // HTTP server limits.
 const (
+	// clockEvery is how often a replica measures its clock against the database's, and
+	// clockBoundDivisor the share of the lease its offset may reach before it stops claiming
+	// work: two replicas within lease/20 of the database are within lease/10 of each other,
+	// the margin the runner keeps before a lease ends (docs/operations.md, "Clocks").
+	clockEvery        = 10 * time.Second
+	clockBoundDivisor = 20
 	// readHeaderTimeout bounds a client that opens a connection and sends headers slowly.
 	readHeaderTimeout = 10 * time.Second
 	// readTimeout bounds reading a whole request, body included: the webhook intake needs no
@@ -301,6 +307,21 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses,
 		Targeted: svc.targeted, Routing: svc.config.routing()}
 	rules.Policies, rules.Members = servicePolicies(svc.config)
+	// Leases are judged by the replicas' clocks: measure this one against the database's
+	// before any work is claimed, and keep measuring (docs/operations.md, "Clocks").
+	rules.Clock = &approval.ClockWatch{Store: st, Bound: svc.config.Workers.Lease / clockBoundDivisor,
+		Every: clockEvery, Logger: svc.logger.With("worker", "clock")}
+	measureCtx, measured := context.WithTimeout(ctx, clockEvery)
+	rules.Clock.Measure(measureCtx)
+	measured()
+	go rules.Clock.Run(ctx)
+	registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "approvald_clock_offset_seconds",
+		Help: "The database's clock minus this process's, as last measured; beyond the bound (workers.lease/20) the replica claims no work.",
+	}, func() float64 {
+		offset, _, _ := rules.Clock.Offset()
+		return offset.Seconds()
+	}))
 	// One budget for every body read before its sender is known: the intake's and the
 	// sign-in forms'.
 	bodies := httpapi.NewBodyBudget(svc.config.Limits.MaxInflightBodyBytes)
@@ -319,6 +340,13 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 
 	webConfig := svc.webConfig(st, rules)
 	webConfig.Bodies = bodies
+	if webConfig.SessionKey == nil {
+		key, err := svc.storedSessionKey(ctx, rules)
+		if err != nil {
+			return err
+		}
+		webConfig.SessionKey = key
+	}
 	ui, err := web.New(webConfig)
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
@@ -433,6 +461,26 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		svc.logger.Info("stopped")
 	}
 	return serveErr
+}
+
+// storedSessionKey returns the session key kept in the database, made at the first start
+// without web.session_key, so that a restart keeps the pages' sessions (docs/web.md,
+// "Session"). On PostgreSQL, which replicas share, it warns: the key is then in the
+// database and its backups, readable by whoever reads them, and cannot be rotated from the
+// configuration. A SQLite file belongs to one process, which keeps its key beside the
+// sessions it signs.
+func (svc *service) storedSessionKey(ctx context.Context, rules *approval.Service) ([]byte, error) {
+	key, err := rules.StoredSessionKey(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("web: session key kept in the database: %w", err)
+	}
+	if kind, _ := ParseDatabaseURL(svc.config.DatabaseURL); kind == databasePostgres {
+		svc.logger.Warn("web.session_key is not set: the pages sign sessions with a key kept in the database, shared by every replica on it; " +
+			"whoever can read the database or its backups can sign session cookies. Set web.session_key, the same on every replica, to keep the key out of the database")
+	} else {
+		svc.logger.Info("web.session_key is not set: the pages sign sessions with a key kept in the database, so sessions survive a restart")
+	}
+	return key, nil
 }
 
 // webConfig returns the pages' configuration on st, deciding through rules.
