@@ -249,7 +249,11 @@ func (s *Service) decideUnder(ctx context.Context, tx Tx, a *Approval, d DecideR
 	if a.Status.Terminal() {
 		return decided{approval: a, refusal: conflict(a, "the approval is already %s", a.Status)}, nil
 	}
-	stages, members := a.Resolved.Stages, membersOrNone(s.Members)
+	stages := a.Resolved.Stages
+	members, err := s.voteMembers(ctx, tx, a, d.Approver)
+	if err != nil {
+		return decided{}, err
+	}
 	before := Tally(stages, members, a.Requester, a.Decisions)
 	if ok, why := before.Eligible(stages, members, a.Requester, a.Decisions, d.Approver); !ok {
 		return decided{approval: a, refusal: Errorf(EFORBIDDEN, "%s may not vote on this approval: %s", d.Approver, why)}, nil

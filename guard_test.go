@@ -180,6 +180,14 @@ func TestServiceGuards(t *testing.T) {
 				_, err := svc.RevokeSessions(ctx, p, "alice")
 				return err
 			}},
+			{"Groups", operatorsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, err := svc.Groups(ctx, p)
+				return err
+			}},
+			{"PolicyList", operatorsOnly(""), func(t *testing.T, p approval.Principal) error {
+				_, err := svc.PolicyList(p)
+				return err
+			}},
 		} {
 			t.Run(op.name, func(t *testing.T) {
 				for _, p := range []approval.Principal{owner, stranger, listed, unlisted, operator, admin} {

@@ -18,6 +18,10 @@ type Policies interface {
 	// take, EFORBIDDEN when the requester may not ask for it, EINVALID when a condition
 	// cannot be evaluated on the request.
 	Resolve(ctx context.Context, in PolicyInput) (*PolicyDecision, error)
+	// List returns the policies in force, in the order they are tried.
+	List() []PolicyInfo
+	// Groups returns the configured groups in name order, without OIDCMembers.
+	Groups() []GroupInfo
 }
 
 // PolicyInput is what a create asks, as Policies resolve it.
@@ -61,7 +65,10 @@ func (s *Service) resolver(ctx context.Context, req CreateRequest, refused *bool
 		if d.FromRequest {
 			return d, nil, nil
 		}
-		members := membersOrNone(s.Members)
+		members, err := s.createMembers(ctx, d.Resolved.Stages)
+		if err != nil {
+			return nil, nil, err
+		}
 		if ok, why := Satisfiable(d.Resolved.Stages, members, requester); !ok {
 			*refused = true
 			return nil, nil, Errorf(EUNPROCESSABLE, "policy %s could only be met with the requester's own vote: %s", d.Resolved.Policy, why)

@@ -80,6 +80,11 @@ type Store interface {
 	// replicas, one writes. An unknown id changes nothing and is no error.
 	TokenSetLastUsedIfOlder(ctx context.Context, id string, every time.Duration) error
 
+	// IdentityGroupMembers returns the stored memberships (Tx.IdentityGroupGetMany) of the
+	// identity-provider groups named, by group, then person, in name order: one statement on
+	// the index of the group.
+	IdentityGroupMembers(ctx context.Context, groups []string) ([]IdentityGroup, error)
+
 	// Ping checks that the database answers. A database that cannot be reached is reported,
 	// by this and every other method, as an EUNAVAILABLE error (503), never as success.
 	Ping(ctx context.Context) error

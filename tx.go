@@ -254,4 +254,14 @@ type Tx interface {
 	// PersonEmailUpsert stores email as person's address, at Now, replacing the stored one;
 	// when it is the stored one already, nothing changes.
 	PersonEmailUpsert(ctx context.Context, person, email string) error
+
+	// IdentityGroupGetMany returns the identity-provider groups stored for the persons at
+	// their last OIDC sign-in (Service.RecordIdentityGroups), person by person and group by
+	// group in name order; persons with none are absent. The vote reads its voters' groups
+	// with it, in its own transaction.
+	IdentityGroupGetMany(ctx context.Context, persons []string) ([]IdentityGroup, error)
+	// IdentityGroupReplace replaces every stored group of person with groups (distinct
+	// names), each signed in at Now: the rows of groups no longer named are deleted, even
+	// when groups is empty, and other persons' rows are left as they are.
+	IdentityGroupReplace(ctx context.Context, person string, groups []string) error
 }

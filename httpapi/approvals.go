@@ -72,7 +72,7 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	if res.Response == nil { // the stored answer outlived its retention
-		s.writeJSON(w, r, http.StatusOK, s.present(res.Approval))
+		s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), res.Approval))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -85,7 +85,7 @@ func (s *Server) handleCreateApproval(w http.ResponseWriter, r *http.Request) {
 
 // created renders the 201 answer to a create, the response stored for replays.
 func (s *Server) created(a *approval.Approval) (approval.StoredResponse, error) {
-	body, err := marshal(s.present(a))
+	body, err := marshal(s.presentWith(s.svc.Members, a)) // a new approval: no votes to count
 	if err != nil {
 		return approval.StoredResponse{}, err
 	}
@@ -131,7 +131,7 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		s.writeJSON(w, r, http.StatusOK, s.present(a))
+		s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), a))
 		return
 	}
 	p, err2 := s.authenticate(r.Context(), r)
@@ -150,7 +150,7 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		s.writeJSON(w, r, http.StatusOK, s.present(a))
+		s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), a))
 		return
 	}
 	s.longPoll(w, r, p, id, version, wait)
@@ -194,7 +194,7 @@ waiting:
 			return
 		}
 		if a.Version > version {
-			s.writeJSON(w, r, http.StatusOK, s.present(a))
+			s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), a))
 			return
 		}
 		select {
@@ -204,7 +204,7 @@ waiting:
 			}
 		case <-poll.C:
 		case <-timeout.C:
-			s.writeJSON(w, r, http.StatusOK, s.present(a))
+			s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), a))
 			return
 		case <-ctx.Done():
 			break waiting
@@ -223,7 +223,7 @@ waiting:
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, s.present(a))
+	s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), a))
 }
 
 // parseWait reads the long-poll parameters: wait as a Go duration ("30s") or whole seconds,
@@ -305,8 +305,9 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := approvalList{Approvals: make([]*approval.Approval, len(list)), NextCursor: next}
+	members := s.members(ctx, list...)
 	for i, a := range list {
-		out.Approvals[i] = s.present(a)
+		out.Approvals[i] = s.presentWith(members, a)
 	}
 	s.writeJSON(w, r, http.StatusOK, out)
 }
@@ -352,10 +353,10 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 			return
 		}
 		if !v.AlreadyVoted {
-			s.writeJSON(w, r, http.StatusOK, s.present(v.Approval))
+			s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), v.Approval))
 			return
 		}
-		answer := repeatedVote{Approval: s.present(v.Approval), AlreadyVoted: true,
+		answer := repeatedVote{Approval: s.present(r.Context(), v.Approval), AlreadyVoted: true,
 			Notice: fmt.Sprintf("%s already voted %s; nothing changed", p.Subject, verdict)}
 		if v.CommentIgnored {
 			answer.Notice += "; the first vote's comment stands and this comment was not recorded"
@@ -397,7 +398,7 @@ func (s *Server) handleCancelApproval(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, s.present(a))
+	s.writeJSON(w, r, http.StatusOK, s.present(r.Context(), a))
 }
 
 // eventList is the answer of GET /v1/approvals/{id}/events.

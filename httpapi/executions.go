@@ -226,7 +226,7 @@ func (s *Server) handleReportExecution(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, reportAnswer{Applied: applied, Approval: s.present(a)})
+	s.writeJSON(w, r, http.StatusOK, reportAnswer{Applied: applied, Approval: s.present(r.Context(), a)})
 }
 
 // presentExecution returns a copy of rec in the shape of the API: times in UTC and a result

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,9 +182,26 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 // present returns a copy of a in the shape of the API: times in UTC, empty lists and context
 // as [] and {} rather than null, and for an approval created under a policy its progress by
 // the groups as they are now (docs/http-api.md, "The approval").
-func (s *Server) present(a *approval.Approval) *approval.Approval {
+func (s *Server) present(ctx context.Context, a *approval.Approval) *approval.Approval {
+	return s.presentWith(s.members(ctx, a), a)
+}
+
+// members returns the groups' members now, as the progress of the approvals is counted by
+// (Service.ProgressMembers). A failed read is logged and the progress shown by the
+// configured members: the answer is the approval's, and its status is the store's.
+func (s *Server) members(ctx context.Context, as ...*approval.Approval) approval.Members {
+	m, err := s.svc.ProgressMembers(ctx, as...)
+	if err != nil {
+		s.log.Warn("read the members of the identity provider's groups", slog.Any("error", err))
+		return s.svc.Members
+	}
+	return m
+}
+
+// presentWith is present with the groups' members given.
+func (s *Server) presentWith(members approval.Members, a *approval.Approval) *approval.Approval {
 	c := *a
-	c.Policy = a.PolicyStatus(s.svc.Members)
+	c.Policy = a.PolicyStatus(members)
 	if c.Approvers == nil {
 		c.Approvers = []string{}
 	}

@@ -91,7 +91,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if e := approval.AsError(err); e != nil {
 		if e.Approval != nil && code == approval.ECONFLICT {
-			p.Approval = s.present(e.Approval)
+			p.Approval = s.present(r.Context(), e.Approval)
 		}
 		if e.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))

@@ -248,6 +248,9 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodPost, "/v1/tokens/{id}/rotate", http.HandlerFunc(s.handleRotateToken)},
 		{http.MethodPost, "/v1/sessions/revoke", http.HandlerFunc(s.handleRevokeSessions)},
 
+		{http.MethodGet, "/v1/groups", http.HandlerFunc(s.handleListGroups)},
+		{http.MethodGet, "/v1/policies", http.HandlerFunc(s.handleListPolicies)},
+
 		{http.MethodGet, "/v1/openapi.json", http.HandlerFunc(s.handleOpenAPI)},
 		{http.MethodGet, "/healthz", http.HandlerFunc(s.handleHealthz)},
 		{http.MethodGet, "/readyz", http.HandlerFunc(s.handleReadyz)},

@@ -110,6 +110,7 @@ type Rule struct {
 // Set is a compiled configuration of groups and policies.
 type Set struct {
 	groups   map[string]Group // names normalised
+	list     []approval.GroupInfo
 	policies []*compiled
 }
 
@@ -136,9 +137,18 @@ func Compile(groups map[string]Group, policies []Policy) (*Set, error) {
 			}
 			members[i] = n
 		}
+		if g.OIDCGroup != "" {
+			if err := approval.CheckName(fmt.Sprintf("groups.%s.oidc_group", name), g.OIDCGroup, approval.MaxNameLength); err != nil {
+				return nil, errors.New(approval.ErrorMessage(err))
+			}
+		}
 		slices.Sort(members)
 		s.groups[name] = Group{Members: slices.Compact(members), OIDCGroup: g.OIDCGroup}
 	}
+	for name, g := range s.groups {
+		s.list = append(s.list, approval.GroupInfo{Name: name, Members: g.Members, OIDCGroup: g.OIDCGroup})
+	}
+	slices.SortFunc(s.list, func(a, b approval.GroupInfo) int { return strings.Compare(a.Name, b.Name) })
 	seen := map[string]bool{}
 	catchAll := ""
 	for i, p := range policies {
@@ -440,4 +450,36 @@ func (f forService) Resolve(ctx context.Context, in approval.PolicyInput) (*appr
 		return nil, err
 	}
 	return &approval.PolicyDecision{Resolved: res.Resolved(), FromRequest: res.FromRequest, ExpiresIn: res.ExpiresIn}, nil
+}
+
+// List returns the policies in order as operators see them (approval.Policies).
+func (f forService) List() []approval.PolicyInfo {
+	out := make([]approval.PolicyInfo, len(f.set.policies))
+	for i, c := range f.set.policies {
+		requesters := c.Requesters
+		if requesters == nil {
+			requesters = []string{}
+		}
+		stages := c.stages
+		if stages == nil {
+			stages = []approval.Stage{}
+		}
+		out[i] = approval.PolicyInfo{Name: c.Name, Version: c.version,
+			Match:      approval.PolicyMatch{Action: c.Match.Action, When: c.Match.When},
+			Requesters: requesters, Stages: stages, FromRequest: c.Approvers == FromRequest,
+			ExpiresIn: duration(c.ExpiresIn), RemindEvery: duration(c.RemindEvery)}
+	}
+	return out
+}
+
+// Groups returns the configured groups in name order (approval.Policies), made once at
+// Compile: every vote under a policy asks for them, and nobody may change what it returns.
+func (f forService) Groups() []approval.GroupInfo { return f.set.list }
+
+// duration is d as a Go duration, "" for 0.
+func duration(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }

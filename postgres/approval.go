@@ -22,6 +22,7 @@ var dialect = sqldb.Dialect{
 	LowerASCII:          func(expr string) string { return "lower(" + expr + ` COLLATE "C")` },
 	AnyOf:               func(expr, p string) string { return expr + " = ANY(" + p + ")" },
 	List:                func(list []string) any { return list },
+	Values:              func(p string) string { return "unnest(" + p + "::text[]) AS value" },
 	InboxBodyPurgeOrder: "received_at, id",
 }
 

@@ -18,6 +18,7 @@ var dialect = sqldb.Dialect{
 	ApprovalDetail: approvalDetailSQL,
 	LowerASCII:     func(expr string) string { return "lower(" + expr + ")" },
 	AnyOf:          func(expr, p string) string { return expr + " IN (SELECT value FROM json_each(" + p + "))" },
+	Values:         func(p string) string { return "json_each(" + p + ")" },
 	List: func(list []string) any {
 		doc, _ := json.Marshal(list) // a list of strings always encodes
 		return string(doc)

@@ -108,3 +108,8 @@ func (s *Store) Tokens(ctx context.Context, f approval.TokenFilter) ([]*approval
 // instant reads the clock once, at approval.Precision in UTC. Its receiver is a pointer, so
 // that a method value (sqldb.Reads' Clock) sees a clock set after it was taken.
 func (s *Store) instant() time.Time { return s.Now().UTC().Truncate(approval.Precision) }
+
+// IdentityGroupMembers implements approval.Store's IdentityGroupMembers with the statement of internal/sqldb.
+func (s *Store) IdentityGroupMembers(ctx context.Context, groups []string) ([]approval.IdentityGroup, error) {
+	return s.shared.IdentityGroupMembers(ctx, groups)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -1209,5 +1210,68 @@ func txCases() []txCase {
 				return nil
 			})
 		}},
+
+		{"IdentityGroupGetMany", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				for person, groups := range map[string][]string{"carol": {"sre", "dba"}, "dave": {"sre"}, "erin": {"ops"}} {
+					if err := tx.IdentityGroupReplace(ctx, person, groups); err != nil {
+						return err
+					}
+				}
+				got, err := tx.IdentityGroupGetMany(ctx, []string{"dave", "carol", "nobody"})
+				if err != nil {
+					return err
+				}
+				wantIdentityGroups(t, got, "carol:dba carol:sre dave:sre", tx.Now())
+				// Nobody asked for: nothing read, no error.
+				if got, err := tx.IdentityGroupGetMany(ctx, nil); err != nil || len(got) != 0 {
+					t.Fatalf("no persons: got %v, %v; want none", got, err)
+				}
+				return nil
+			})
+		}},
+		{"IdentityGroupReplace", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if err := tx.IdentityGroupReplace(ctx, "carol", []string{"sre", "dba"}); err != nil {
+					return err
+				}
+				return tx.IdentityGroupReplace(ctx, "dave", []string{"sre"})
+			})
+			f.clock.Advance(time.Hour)
+			// A later sign-in replaces the set: a group no longer named goes, the ones kept
+			// carry the new sign-in's time, and other persons' rows stay.
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.IdentityGroupReplace(ctx, "carol", []string{"sre", "ops"})
+			})
+			got, err := f.store.IdentityGroupMembers(t.Context(), []string{"sre", "dba", "ops"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantIdentityGroups(t, got[:2], "carol:ops carol:sre", f.clock.Now())
+			wantIdentityGroups(t, got[2:], "dave:sre", f.clock.Now().Add(-time.Hour))
+			// An empty set removes every group of the person, and only theirs.
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.IdentityGroupReplace(ctx, "carol", nil) })
+			got, err = f.store.IdentityGroupMembers(t.Context(), []string{"sre", "dba", "ops"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantIdentityGroups(t, got, "dave:sre", f.clock.Now().Add(-time.Hour))
+		}},
+	}
+}
+
+// wantIdentityGroups fails unless got is want ("person:group" in order, by spaces), each
+// signed in at at.
+func wantIdentityGroups(tb testing.TB, got []approval.IdentityGroup, want string, at time.Time) {
+	tb.Helper()
+	parts := make([]string, len(got))
+	for i, g := range got {
+		parts[i] = g.Person + ":" + g.Group
+		if !g.SignedInAt.Equal(at) {
+			tb.Errorf("%s: got signed in at %v, want %v", parts[i], g.SignedInAt, at)
+		}
+	}
+	if s := strings.Join(parts, " "); s != want {
+		tb.Fatalf("identity groups: got %q, want %q", s, want)
 	}
 }

@@ -46,6 +46,15 @@ type OIDCConfig struct {
 	// other entry matches the subject.
 	Operators []string
 	Admins    []string
+	// GroupsClaim names the claim of the ID token (or of the userinfo answer, when the ID
+	// token has none) that lists the user's groups at the provider, a list of strings:
+	// "groups" when empty. They are stored at every sign-in, replacing the ones stored
+	// before (approval.Service.RecordIdentityGroups), and make the user a member of the
+	// configured groups whose oidc_group they name (docs/policies.md, "Groups").
+	GroupsClaim string
+	// Scopes are asked for beside openid, email and profile, such as "groups" for a provider
+	// that sends the groups claim only when asked.
+	Scopes []string
 	// HTTPClient, when set, talks to the provider (tests); nil = http.DefaultClient.
 	HTTPClient *http.Client
 }
@@ -70,8 +79,14 @@ func newOIDCClient(cfg OIDCConfig) (*oidcClient, error) {
 	default:
 		return nil, fmt.Errorf("oidc: subject claim %q: must be sub or email", cfg.SubjectClaim)
 	}
+	if cfg.GroupsClaim == "" {
+		cfg.GroupsClaim = defaultGroupsClaim
+	}
 	return &oidcClient{cfg: cfg}, nil
 }
+
+// defaultGroupsClaim is the claim that lists a user's groups unless GroupsClaim names another.
+const defaultGroupsClaim = "groups"
 
 func (c *oidcClient) context(ctx context.Context) context.Context {
 	if c.cfg.HTTPClient != nil {
@@ -93,7 +108,7 @@ func (c *oidcClient) setup(ctx context.Context) (*oauth2.Config, *oidc.IDTokenVe
 	}
 	oc := &oauth2.Config{
 		ClientID: c.cfg.ClientID, ClientSecret: c.cfg.ClientSecret, RedirectURL: c.cfg.RedirectURL,
-		Endpoint: c.provider.Endpoint(), Scopes: []string{oidc.ScopeOpenID, "email", "profile"},
+		Endpoint: c.provider.Endpoint(), Scopes: append([]string{oidc.ScopeOpenID, "email", "profile"}, c.cfg.Scopes...),
 	}
 	return oc, c.provider.Verifier(&oidc.Config{ClientID: c.cfg.ClientID}), nil
 }
@@ -340,8 +355,15 @@ func (s *Server) handleOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, approval.Errorf(approval.EINVALID, "the sign-in's state does not match; start again"))
 		return
 	}
-	p, email, err := s.oidcPrincipal(r.Context(), q.Get("code"), st)
+	p, email, groups, err := s.oidcPrincipal(r.Context(), q.Get("code"), st)
 	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// The groups are stored before the session starts, and a failure stops the sign-in: a
+	// person the provider took out of a group must not keep their say through the set stored
+	// at an earlier sign-in.
+	if err := s.svc.RecordIdentityGroups(r.Context(), p.Subject, groups); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -360,42 +382,48 @@ func (s *Server) handleOIDCCallback(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, st.Next, http.StatusSeeOther)
 }
 
-// oidcPrincipal exchanges code and returns who the verified ID token names, and the e-mail
-// address the provider verified for them ("" when it verified none).
-func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (approval.Principal, string, error) {
+// oidcPrincipal exchanges code and returns who the verified ID token names, the e-mail
+// address the provider verified for them ("" when it verified none) and their groups at the
+// provider (GroupsClaim; none when the claim is absent).
+func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (approval.Principal, string, []string, error) {
 	oc, verifier, err := s.oidc.setup(ctx)
 	if err != nil {
-		return approval.Principal{}, "", err
+		return approval.Principal{}, "", nil, err
 	}
 	ctx = s.oidc.context(ctx)
 	tok, err := oc.Exchange(ctx, code, oauth2.VerifierOption(st.Verifier))
 	if err != nil {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the identity provider did not accept the sign-in code")
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider did not accept the sign-in code")
 	}
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no ID token")
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no ID token")
 	}
 	idt, err := verifier.Verify(ctx, raw)
 	if err != nil {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token is not valid")
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the ID token is not valid")
 	}
 	if idt.Nonce != st.Nonce {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's nonce does not match this sign-in")
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's nonce does not match this sign-in")
 	}
 	var claims map[string]any
 	if err := idt.Claims(&claims); err != nil {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token's claims cannot be read")
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the ID token's claims cannot be read")
 	}
 	email, verified := s.oidc.email(claims)
+	var info map[string]any
 	if _, ok := claims["email"]; !ok {
 		// Some providers keep the address out of the ID token: ask the userinfo endpoint,
 		// whose answer counts only for the same subject (OpenID Connect Core 5.3.2).
-		if info, err := s.oidc.userinfo(ctx, oc.TokenSource(ctx, tok), idt.Subject); err != nil {
+		if info, err = s.oidc.userinfo(ctx, oc.TokenSource(ctx, tok), idt.Subject); err != nil {
 			s.log.Warn("web: the provider's userinfo could not be read", "sub", idt.Subject, "err", err)
 		} else if info != nil {
 			email, verified = s.oidc.email(info)
 		}
+	}
+	groups, err := s.oidc.groups(claims, info)
+	if err != nil {
+		return approval.Principal{}, "", nil, err
 	}
 	// The subject comes only from a claim the provider vouches for: its own identifier, or
 	// an address it says it verified. Anyone can type any address into an account at many
@@ -403,32 +431,59 @@ func (s *Server) oidcPrincipal(ctx context.Context, code string, st oidcState) (
 	subject := idt.Subject
 	if s.oidc.cfg.SubjectClaim == claimEmail {
 		if email == "" {
-			return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no e-mail address to sign in with")
+			return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider sent no e-mail address to sign in with")
 		}
 		if !verified {
-			return approval.Principal{}, "", approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: the identity provider has not verified this address (email_verified is not true); verify it at the provider, then sign in again", email)
+			return approval.Principal{}, "", nil, approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: the identity provider has not verified this address (email_verified is not true); verify it at the provider, then sign in again", email)
 		}
 		subject = email
 	}
 	if subject == "" {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no subject")
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "the ID token has no subject")
 	}
 	// The subject is a person's name like any other: normalised, and refused when it could
 	// pass for someone else's (docs/security.md, "Names").
 	subject, err = approval.NormalizeName("the ID token's subject", subject)
 	if err != nil {
-		return approval.Principal{}, "", approval.Errorf(approval.EUNAUTHORIZED, "%s", approval.ErrorMessage(err))
+		return approval.Principal{}, "", nil, approval.Errorf(approval.EUNAUTHORIZED, "%s", approval.ErrorMessage(err))
 	}
 	if domains := s.oidc.cfg.AllowedDomains; len(domains) > 0 {
 		_, domain, _ := strings.Cut(email, "@")
 		if !verified || !slices.ContainsFunc(domains, func(d string) bool { return strings.EqualFold(d, domain) }) {
-			return approval.Principal{}, "", approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: only verified addresses of %s", email, strings.Join(domains, ", "))
+			return approval.Principal{}, "", nil, approval.Errorf(approval.EFORBIDDEN, "%s may not sign in here: only verified addresses of %s", email, strings.Join(domains, ", "))
 		}
 	}
 	if !verified {
 		email = ""
 	}
-	return approval.Principal{Subject: subject, Role: s.oidc.role(subject, email)}, email, nil
+	return approval.Principal{Subject: subject, Role: s.oidc.role(subject, email)}, email, groups, nil
+}
+
+// groups returns the list of strings of the GroupsClaim of the ID token's claims, or of the
+// userinfo answer (info, nil when not read) when the ID token has none; none when neither
+// has it. A claim of another type fails the sign-in (EUNAUTHORIZED), rather than being read
+// as no groups or as a guess.
+func (c *oidcClient) groups(claims, info map[string]any) ([]string, error) {
+	v, ok := claims[c.cfg.GroupsClaim]
+	if !ok {
+		v, ok = info[c.cfg.GroupsClaim]
+	}
+	if !ok || v == nil {
+		return nil, nil
+	}
+	list, isList := v.([]any)
+	if !isList {
+		return nil, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider's %s claim is not a list of group names", c.cfg.GroupsClaim)
+	}
+	groups := make([]string, len(list))
+	for i, g := range list {
+		name, isString := g.(string)
+		if !isString {
+			return nil, approval.Errorf(approval.EUNAUTHORIZED, "the identity provider's %s claim is not a list of group names", c.cfg.GroupsClaim)
+		}
+		groups[i] = name
+	}
+	return groups, nil
 }
 
 // email returns the "email" claim and whether the provider verified it: "email_verified" is

@@ -363,3 +363,80 @@ func TestOIDC_SubDefault(t *testing.T) {
 		}
 	})
 }
+
+// TestOIDC_Groups: a sign-in stores the provider's groups claim, replacing the groups the
+// person's earlier sign-in stored; a sign-in whose token has no groups claim stores none.
+func TestOIDC_Groups(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		m, err := mockoidc.Run()
+		if err != nil {
+			t.Fatalf("start the provider: %v", err)
+		}
+		t.Cleanup(func() { m.Shutdown() })
+		pc := m.Config()
+		scopes := []string{"groups"}
+		f := setup(t, kind, func(cfg *web.Config, base string) {
+			cfg.OIDC = &web.OIDCConfig{Issuer: pc.Issuer, ClientID: pc.ClientID, ClientSecret: pc.ClientSecret,
+				RedirectURL: base + "/ui/signin/oidc/callback", Scopes: scopes}
+		})
+		signIn := func(groups ...string) {
+			t.Helper()
+			m.QueueUser(&mockoidc.MockUser{Subject: "Carol", Email: "carol@example.com", EmailVerified: true, Groups: groups})
+			resp, err := followingBrowser().Get(f.srv.URL + "/ui/signin/oidc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("sign-in with groups %v: got %d, want 200", groups, resp.StatusCode)
+			}
+		}
+		stored := func() string {
+			t.Helper()
+			list, err := f.store.IdentityGroupMembers(t.Context(), []string{"platform-sre", "platform-dba", "staff"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, g := range list {
+				out = append(out, g.Person+":"+g.Group)
+			}
+			return strings.Join(out, " ")
+		}
+		signIn("platform-sre", "staff")
+		if got, want := stored(), "carol:platform-sre carol:staff"; got != want {
+			t.Fatalf("after the first sign-in: got %q, want %q", got, want)
+		}
+		signIn("platform-dba", "staff")
+		if got, want := stored(), "carol:platform-dba carol:staff"; got != want {
+			t.Fatalf("after a sign-in with other groups: got %q, want %q", got, want)
+		}
+		signIn()
+		if got := stored(); got != "" {
+			t.Fatalf("after a sign-in with no groups: got %q, want none", got)
+		}
+	})
+}
+
+// TestOIDC_GroupsScopeNotAsked: a provider that sends no groups claim (mockoidc sends it only
+// for the groups scope) leaves the person in no group.
+func TestOIDC_GroupsScopeNotAsked(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f, m := oidcSetup(t, kind, nil)
+		if err := f.rules(f.store).RecordIdentityGroups(t.Context(), "carol", []string{"platform-sre"}); err != nil {
+			t.Fatal(err)
+		}
+		m.QueueUser(&mockoidc.MockUser{Subject: "carol", Email: "carol@example.com", EmailVerified: true, Groups: []string{"platform-sre"}})
+		resp, err := followingBrowser().Get(f.srv.URL + "/ui/signin/oidc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("sign-in: got %d, want 200", resp.StatusCode)
+		}
+		if list, err := f.store.IdentityGroupMembers(t.Context(), []string{"platform-sre"}); err != nil || len(list) != 0 {
+			t.Fatalf("groups after a sign-in without the claim: got %v, %v; want none", list, err)
+		}
+	})
+}

@@ -226,6 +226,12 @@ type OIDCConfig struct {
 	// subject.
 	Operators []string `yaml:"operators"`
 	Admins    []string `yaml:"admins"`
+	// GroupsClaim names the claim that lists the user's groups at the provider (groups by
+	// default), stored at each sign-in for the groups' oidc_group (docs/policies.md).
+	GroupsClaim string `yaml:"groups_claim"`
+	// Scopes are asked for beside openid, email and profile (groups, for a provider that
+	// sends the groups claim only when asked).
+	Scopes []string `yaml:"scopes"`
 }
 
 // RetentionConfig says how long records that make retries safe are kept.

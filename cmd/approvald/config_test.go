@@ -480,6 +480,8 @@ web:
     subject_claim: email
     allowed_domains: [example.com]
     operators: [olga@example.com]
+    groups_claim: roles
+    scopes: [groups]
 `))
 	if err != nil {
 		t.Fatalf("parse: %v", err)
@@ -490,6 +492,7 @@ web:
 			Issuer: "https://accounts.example.com", ClientID: "approvald", ClientSecret: "s3cret",
 			RedirectURL: "https://approvals.example.com/ui/signin/oidc/callback", SubjectClaim: "email",
 			AllowedDomains: []string{"example.com"}, Operators: []string{"olga@example.com"},
+			GroupsClaim: "roles", Scopes: []string{"groups"},
 		},
 	}
 	if !reflect.DeepEqual(got.Web, want) {

@@ -186,6 +186,16 @@ func TestPolicyCheck_badConfiguration(t *testing.T) {
 			text: "policies:\n  - {name: all, match: {action: \"*\"}, approvers: from_request}\n  - {name: late, match: {action: deploy}, approvers: from_request}\n",
 			want: "policies[1] (late): unreachable",
 		},
+		{
+			name: "more approvals than members",
+			text: "groups: {sre: [alice, bob]}\npolicies:\n  - {name: prod, match: {action: deploy}, rules: [{group: sre, approvals: 3}]}\n",
+			want: "policies[0] (prod).stages[0].rules[0].approvals: 3 approvals of sre, which has 2 members",
+		},
+		{
+			name: "an oidc_group that is no name",
+			text: "groups: {sre: {members: [alice], oidc_group: \"\"}, ops: {oidc_group: \"a\\tb\"}}\npolicies:\n  - {name: prod, match: {action: deploy}, rules: [{group: sre}]}\n",
+			want: "groups.ops.oidc_group",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -194,6 +204,7 @@ func TestPolicyCheck_badConfiguration(t *testing.T) {
 			for _, args := range [][]string{
 				{"policy", "check", "--config", cfg, "--action", "deploy", "--requester", "ci-bot"},
 				{"migrate", "--config", cfg, "--database-url", "file:" + filepath.Join(t.TempDir(), "a.db")},
+				{"check", "--config", cfg, "--database-url", "file:" + filepath.Join(t.TempDir(), "b.db")},
 			} {
 				_, stderr, code := run(t, args...)
 				if code != exitUsage || !strings.Contains(stderr, tt.want) {

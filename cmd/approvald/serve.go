@@ -507,7 +507,7 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 		cfg.OIDC = &web.OIDCConfig{
 			Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, RedirectURL: o.RedirectURL,
 			SubjectClaim: o.SubjectClaim, AllowedDomains: o.AllowedDomains, TrustEmail: o.TrustEmail,
-			Operators: o.Operators, Admins: o.Admins,
+			Operators: o.Operators, Admins: o.Admins, GroupsClaim: o.GroupsClaim, Scopes: o.Scopes,
 		}
 	}
 	return cfg

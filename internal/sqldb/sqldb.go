@@ -43,6 +43,10 @@ type Dialect struct {
 	AnyOf func(expr, p string) string
 	// List returns a list of strings as AnyOf reads it: the slice, or its JSON text.
 	List func([]string) any
+	// Values returns a table of one text column, value, holding the list bound at
+	// placeholder p (List), for an INSERT ... SELECT of every element: unnest over an array,
+	// or json_each where there are no arrays.
+	Values func(p string) string
 	// InboxBodyPurgeOrder is the ORDER BY of the purge of inbox bodies
 	// (InboxClearBodyHandled): the order of the dialect's index of the events that still have
 	// a body (migration 0005), so that a batch reads only the rows it clears. PostgreSQL's
