@@ -22,6 +22,10 @@ import (
 // hour, expiry in 3 hours.
 type stagedPolicy struct{}
 
+// List and Groups: the test lists neither.
+func (stagedPolicy) List() []approval.PolicyInfo  { return nil }
+func (stagedPolicy) Groups() []approval.GroupInfo { return nil }
+
 func (stagedPolicy) Resolve(context.Context, approval.PolicyInput) (*approval.PolicyDecision, error) {
 	return &approval.PolicyDecision{ExpiresIn: 3 * time.Hour, Resolved: approval.Resolved{
 		Policy: "staged", Version: "0123456789abcdef", RemindEvery: time.Hour,

@@ -20,6 +20,10 @@ import (
 // twoStages applies one policy to every create: 1 of sre, then carol.
 type twoStages struct{}
 
+// List and Groups: the test lists neither.
+func (twoStages) List() []approval.PolicyInfo  { return nil }
+func (twoStages) Groups() []approval.GroupInfo { return nil }
+
 func (twoStages) Resolve(context.Context, approval.PolicyInput) (*approval.PolicyDecision, error) {
 	return &approval.PolicyDecision{Resolved: approval.Resolved{
 		Policy: "two-stages", Version: "0123456789abcdef",
