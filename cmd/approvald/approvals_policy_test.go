@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -77,5 +78,40 @@ func TestApprovalsCommand_Policy(t *testing.T) {
 		if !slices.Contains(out, want) {
 			t.Errorf("approve: want the line %q in\n%s", want, strings.Join(out, "\n"))
 		}
+	}
+}
+
+// Under a policy the server chooses the approvers: approvald request asks without
+// --approver, and the approval it prints carries the policy's rules.
+func TestRequest_UnderPolicyNeedsNoApprover(t *testing.T) {
+	t.Parallel()
+	g := newGate(t, testdb.SQLite)
+	svc := &approval.Service{Store: g.store, Policies: twoStages{}, Members: approval.GroupMembers{"sre": {"alice", "bob"}}}
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Store: g.store, Service: svc, LongPollInterval: 50 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(binary, "request", "--server", srv.URL, "--key", "refund-2", "--action", "refund", "--title", "Refund 40 EUR")
+	cmd.Env = append(os.Environ(), "APPROVALD_TOKEN="+g.tokens["ci-bot"])
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitWaitTimeout {
+		t.Fatalf("got exit %d (%v), want %d (pending); stderr:\n%s", code, err, exitWaitTimeout, errOut.String())
+	}
+	var a client.Approval
+	if err := json.Unmarshal(out.Bytes(), &a); err != nil {
+		t.Fatalf("stdout is not the approval: %v\n%s", err, out.String())
+	}
+	if a.Status != client.StatusPending || a.Policy == nil {
+		t.Errorf("got %s with policy %v, want pending under two-stages", a.Status, a.Policy)
+	}
+
+	// Without a policy the server still asks for the approvers, and the gate says why.
+	errOut.Reset()
+	cmd = exec.Command(binary, "request", "--server", g.url, "--key", "k", "--action", "deploy", "--title", "Deploy")
+	cmd.Env = append(os.Environ(), "APPROVALD_TOKEN="+g.tokens["ci-bot"])
+	cmd.Stderr = &errOut
+	cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitGateError || !strings.Contains(errOut.String(), "approvers is required") {
+		t.Errorf("no policy, no approver: got exit %d %q, want 4 naming approvers", code, errOut.String())
 	}
 }

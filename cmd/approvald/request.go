@@ -65,7 +65,7 @@ func (c *RequestCommand) parseFlags(args []string) error {
 	fs.StringVar(&c.key, "key", "", "the operation `KEY` (deploy-prod-1042): the same on every run of one operation")
 	fs.StringVar(&c.req.Action, "action", "", "the `ACTION` (deploy)")
 	fs.StringVar(&c.req.Title, "title", "", "the `TITLE` approvers see")
-	fs.Var(&c.approvers, "approver", "an approver's `NAME`; repeat for several")
+	fs.Var(&c.approvers, "approver", "an approver's `NAME`; repeat for several (where no policy chooses them)")
 	contextFile := fs.String("context-file", "", "a JSON object `FILE` shown to approvers as the context")
 	fs.IntVar(&c.req.RequiredApprovals, "quorum", 0, "approvals needed, `N` (default 1)")
 	fs.DurationVar(&c.req.ExpiresIn, "expires-in", 0, "expire the approval after `DURATION` (server default 24h)")
@@ -79,9 +79,6 @@ func (c *RequestCommand) parseFlags(args []string) error {
 		if f.v == "" {
 			missing = append(missing, f.name)
 		}
-	}
-	if len(c.req.Approvers) == 0 {
-		missing = append(missing, "--approver")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s", strings.Join(missing, ", "))
@@ -237,11 +234,12 @@ func voters(a *client.Approval, verdict string) string {
 // Close does nothing: the command holds no resources beyond Run.
 func (c *RequestCommand) Close() error { return nil }
 
-const requestUsage = `Usage: approvald request --key KEY --action ACTION --title TITLE --approver NAME... [flags]
+const requestUsage = `Usage: approvald request --key KEY --action ACTION --title TITLE [--approver NAME...] [flags]
 
 Asks for an approval under the operation KEY, or finds the one an earlier run asked for, and
 with --wait waits for the decision. The approval is printed as JSON on stdout; progress and
-the approval page's link go to stderr. The token comes from APPROVALD_TOKEN. A run under a
+the approval page's link go to stderr. Under a policy the server chooses the approvers;
+where none applies, name them with --approver. The token comes from APPROVALD_TOKEN. A run under a
 key an earlier run used says at once where that approval stands; while the server cannot be
 reached it says so on stderr, with since when, and retries.
 
