@@ -30,7 +30,7 @@ func TestREADME(t *testing.T) {
 	steps := parseConsoleBlocks(string(text))
 	// The README's promises that must stay runnable: a guard against a block turned into
 	// another language, which this test would no longer see.
-	for _, want := range []string{"approvald serve", "approvald token create", "/v1/approvals", "approvald request", "approvald approvals approve", "/v1/inbox/chat"} {
+	for _, want := range []string{"approvald serve", "approvald token create", "/v1/approvals", "approvald request", "approvald approvals approve", "/v1/inbox/chat", "approvald policy check"} {
 		found := false
 		for _, s := range steps {
 			found = found || strings.Contains(s.command, want)
