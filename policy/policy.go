@@ -21,6 +21,10 @@ import (
 	"github.com/approvald/approval"
 )
 
+// MinRemindEvery is the shortest remind_every a policy may set: reminders are for people, and
+// one a minute is already more than anyone reads.
+const MinRemindEvery = time.Minute
+
 // FromRequest is the value of Policy.Approvers under which the request names its approvers.
 const FromRequest = "from_request"
 
@@ -200,6 +204,8 @@ func (s *Set) compile(where string, p Policy) (*compiled, error) {
 	}
 	if p.RemindEvery < 0 {
 		return nil, fmt.Errorf("%s.remind_every: must not be negative", where)
+	} else if p.RemindEvery > 0 && p.RemindEvery < MinRemindEvery {
+		return nil, fmt.Errorf("%s.remind_every: %s is less than a minute; reminders come at most once a minute", where, p.RemindEvery)
 	}
 	stages := p.Stages
 	switch {

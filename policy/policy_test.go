@@ -119,6 +119,8 @@ func TestCompile_errors(t *testing.T) {
 			"policies[0] (p): rules or stages are required (or approvers: from_request)"},
 		{"a group and people", groups + "policies:\n  - {name: p, match: {action: a}, rules: [{group: sre, people: [x]}]}\n",
 			"a rule names a group or people, not both"},
+		{"reminders too often", groups + "policies:\n  - {name: p, match: {action: a}, rules: [{group: sre}], remind_every: 10s}\n",
+			"policies[0] (p).remind_every: 10s is less than a minute; reminders come at most once a minute"},
 		{"no action", groups + "policies:\n  - {name: p, match: {}, rules: [{group: sre}]}\n",
 			"policies[0] (p).match.action: required"},
 	}
