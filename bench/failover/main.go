@@ -141,15 +141,23 @@ type driver struct {
 	http                     *http.Client
 	prefix                   string // every key of this run starts with it
 	next                     atomic.Int64
-	killed, promoting        time.Time // set before the load's second phase starts
-	killedAt                 atomic.Int64
-	firstOnNew               atomic.Int64 // unix nanoseconds of the first create acknowledged after the kill
-	mu                       sync.Mutex
-	acked                    map[string]string // key -> approval id
-	votes                    map[string]bool   // approval id -> vote acknowledged
-	unsettled                []string
-	sent, retries            atomic.Int64
-	notReady                 readiness
+
+	// When the kill and the promotion began and ended, set before the load's second phase;
+	// killedAt is killed for the clients.
+	killing, killed, promoting, promoted time.Time
+	killedAt                             atomic.Int64
+	firstOnNew                           atomic.Int64 // unix nanoseconds of the first create acknowledged after the kill
+
+	sent, retries atomic.Int64
+	// Requests whose first attempts failed and which turned out to have taken effect: creates
+	// settled by a replay, votes answered already_voted.
+	replayedLate, votedLate atomic.Int64
+
+	mu        sync.Mutex
+	acked     map[string]string // key -> approval id
+	votes     map[string]bool   // approval id -> vote acknowledged
+	unsettled []string
+	notReady  readiness
 }
 
 func newDriver(o options, requesterToken, approverToken string) *driver {
@@ -185,6 +193,7 @@ func (d *driver) load(ctx context.Context, log io.Writer) error {
 
 	time.Sleep(d.o.before)
 	fmt.Fprintf(log, "failover: %d creates acknowledged; stopping the primary\n", d.ackedCount())
+	d.killing = time.Now()
 	if err := shell(ctx, d.o.kill, log); err != nil {
 		close(stop)
 		wg.Wait()
@@ -202,6 +211,7 @@ func (d *driver) load(ctx context.Context, log io.Writer) error {
 		wg.Wait()
 		return fmt.Errorf("promote: %w", err)
 	}
+	d.promoted = time.Now()
 	deadline := time.Now().Add(d.o.settle)
 	for d.firstOnNew.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -281,20 +291,20 @@ func (d *driver) send(ctx context.Context, method, path, token, key string, body
 }
 
 // until sends a request again, after d.o.backoff, until its answer is definite or settle has
-// passed; sent is when the answer's request was sent.
-func (d *driver) until(ctx context.Context, what string, try func() answer) (a answer, sent time.Time, ok bool) {
+// passed; sent is when the answer's request was sent, and again whether it was not the first.
+func (d *driver) until(what string, try func() answer) (a answer, sent time.Time, again, ok bool) {
 	deadline := time.Now().Add(d.o.settle)
-	for {
+	for attempt := 0; ; attempt++ {
 		sent = time.Now()
 		a = try()
 		if a.definite() {
-			return a, sent, true
+			return a, sent, attempt > 0, true
 		}
 		if time.Now().After(deadline) {
 			d.mu.Lock()
 			d.unsettled = append(d.unsettled, fmt.Sprintf("%s: last answer %d %v", what, a.status, a.err))
 			d.mu.Unlock()
-			return a, sent, false
+			return a, sent, attempt > 0, false
 		}
 		d.retries.Add(1)
 		time.Sleep(d.o.backoff)
@@ -303,7 +313,7 @@ func (d *driver) until(ctx context.Context, what string, try func() answer) (a a
 
 // create sends the create of key until it settles and returns the approval's id.
 func (d *driver) create(ctx context.Context, key string, body []byte) (string, bool) {
-	a, sent, ok := d.until(ctx, "create "+key, func() answer {
+	a, sent, again, ok := d.until("create "+key, func() answer {
 		return d.send(ctx, http.MethodPost, "/v1/approvals", d.requesterToken, key, body)
 	})
 	if !ok {
@@ -316,6 +326,9 @@ func (d *driver) create(ctx context.Context, key string, body []byte) (string, b
 		d.mu.Unlock()
 		return "", false
 	}
+	if again && a.replayed {
+		d.replayedLate.Add(1)
+	}
 	if k := d.killedAt.Load(); k != 0 && sent.UnixNano() > k {
 		d.firstOnNew.CompareAndSwap(0, time.Now().UnixNano())
 	}
@@ -327,18 +340,24 @@ func (d *driver) create(ctx context.Context, key string, body []byte) (string, b
 
 // approve votes approve on id until the vote settles.
 func (d *driver) approve(ctx context.Context, id string) {
-	a, _, ok := d.until(ctx, "approve "+id, func() answer {
+	a, _, again, ok := d.until("approve "+id, func() answer {
 		return d.send(ctx, http.MethodPost, "/v1/approvals/"+id+"/approve", d.approver, "", nil)
 	})
 	if !ok {
 		return
 	}
-	var got struct{ Status string }
+	var got struct {
+		Status       string
+		AlreadyVoted bool `json:"already_voted"`
+	}
 	if a.status != http.StatusOK || json.Unmarshal(a.body, &got) != nil || got.Status != "approved" {
 		d.mu.Lock()
 		d.unsettled = append(d.unsettled, fmt.Sprintf("approve %s: %d %s", id, a.status, a.body))
 		d.mu.Unlock()
 		return
+	}
+	if again && got.AlreadyVoted {
+		d.votedLate.Add(1)
 	}
 	d.mu.Lock()
 	d.votes[id] = true
@@ -471,21 +490,28 @@ func (d *driver) verify(ctx context.Context) (verification, error) {
 	return v, nil
 }
 
-// result is the run's figures.
+// result is the run's figures. The durations are from the moment the primary was told to
+// stop.
 type result struct {
 	acked, votes, lost, votesLost, duplicated int
-	sent, retries                             int64
+	replayMismatches                          int
+	sent, retries, replayedLate, votedLate    int64
 	unsettled                                 []string
-	killToFirst, promotionToFirst             time.Duration
+	stopTook, promotionAt, promotionTook      time.Duration
+	first                                     time.Duration // the first create acknowledged by the new primary
 	noneOnNew                                 bool
-	readyDown, readyUp                        time.Duration // from the kill; readyUp 0 if it never recovered
+	readyDown, readyUp                        time.Duration // readyUp 0 if /readyz never recovered
 	details                                   []string
 }
 
 func (d *driver) report(v verification) result {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r := result{acked: len(d.acked), votes: len(d.votes), sent: d.sent.Load(), retries: d.retries.Load(), unsettled: d.unsettled}
+	r := result{
+		acked: len(d.acked), votes: len(d.votes), sent: d.sent.Load(), retries: d.retries.Load(),
+		replayedLate: d.replayedLate.Load(), votedLate: d.votedLate.Load(), unsettled: d.unsettled,
+		stopTook: d.killed.Sub(d.killing), promotionAt: d.promoting.Sub(d.killing), promotionTook: d.promoted.Sub(d.promoting),
+	}
 	for key, id := range d.acked {
 		ids := v.rows[key]
 		found := false
@@ -519,46 +545,56 @@ func (d *driver) report(v verification) result {
 			r.details = append(r.details, fmt.Sprintf("duplicated: %s has %d votes recorded", id, n))
 		}
 	}
-	r.duplicated += len(v.replayMismatch)
+	r.replayMismatches = len(v.replayMismatch)
 	for _, m := range v.replayMismatch {
 		r.details = append(r.details, "replay: "+m)
 	}
 	if first := d.firstOnNew.Load(); first != 0 {
-		at := time.Unix(0, first)
-		r.killToFirst, r.promotionToFirst = at.Sub(d.killed), at.Sub(d.promoting)
+		r.first = time.Unix(0, first).Sub(d.killing)
 	} else {
 		r.noneOnNew = true
 	}
 	d.notReady.mu.Lock()
 	if !d.notReady.firstDown.IsZero() {
-		r.readyDown = d.notReady.firstDown.Sub(d.killed)
+		r.readyDown = d.notReady.firstDown.Sub(d.killing)
 	}
 	if !d.notReady.upAt.IsZero() && !d.notReady.down {
-		r.readyUp = d.notReady.upAt.Sub(d.killed)
+		r.readyUp = d.notReady.upAt.Sub(d.killing)
 	}
 	d.notReady.mu.Unlock()
 	return r
 }
 
+// ok reports whether everything acknowledged survived once and the new primary took over.
 func (r result) ok() bool {
-	return r.lost == 0 && r.votesLost == 0 && r.duplicated == 0 && len(r.unsettled) == 0 && !r.noneOnNew
+	return r.lost == 0 && r.votesLost == 0 && r.duplicated == 0 && r.replayMismatches == 0 &&
+		len(r.unsettled) == 0 && !r.noneOnNew
 }
 
 func (r result) print(w io.Writer) {
-	fmt.Fprintf(w, "acknowledged creates: %d\n", r.acked)
-	fmt.Fprintf(w, "acknowledged votes:   %d\n", r.votes)
-	fmt.Fprintf(w, "lost:                 %d creates, %d votes\n", r.lost, r.votesLost)
-	fmt.Fprintf(w, "duplicated:           %d\n", r.duplicated)
-	fmt.Fprintf(w, "unsettled:            %d\n", len(r.unsettled))
-	fmt.Fprintf(w, "requests sent:        %d (%d sent again)\n", r.sent, r.retries)
+	fmt.Fprintf(w, "acknowledged:      %d creates, %d votes\n", r.acked, r.votes)
+	fmt.Fprintf(w, "lost:              %d creates, %d votes\n", r.lost, r.votesLost)
+	fmt.Fprintf(w, "duplicated:        %d\n", r.duplicated)
+	fmt.Fprintf(w, "replays that did not name the acknowledged approval: %d\n", r.replayMismatches)
+	fmt.Fprintf(w, "unsettled:         %d\n", len(r.unsettled))
+	fmt.Fprintf(w, "requests:          %d sent, %d of them again after no definite answer\n", r.sent, r.retries)
+	fmt.Fprintf(w, "in flight at the failover, found done when sent again: %d creates (replayed), %d votes (already_voted)\n",
+		r.replayedLate, r.votedLate)
+	fmt.Fprintf(w, "timeline (s from the stop): primary gone %.2f, promotion %.2f to %.2f\n",
+		r.stopTook.Seconds(), r.promotionAt.Seconds(), (r.promotionAt + r.promotionTook).Seconds())
 	if r.noneOnNew {
 		fmt.Fprintln(w, "first success on the new primary: none")
 	} else {
-		fmt.Fprintf(w, "first success on the new primary: %.2f s after the promotion began (%.2f s after the kill)\n",
-			r.promotionToFirst.Seconds(), r.killToFirst.Seconds())
+		fmt.Fprintf(w, "first success on the new primary: %.2f s after the promotion began (%.2f s after the stop)\n",
+			(r.first - r.promotionAt).Seconds(), r.first.Seconds())
 	}
-	if r.readyUp > 0 {
-		fmt.Fprintf(w, "/readyz: 503 from %.2f s to %.2f s after the kill\n", r.readyDown.Seconds(), r.readyUp.Seconds())
+	switch {
+	case r.readyDown == 0 && r.readyUp == 0:
+		fmt.Fprintln(w, "/readyz: never failed")
+	case r.readyUp == 0:
+		fmt.Fprintf(w, "/readyz: 503 from %.2f s after the stop, not ready again\n", r.readyDown.Seconds())
+	default:
+		fmt.Fprintf(w, "/readyz: 503 from %.2f s to %.2f s after the stop\n", r.readyDown.Seconds(), r.readyUp.Seconds())
 	}
 	for _, u := range r.unsettled {
 		fmt.Fprintln(w, "unsettled: "+u)
