@@ -5,7 +5,8 @@
 // Clients create approvals, each under an Idempotency-Key of its own, and every key is sent
 // again with the identical body until it gets a definite answer (2xx, or a 4xx other than 409
 // and 429); a share of the approvals they create are then approved, each vote also sent until
-// it is answered 200. Meanwhile the program runs -kill (the primary stops), waits -gap, runs
+// it is answered 200. Meanwhile, after -before, the program runs -prepare if given (scripts/
+// failover holds the standby back with it), then -kill (the primary stops), waits -gap, runs
 // -promote (the standby becomes the primary), and goes on until -after has passed since the
 // first create answered on the new primary. Then it holds every acknowledged create and vote
 // to the new primary, read with SQL over -check-url and through the API:
@@ -61,6 +62,7 @@ func main() {
 type options struct {
 	server    string
 	checkURL  string
+	prepare   string
 	kill      string
 	promote   string
 	requester string // the requester token's subject
@@ -79,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.server, "server", "", "approvald's `URL` (http://127.0.0.1:PORT, loopback only; required)")
 	fs.StringVar(&o.checkURL, "check-url", "", "postgres:// `URL` of the new primary, for the final check (required)")
+	fs.StringVar(&o.prepare, "prepare", "", "shell `COMMAND` run under load right before -kill, outside the timeline (e.g. holding the standby back)")
 	fs.StringVar(&o.kill, "kill", "", "shell `COMMAND` that stops the primary (required)")
 	fs.StringVar(&o.promote, "promote", "", "shell `COMMAND` that promotes the standby (required)")
 	fs.StringVar(&o.requester, "requester", "failover-bot", "the requester token's `SUBJECT`")
@@ -192,6 +195,13 @@ func (d *driver) load(ctx context.Context, log io.Writer) error {
 	}()
 
 	time.Sleep(d.o.before)
+	if d.o.prepare != "" {
+		if err := shell(ctx, d.o.prepare, log); err != nil {
+			close(stop)
+			wg.Wait()
+			return fmt.Errorf("prepare: %w", err)
+		}
+	}
 	fmt.Fprintf(log, "failover: %d creates acknowledged; stopping the primary\n", d.ackedCount())
 	d.killing = time.Now()
 	if err := shell(ctx, d.o.kill, log); err != nil {
