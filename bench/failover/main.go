@@ -362,7 +362,7 @@ func (d *driver) approve(ctx context.Context, id string) {
 	}
 	if a.status != http.StatusOK || json.Unmarshal(a.body, &got) != nil || got.Status != "approved" {
 		d.mu.Lock()
-		d.unsettled = append(d.unsettled, fmt.Sprintf("approve %s: %d %s", id, a.status, a.body))
+		d.unsettled = append(d.unsettled, fmt.Sprintf("approve %s: %d %s", id, a.status, bytes.TrimSpace(a.body)))
 		d.mu.Unlock()
 		return
 	}
@@ -378,7 +378,7 @@ func (d *driver) approve(ctx context.Context, id string) {
 // replay.
 func approvalID(a answer) (string, error) {
 	if a.status != http.StatusCreated && a.status != http.StatusOK {
-		return "", fmt.Errorf("answered %d: %s", a.status, a.body)
+		return "", fmt.Errorf("answered %d: %s", a.status, bytes.TrimSpace(a.body))
 	}
 	var got struct{ ID string }
 	if err := json.Unmarshal(a.body, &got); err != nil || got.ID == "" {
