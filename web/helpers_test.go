@@ -54,17 +54,21 @@ func setupStore(tb testing.TB, store approval.Store, routing approval.Routing, o
 	f := &fixture{tb: tb, store: store, routing: routing}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
-	api := httpapi.New(httpapi.Config{Store: f.store, Service: f.rules(f.store)})
 	cfg := web.Config{Store: f.store, SessionKey: testKey, Logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg, base)
 	}
+	apiRules := f.rules(f.store)
 	if cfg.Service == nil {
 		cfg.Service = f.rules(f.store)
 		cfg.Service.Now = cfg.Now
 	} else if cfg.Service.Targeted == nil {
 		cfg.Service.Targeted, cfg.Service.Routing = payoutTargeted, f.routing
 	}
+	if cfg.Service.Policies != nil {
+		apiRules = cfg.Service // the API creates under the same policies
+	}
+	api := httpapi.New(httpapi.Config{Store: f.store, Service: apiRules})
 	ui, err := web.New(cfg)
 	if err != nil {
 		tb.Fatalf("web.New: %v", err)

@@ -28,6 +28,11 @@ func trailOf(events []approval.Event) []trailItem {
 			case "comment":
 				it.Comment = p.Value
 			case "verdict":
+			case "counted_toward":
+				if c, ok := e.Detail["counted_toward"].(map[string]any); ok {
+					p.Key, p.Value = "counted toward", fmt.Sprintf("stage %v, %v", c["stage"], c["rule"])
+				}
+				it.Detail = append(it.Detail, p)
 			default:
 				it.Detail = append(it.Detail, p)
 			}
