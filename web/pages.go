@@ -214,7 +214,9 @@ func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*a
 	// Whether a vote counts is the Service's rule, asked again when the vote comes; the page
 	// offers the forms to whom it would take the vote now, and tells a listed approver who
 	// may not vote yet why.
-	if a.Status == approval.StatusPending && p.MayDecide() && a.IsApprover(sess.Subject) && page.MyDecision == nil {
+	// A person a policy's group takes in after the create may vote though not listed.
+	listed := a.IsApprover(sess.Subject)
+	if a.Status == approval.StatusPending && p.MayDecide() && (listed || a.Resolved != nil) && page.MyDecision == nil {
 		ok, why, err := s.svc.MayVoteNow(ctx, p, a)
 		if err != nil {
 			return nil, err
@@ -222,7 +224,7 @@ func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*a
 		if ok {
 			page.CanDecide = true
 			page.Token = s.decisionToken(sess, a.ID)
-		} else {
+		} else if listed {
 			page.NotNow = why
 		}
 	}
@@ -569,7 +571,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 // Service's MayVoteNow, as for the page's forms.
 func (s *Server) writeWait(w http.ResponseWriter, r *http.Request, a *approval.Approval, sess *session) {
 	ans := waitAnswerOf(a, sess)
-	if ans.CanVote && a.Resolved != nil {
+	if _, voted := a.DecisionBy(sess.Subject); a.Resolved != nil && a.Status == approval.StatusPending && !voted && sess.principal().MayDecide() {
 		ok, _, err := s.svc.MayVoteNow(r.Context(), sess.principal(), a)
 		if err != nil {
 			s.fail(w, r, err)
