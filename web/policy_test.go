@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -90,7 +92,8 @@ func TestPages_PolicyProgress(t *testing.T) {
 // TestBrowser_PolicyRefusedVote: in Chromium, the page shows the rule progress and the stage;
 // bob, of stage 1, opens the page, alice's approval meets stage 1 meanwhile, and bob's click
 // on Approve (a page without JavaScript, which does not follow the approval) is refused on the
-// page and changes nothing.
+// page and changes nothing. With APPROVALD_DOC_IMAGES set, the refused page at 1280 px is
+// written there (docs/images).
 func TestBrowser_PolicyRefusedVote(t *testing.T) {
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
@@ -126,6 +129,16 @@ func TestBrowser_PolicyRefusedVote(t *testing.T) {
 		}
 		if kind == testdb.SQLite {
 			bob.screenshot("policy-refused")
+			if dir := os.Getenv("APPROVALD_DOC_IMAGES"); dir != "" {
+				bob.do(chromedp.EmulateViewport(1280, 900))
+				png, err := chromedp.Run(bob.ctx, chromedp.CaptureScreenshot())
+				if err != nil {
+					t.Fatalf("screenshot: %v", err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "approval-policy-1280.png"), png, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	})
 }
