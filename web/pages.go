@@ -474,6 +474,10 @@ type waitAnswer struct {
 	Approvals int        `json:"approvals"`
 	Required  int        `json:"required"`
 	Votes     []waitVote `json:"votes"`
+	// Stage and Progress are, under a policy, the stage asked and its rules' progress
+	// (PolicyStatus.StageLine and ProgressLine); absent otherwise.
+	Stage    string `json:"stage,omitempty"`
+	Progress string `json:"progress,omitempty"`
 }
 
 // waitVote is one vote in the long-poll's answer.
@@ -578,6 +582,16 @@ func (s *Server) writeWait(w http.ResponseWriter, r *http.Request, a *approval.A
 			return
 		}
 		ans.CanVote = ok
+	}
+	if a.Resolved != nil {
+		members, err := s.svc.ProgressMembers(r.Context(), a)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if st := a.PolicyStatus(members); st != nil {
+			ans.Stage, ans.Progress = st.StageLine(), st.ProgressLine()
+		}
 	}
 	writeJSON(w, ans)
 }

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
@@ -138,6 +139,37 @@ func TestBrowser_PolicyRefusedVote(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(dir, "approval-policy-1280.png"), png, 0o644); err != nil {
 					t.Fatal(err)
 				}
+			}
+		}
+	})
+}
+
+// TestPages_WaitSaysPolicyProgress: the page's long-poll answers, under a policy, the stage
+// asked and its rules' progress, and whether the viewer may vote in it now.
+func TestPages_WaitSaysPolicyProgress(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f := setupPolicies(t, kind)
+		a := f.createRelease("Release 2.4.0")
+		if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", f.token("alice", approval.RoleApprover), "", nil); code != http.StatusOK {
+			t.Fatalf("alice approves: %d", code)
+		}
+		for _, c := range []struct {
+			who     string
+			canVote bool
+		}{{"fiona", true}, {"bob", false}} {
+			b := f.browser()
+			b.signIn(f.token(c.who, approval.RoleApprover))
+			p := b.do(http.MethodGet, "/ui/approvals/"+a.ID+"/wait?version=1", nil, "Accept", "application/json")
+			var ans struct {
+				Stage    string `json:"stage"`
+				Progress string `json:"progress"`
+				CanVote  bool   `json:"can_vote"`
+			}
+			if err := json.Unmarshal([]byte(p.body), &ans); err != nil || p.status != http.StatusOK {
+				t.Fatalf("%s's wait: %d %s (%v)", c.who, p.status, p.body, err)
+			}
+			if ans.Stage != "stage 2 of 2" || ans.Progress != "fiona: 0 of 1" || ans.CanVote != c.canVote {
+				t.Errorf("%s's wait: %+v, want stage 2 of 2, fiona: 0 of 1, can_vote %v", c.who, ans, c.canVote)
 			}
 		}
 	})

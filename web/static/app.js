@@ -175,6 +175,8 @@
       status.replaceChildren(badge);
     }
     showVotes(body);
+    var progress = document.getElementById("progress");
+    if (progress && body.stage) { progress.textContent = "Now: " + body.stage + "; " + body.progress; }
     if (body.status !== "pending") {
       var left = document.querySelector(".meta .left");
       if (left) { left.remove(); }
