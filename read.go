@@ -114,3 +114,60 @@ func (s *Service) Tokens(ctx context.Context, p Principal, f TokenFilter) ([]*To
 func notFound(id string) error {
 	return Errorf(ENOTFOUND, "approval %s not found", id)
 }
+
+// ApprovalsByID returns, by id, the approvals of ids that exist and p may read, in one read of
+// the store: the titles the operators' page shows beside executions. An id p may not read is
+// left out, as if it did not exist.
+func (s *Service) ApprovalsByID(ctx context.Context, p Principal, ids []string) (map[string]*Approval, error) {
+	out := make(map[string]*Approval, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	tx, err := s.Store.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	list, err := tx.ApprovalGetByIDMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range list {
+		if p.MayRead(a) {
+			out[a.ID] = a
+		}
+	}
+	return out, nil
+}
+
+// MayVoteNow reports whether p may vote on a now, and when not, why, by the rules Vote
+// applies: p's role, a's status, and the approvers a lists or, for an approval created under
+// a policy, the current stage's rules with the groups as they are now (Progress.Eligible).
+// It is what a page asks before it offers the vote; Vote decides again when the vote comes.
+func (s *Service) MayVoteNow(ctx context.Context, p Principal, a *Approval) (bool, string, error) {
+	switch {
+	case !p.MayDecide():
+		return false, "role " + string(p.Role) + " may not vote", nil
+	case a.Status.Terminal():
+		return false, "the approval is already " + string(a.Status), nil
+	}
+	if _, ok := a.DecisionBy(p.Subject); ok {
+		return false, "already voted on this approval", nil
+	}
+	if a.Resolved == nil {
+		if !a.IsApprover(p.Subject) {
+			return false, p.Subject + " is not an approver of this approval", nil
+		}
+		return true, "", nil
+	}
+	stages := a.Resolved.Stages
+	members := membersOrNone(s.Members)
+	if oidc := s.oidcGroups(stages); len(oidc) > 0 {
+		var err error
+		if members, err = s.storedMembers(ctx, oidc); err != nil {
+			return false, "", err
+		}
+	}
+	ok, why := Tally(stages, members, a.Requester, a.Decisions).Eligible(stages, members, a.Requester, a.Decisions, p.Subject)
+	return ok, why, nil
+}

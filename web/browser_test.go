@@ -338,10 +338,10 @@ func TestBrowser_Search(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`form.search button`)),
 			chromedp.WaitVisible(chromedp.CSS(`form.search a`)), // "Clear", shown once a search is active
 		)
-		if got := alice.text(".cards"); !strings.Contains(got, "Refund <b>order</b> 7731") || strings.Contains(got, "Deploy") {
+		if got := alice.text("#waiting"); !strings.Contains(got, "Refund <b>order</b> 7731") || strings.Contains(got, "Deploy") {
 			t.Fatalf("search REFUND lists %q, want the refund alone", got)
 		}
-		href, err := chromedp.Run(alice.ctx, chromedp.Evaluate[string](`document.querySelector(".cards a.title").getAttribute("href")`))
+		href, err := chromedp.Run(alice.ctx, chromedp.Evaluate[string](`document.querySelector("#waiting a.title").getAttribute("href")`))
 		if err != nil || href != "/ui/approvals/"+refund.ID {
 			t.Fatalf("search result links to %q (%v), want the refund's page", href, err)
 		}

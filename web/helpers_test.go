@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -54,17 +55,21 @@ func setupStore(tb testing.TB, store approval.Store, routing approval.Routing, o
 	f := &fixture{tb: tb, store: store, routing: routing}
 	f.srv = httptest.NewUnstartedServer(nil)
 	base := "http://" + f.srv.Listener.Addr().String()
-	api := httpapi.New(httpapi.Config{Store: f.store, Service: f.rules(f.store)})
 	cfg := web.Config{Store: f.store, SessionKey: testKey, Logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg, base)
 	}
+	apiRules := f.rules(f.store)
 	if cfg.Service == nil {
 		cfg.Service = f.rules(f.store)
 		cfg.Service.Now = cfg.Now
 	} else if cfg.Service.Targeted == nil {
 		cfg.Service.Targeted, cfg.Service.Routing = payoutTargeted, f.routing
 	}
+	if cfg.Service.Policies != nil {
+		apiRules = cfg.Service // the API creates under the same policies
+	}
+	api := httpapi.New(httpapi.Config{Store: f.store, Service: apiRules})
 	ui, err := web.New(cfg)
 	if err != nil {
 		tb.Fatalf("web.New: %v", err)
@@ -167,6 +172,43 @@ func (f *fixture) needsReview() *approval.ExecutionRecord {
 		f.tb.Fatalf("executions in needs_review: %d, %v; want 1", len(list), err)
 	}
 	return list[0]
+}
+
+// failedExecutions makes n executions that failed: approvals of the targeted action
+// "payout", approved, whose first attempt fails for good.
+func (f *fixture) failedExecutions(n int) {
+	f.tb.Helper()
+	ctx := context.Background()
+	ana, billing := f.token("ana", approval.RoleApprover), f.token("billing", approval.RoleRequester)
+	for i := range n {
+		var a approval.Approval
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/v1/approvals", strings.NewReader(
+			fmt.Sprintf(`{"action": "payout", "title": "Pay out invoice %d to the supplier", "approvers": ["ana"]}`, 100+i)))
+		req.Header.Set("Authorization", "Bearer "+billing)
+		req.Header.Set("Idempotency-Key", approval.NewID("op"))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			f.tb.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", ana, "", nil); code != http.StatusOK {
+			f.tb.Fatalf("approve: %d", code)
+		}
+	}
+	svc := f.rules(f.store)
+	claims, err := svc.ClaimExecutions(ctx, time.Minute, n)
+	if err != nil || len(claims) != n {
+		f.tb.Fatalf("claim executions: %d claimed, %v; want %d", len(claims), err, n)
+	}
+	for _, c := range claims {
+		if _, err := svc.FinishAttempt(ctx, c.Record.ID, c.Attempt, approval.AttemptOutcome{
+			Status: approval.ExecutionFailed, Error: "422 from target: the supplier's account is closed", Reason: "the target refused the call",
+		}); err != nil {
+			f.tb.Fatalf("finish attempt: %v", err)
+		}
+	}
 }
 
 // read returns an approval as the store has it.

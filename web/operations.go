@@ -6,10 +6,10 @@ import (
 	"github.com/approvald/approval"
 )
 
-// opsListSize is how many items each list of the operators' page shows at most.
-const opsListSize = 50
-
-// operationsPage is the data of the operators' page.
+// operationsPage is the data of the operators' page. Each list pages by 25 on its own
+// (pagers nr, fl, pl, if, is); the lists of executions past their lease and of stuck inbox
+// events page through the running executions and the pending inbox events, of which they
+// show those past their time, so a page of them can hold fewer than 25.
 type operationsPage struct {
 	NeedsReview []*approval.ExecutionRecord
 	Failed      []*approval.ExecutionRecord
@@ -17,7 +17,10 @@ type operationsPage struct {
 	InboxFailed []*approval.InboxEvent
 	InboxStuck  []*approval.InboxEvent // pending, due long ago: no worker is taking them
 	Done        string                 // what the last action did, from a fixed set
-	More        bool                   // some list has more than opsListSize items
+
+	ReviewPg, FailedPg, LeasePg, InboxFailedPg, StuckPg *pager
+	// Titles are the titles of the executions' approvals, by approval id.
+	Titles map[string]string
 }
 
 // doneMessages are the confirmations the page shows after an action (?done=).
@@ -29,26 +32,30 @@ var doneMessages = map[string]string{
 
 // handleOperations is GET /ui/operations, for operators and admins: executions that need a
 // person (needs_review, failed), running executions past their lease, and failed or stuck
-// inbox events. It reads the Service's listings, the same as GET /v1/executions and /v1/inbox,
-// which refuse a viewer who may not operate.
+// inbox events, each execution named by its approval's title. It reads the Service's
+// listings, the same as GET /v1/executions and /v1/inbox, which refuse a viewer who may not
+// operate.
 func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *session) {
-	ctx, p := r.Context(), sess.principal()
-	page := &operationsPage{Done: doneMessages[r.URL.Query().Get("done")]}
-	executions := func(st approval.ExecutionStatus) ([]*approval.ExecutionRecord, error) {
-		list, next, err := s.svc.Executions(ctx, p, approval.ExecutionFilter{Status: st, Limit: opsListSize})
-		page.More = page.More || next != ""
+	ctx, p, q := r.Context(), sess.principal(), r.URL.Query()
+	path := Prefix + "operations"
+	page := &operationsPage{Done: doneMessages[q.Get("done")],
+		ReviewPg: pagerOf(path, q, "nr"), FailedPg: pagerOf(path, q, "fl"), LeasePg: pagerOf(path, q, "pl"),
+		InboxFailedPg: pagerOf(path, q, "if"), StuckPg: pagerOf(path, q, "is")}
+	executions := func(st approval.ExecutionStatus, pg *pager) ([]*approval.ExecutionRecord, error) {
+		list, next, err := s.svc.Executions(ctx, p, approval.ExecutionFilter{Status: st, Limit: pageSize, Cursor: pg.Cursor})
+		pg.next = next
 		return list, err
 	}
 	var err error
-	if page.NeedsReview, err = executions(approval.ExecutionNeedsReview); err != nil {
+	if page.NeedsReview, err = executions(approval.ExecutionNeedsReview, page.ReviewPg); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if page.Failed, err = executions(approval.ExecutionFailed); err != nil {
+	if page.Failed, err = executions(approval.ExecutionFailed, page.FailedPg); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	running, err := executions(approval.ExecutionRunning)
+	running, err := executions(approval.ExecutionRunning, page.LeasePg)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -59,16 +66,16 @@ func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *
 			page.PastLease = append(page.PastLease, e)
 		}
 	}
-	inbox := func(st approval.InboxStatus) ([]*approval.InboxEvent, error) {
-		list, next, err := s.svc.InboxEvents(ctx, p, approval.InboxFilter{Status: st, Limit: opsListSize})
-		page.More = page.More || next != ""
+	inbox := func(st approval.InboxStatus, pg *pager) ([]*approval.InboxEvent, error) {
+		list, next, err := s.svc.InboxEvents(ctx, p, approval.InboxFilter{Status: st, Limit: pageSize, Cursor: pg.Cursor})
+		pg.next = next
 		return list, err
 	}
-	if page.InboxFailed, err = inbox(approval.InboxFailed); err != nil {
+	if page.InboxFailed, err = inbox(approval.InboxFailed, page.InboxFailedPg); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	pending, err := inbox(approval.InboxPending)
+	pending, err := inbox(approval.InboxPending, page.StuckPg)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -77,6 +84,21 @@ func (s *Server) handleOperations(w http.ResponseWriter, r *http.Request, sess *
 		if e.NextAttemptAt != nil && e.NextAttemptAt.Before(now.Add(-s.stuckAfter)) {
 			page.InboxStuck = append(page.InboxStuck, e)
 		}
+	}
+	var ids []string
+	for _, list := range [][]*approval.ExecutionRecord{page.NeedsReview, page.Failed, page.PastLease} {
+		for _, e := range list {
+			ids = append(ids, e.ApprovalID)
+		}
+	}
+	approvals, err := s.svc.ApprovalsByID(ctx, p, ids)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page.Titles = make(map[string]string, len(approvals))
+	for id, a := range approvals {
+		page.Titles[id] = a.Title
 	}
 	s.render(w, r, http.StatusOK, "operations", sess, page)
 }
@@ -92,7 +114,7 @@ func (s *Server) operatorForm(w http.ResponseWriter, r *http.Request, sess *sess
 		return p, approval.Cause{}, err
 	}
 	c := cause(r)
-	return p, approval.Cause{Kind: approval.CauseOperator, Operator: p.Subject, RequestID: c.RequestID}, nil
+	return p, approval.Cause{Kind: approval.CauseOperator, Operator: p.Subject, RequestID: c.RequestID, Source: c.Source}, nil
 }
 
 // handleRetryExecution is POST /ui/executions/{id}/retry: Service.RetryExecution.

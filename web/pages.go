@@ -14,9 +14,6 @@ import (
 	"github.com/approvald/approval"
 )
 
-// waitingPageSize is how many approvals one page of each list shows.
-const waitingPageSize = 25
-
 // row is one approval in a list.
 type row struct {
 	A        *approval.Approval
@@ -25,68 +22,71 @@ type row struct {
 
 // waitingPage is the data of the "waiting for me" page.
 type waitingPage struct {
-	Search       search
-	Waiting      []row
-	WaitingNext  string // the link to the next page of Waiting, "" on the last
-	Decided      []row
-	DecidedNext  string
-	ShowingLater bool // a later page of a list is shown: offer the way back
+	Search  search
+	Waiting []row
+	WaitPg  *pager // ?w=, ?wb=
+	Decided []row
+	DecPg   *pager // ?d=, ?db=
+	// AllDecided: the viewer reads every approval, so Decided lists them all.
+	AllDecided bool
 }
 
-// search is what the search form on the waiting page narrows both lists by: a text in the
-// title (?q=), an exact action (?action=) and an exact requester (?from=). Blank fields do
-// not filter.
+// search is what the filter form of a list narrows it by: a text in the title (?q=), an
+// exact action (?action=), an exact requester (?from=) and, on the list of all approvals, a
+// status (?status=) and an approver (?approver=). Blank fields do not filter.
 type search struct {
 	Query, Action, Requester string
+	Status, Approver         string
 }
 
-// searchOf reads the search form's fields from a query, trimmed of the spaces a form keeps.
+// searchOf reads the filter form's fields from a query, trimmed of the spaces a form keeps.
 func searchOf(q url.Values) search {
 	return search{
 		Query:     strings.TrimSpace(q.Get("q")),
 		Action:    strings.TrimSpace(q.Get("action")),
 		Requester: strings.TrimSpace(q.Get("from")),
+		Status:    strings.TrimSpace(q.Get("status")),
+		Approver:  strings.TrimSpace(q.Get("approver")),
 	}
 }
 
 // Active tells whether the search narrows the lists.
 func (s search) Active() bool { return s != search{} }
 
-// filter returns f narrowed by the search.
-func (s search) filter(f approval.ApprovalFilter) approval.ApprovalFilter {
+// filter returns f narrowed by the search. An unknown status is refused as the API refuses it.
+func (s search) filter(f approval.ApprovalFilter) (approval.ApprovalFilter, error) {
 	f.Query, f.Action, f.Requester = s.Query, s.Action, s.Requester
-	return f
-}
-
-// Link returns the link to the waiting page with the search and the two lists'
-// cursors, w and d.
-func (s search) Link(w, d string) string {
-	v := url.Values{}
-	for _, kv := range [][2]string{{"q", s.Query}, {"action", s.Action}, {"from", s.Requester}, {"w", w}, {"d", d}} {
-		if kv[1] != "" {
-			v.Set(kv[0], kv[1])
+	if s.Approver != "" {
+		f.Approver = s.Approver
+	}
+	if s.Status != "" {
+		st := approval.Status(s.Status)
+		if !st.Valid() {
+			return f, approval.Errorf(approval.EINVALID, "unknown status %q; use one of pending, approved, rejected, expired, cancelled", s.Status)
 		}
+		f.Status = st
 	}
-	if len(v) == 0 {
-		return "/ui/"
-	}
-	return "/ui/?" + v.Encode()
+	return f, nil
 }
 
 // handleWaiting is GET /ui/: the pending approvals listing the viewer that the viewer has not
-// voted on, newest first, and the approvals listing the viewer that are decided, both
-// narrowed by the search form's fields. Each list pages with the store's cursor (?w= and ?d=).
-// A search the input policy refuses is a 400 page saying why.
+// voted on, newest first, and the decided approvals the viewer may read (all of them for
+// operators and admins; for others, those they requested or are listed on), both narrowed by
+// the search form's fields. Each list pages by 25 with the store's cursor (?w= and ?d=). A
+// search the input policy refuses is a 400 page saying why.
 func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *session) {
 	q := r.URL.Query()
 	now := s.now()
-	page := &waitingPage{Search: searchOf(q), ShowingLater: q.Get("w") != "" || q.Get("d") != ""}
-
 	p := sess.principal()
-	pending, next, err := s.svc.Approvals(r.Context(), p, page.Search.filter(approval.ApprovalFilter{
+	page := &waitingPage{Search: searchOf(q), WaitPg: pagerOf(Prefix, q, "w"), DecPg: pagerOf(Prefix, q, "d"),
+		AllDecided: p.Role.ReadsAll()}
+	page.Search.Status, page.Search.Approver = "", "" // not fields of this page's form
+
+	f, _ := page.Search.filter(approval.ApprovalFilter{
 		Status: approval.StatusPending, Approver: sess.Subject, NotVotedBy: sess.Subject,
-		Limit: waitingPageSize, Cursor: q.Get("w"),
-	}))
+		Limit: pageSize, Cursor: page.WaitPg.Cursor,
+	})
+	pending, next, err := s.svc.Approvals(r.Context(), p, f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -94,39 +94,83 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *ses
 	for _, a := range pending {
 		page.Waiting = append(page.Waiting, row{A: a, TimeLeft: timeLeft(a.ExpiresAt, now)})
 	}
-	if next != "" {
-		page.WaitingNext = page.Search.Link(next, q.Get("d"))
-	}
+	page.WaitPg.next = next
 
-	listed, next, err := s.svc.Approvals(r.Context(), p, page.Search.filter(approval.ApprovalFilter{
-		Approver: sess.Subject, Decided: true, Limit: waitingPageSize, Cursor: q.Get("d"),
-	}))
+	// The Service narrows the list to what the viewer may read.
+	f, _ = page.Search.filter(approval.ApprovalFilter{Decided: true, Limit: pageSize, Cursor: page.DecPg.Cursor})
+	listed, next, err := s.svc.Approvals(r.Context(), p, f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	for _, a := range listed { // pending ones are in the list above, or wait for others
+	for _, a := range listed {
 		page.Decided = append(page.Decided, row{A: a})
 	}
-	if next != "" {
-		page.DecidedNext = page.Search.Link(q.Get("w"), next)
-	}
+	page.DecPg.next = next
 	s.render(w, r, http.StatusOK, "waiting", sess, page)
+}
+
+// listPage is the data of the page of all approvals.
+type listPage struct {
+	Search   search
+	Statuses []approval.Status
+	Rows     []row
+	Pg       *pager // ?c=, ?cb=
+	ReadsAll bool   // the viewer reads every approval
+}
+
+// handleApprovals is GET /ui/approvals: every approval the viewer may read (all of them for
+// operators and admins), newest first, with the filters of GET /v1/approvals (status,
+// action, requester, approver, a text in the title), 25 a page with Next and Previous. A
+// filter the API would refuse is a 400 page saying why.
+func (s *Server) handleApprovals(w http.ResponseWriter, r *http.Request, sess *session) {
+	q := r.URL.Query()
+	p := sess.principal()
+	page := &listPage{Search: searchOf(q), Statuses: approval.Statuses, Pg: pagerOf(Prefix+"approvals", q, "c"), ReadsAll: p.Role.ReadsAll()}
+	f, err := page.Search.filter(approval.ApprovalFilter{Limit: pageSize, Cursor: page.Pg.Cursor})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	list, next, err := s.svc.Approvals(r.Context(), p, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	now := s.now()
+	for _, a := range list {
+		rw := row{A: a}
+		if a.Status == approval.StatusPending {
+			rw.TimeLeft = timeLeft(a.ExpiresAt, now)
+		}
+		page.Rows = append(page.Rows, rw)
+	}
+	page.Pg.next = next
+	s.render(w, r, http.StatusOK, "approvals", sess, page)
 }
 
 // approvalPage is the data of an approval's page.
 type approvalPage struct {
-	A          *approval.Approval
-	Status     statusView
-	TimeLeft   string
-	Context    node
-	Events     []approval.Event
-	Required   int
-	Approvals  int
+	A         *approval.Approval
+	Status    statusView
+	TimeLeft  string
+	Context   node
+	Events    []approval.Event
+	Trail     []trailItem
+	Required  int
+	Approvals int
+	// Policy is the progress of an approval created under a policy: each stage's rules, who
+	// counted toward them, the stage asked now; nil for one whose request named its approvers.
+	Policy *approval.PolicyStatus
+	// Approving says what approving does: the call to the action's target, or that the
+	// requester runs it.
+	Approving  string
 	CanDecide  bool   // the forms are shown
 	Token      string // the forms' decision token
+	NotNow     string // why a listed approver who has not voted cannot vote now
 	MyDecision *approval.Decision
 	Answer     *answer // set on the answer page after a decision
+	Kept       string  // the comment of a vote refused, shown for copying
 }
 
 // handleApproval is GET /ui/approvals/{id}.
@@ -153,19 +197,63 @@ func (s *Server) approvalPage(ctx context.Context, sess *session, id string) (*a
 	}
 	page := &approvalPage{
 		A: a, Status: approvalStatus(a.Status), TimeLeft: timeLeft(a.ExpiresAt, s.now()),
-		Context: contextTree(a.Context), Events: events,
+		Context: contextTree(a.Context), Events: events, Trail: trailOf(events),
 		Required: a.RequiredApprovals, Approvals: a.Approvals(),
+		Approving: s.approving(a),
+	}
+	if a.Resolved != nil {
+		members, err := s.svc.ProgressMembers(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		page.Policy = a.PolicyStatus(members)
 	}
 	if d, ok := a.DecisionBy(sess.Subject); ok {
 		page.MyDecision = &d
 	}
-	// Whether a vote would count is the Service's rule; the page only offers the forms to
-	// someone listed who has not voted on a pending approval, and shows what Decide answers.
-	if a.Status == approval.StatusPending && p.MayDecide() && a.IsApprover(sess.Subject) && page.MyDecision == nil {
-		page.CanDecide = true
-		page.Token = s.decisionToken(sess, a.ID)
+	// Whether a vote counts is the Service's rule, asked again when the vote comes; the page
+	// offers the forms to whom it would take the vote now, and tells a listed approver who
+	// may not vote yet why.
+	// A person a policy's group takes in after the create may vote though not listed.
+	listed := a.IsApprover(sess.Subject)
+	if a.Status == approval.StatusPending && p.MayDecide() && (listed || a.Resolved != nil) && page.MyDecision == nil {
+		ok, why, err := s.svc.MayVoteNow(ctx, p, a)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			page.CanDecide = true
+			page.Token = s.decisionToken(sess, a.ID)
+		} else if listed {
+			page.NotNow = why
+		}
 	}
 	return page, nil
+}
+
+// approving says what approving a does: a call to its action's target, made and recorded by
+// approvald, or nothing here, the requester running it.
+func (s *Server) approving(a *approval.Approval) string {
+	if e := a.Execution; e != nil && e.Status == approval.ExecutionNotConfigured {
+		return "Approving runs nothing here: the requester, " + a.Requester + ", runs it once told the outcome."
+	}
+	if u, ok := s.targets[a.Action]; ok {
+		return "Approving calls the target of " + a.Action + ": POST " + shownURL(u) + ". approvald makes the call and records its outcome."
+	}
+	if s.svc.Targeted != nil && s.svc.Targeted(a.Action) {
+		return "Approving calls the target configured for " + a.Action + ". approvald makes the call and records its outcome."
+	}
+	return "Approving runs nothing here: the requester, " + a.Requester + ", runs it once told the outcome."
+}
+
+// shownURL is a target's URL as a page shows it: scheme, host and path, without the user
+// information, query or fragment that may hold secrets.
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(the configured URL)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
 // handleDecide is POST /ui/approvals/{id}/approve and /reject. The form's decision token must
@@ -226,6 +314,10 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 		_, err = s.svc.Decide(r.Context(), p, approval.DecideRequest{
 			ApprovalID: id, Verdict: verdict, Comment: comment, Cause: cause(r),
 		})
+		if approval.ErrorCode(err) == approval.EFORBIDDEN {
+			s.voteRefused(w, r, sess, id, verdict, comment, err)
+			return
+		}
 		// A conflict (decided by someone else, the other verdict already given, expired) is
 		// an answer, not a failure: the answer page says what happened.
 		if err != nil && approval.ErrorCode(err) != approval.ECONFLICT {
@@ -234,6 +326,22 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 		}
 		http.Redirect(w, r, answerURL, http.StatusSeeOther)
 	}
+}
+
+// voteRefused answers a vote the Service refused for err (EFORBIDDEN: the viewer may not
+// vote on it, or not now, as an approver of a later stage or one taken out of a group): the
+// approval's page, 403, headed by the refusal in words, with the comment kept. Nothing was
+// written.
+func (s *Server) voteRefused(w http.ResponseWriter, r *http.Request, sess *session, id string, verdict approval.Verdict, comment string, err error) {
+	page, perr := s.approvalPage(r.Context(), sess, id)
+	if perr != nil {
+		s.fail(w, r, perr)
+		return
+	}
+	noun := map[approval.Verdict]string{approval.VerdictApprove: "approval", approval.VerdictReject: "rejection"}[verdict]
+	page.Answer = &answer{Lead: "Your " + noun + " was not recorded", Tail: ": " + approval.ErrorMessage(err) + ". Nothing changed."}
+	page.Kept = comment
+	s.render(w, r, http.StatusForbidden, "approval", sess, page)
 }
 
 // notRecordedPage is the data of the page that answers a vote refused before it was read:
@@ -366,6 +474,10 @@ type waitAnswer struct {
 	Approvals int        `json:"approvals"`
 	Required  int        `json:"required"`
 	Votes     []waitVote `json:"votes"`
+	// Stage and Progress are, under a policy, the stage asked and its rules' progress
+	// (PolicyStatus.StageLine and ProgressLine); absent otherwise.
+	Stage    string `json:"stage,omitempty"`
+	Progress string `json:"progress,omitempty"`
 }
 
 // waitVote is one vote in the long-poll's answer.
@@ -441,7 +553,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 			return
 		}
 		if a.Version > version {
-			writeJSON(w, waitAnswerOf(a, sess))
+			s.writeWait(w, r, a, sess)
 			return
 		}
 		select {
@@ -451,12 +563,37 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request, sess *sessio
 			}
 		case <-poll.C:
 		case <-timeout.C:
-			writeJSON(w, waitAnswerOf(a, sess))
+			s.writeWait(w, r, a, sess)
 			return
 		case <-r.Context().Done():
 			return
 		}
 	}
+}
+
+// writeWait writes the long-poll's answer about a; whether the viewer may still vote is the
+// Service's MayVoteNow, as for the page's forms.
+func (s *Server) writeWait(w http.ResponseWriter, r *http.Request, a *approval.Approval, sess *session) {
+	ans := waitAnswerOf(a, sess)
+	if _, voted := a.DecisionBy(sess.Subject); a.Resolved != nil && a.Status == approval.StatusPending && !voted && sess.principal().MayDecide() {
+		ok, _, err := s.svc.MayVoteNow(r.Context(), sess.principal(), a)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		ans.CanVote = ok
+	}
+	if a.Resolved != nil {
+		members, err := s.svc.ProgressMembers(r.Context(), a)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if st := a.PolicyStatus(members); st != nil {
+			ans.Stage, ans.Progress = st.StageLine(), st.ProgressLine()
+		}
+	}
+	writeJSON(w, ans)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

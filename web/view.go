@@ -81,7 +81,7 @@ func titleOf(name string, page any) string {
 	case errorPage:
 		return p.Title
 	}
-	return map[string]string{"waiting": "Waiting for me", "operations": "Operations", "signin": "Sign in", "notrecorded": "Vote not recorded"}[name]
+	return map[string]string{"waiting": "Waiting for me", "approvals": "All approvals", "operations": "Operations", "signin": "Sign in", "notrecorded": "Vote not recorded"}[name]
 }
 
 var funcs = template.FuncMap{
@@ -92,15 +92,32 @@ var funcs = template.FuncMap{
 	"inbox":     inboxStatus,
 	"causeText": causeText,
 	"detail":    detailPairs,
-	"execItem": func(e *approval.ExecutionRecord, csrf string) executionItem {
-		return executionItem{E: e, CSRF: csrf}
+	"execItem": func(e *approval.ExecutionRecord, csrf string, titles map[string]string) executionItem {
+		return executionItem{E: e, CSRF: csrf, Title: titles[e.ApprovalID]}
+	},
+	"inc": func(i int) int { return i + 1 },
+	// pct is n of total in steps of 10, for the width classes of a progress meter (no inline
+	// style: the CSP allows none).
+	"pct": func(n, total int) int {
+		if total <= 0 || n >= total {
+			return 100
+		}
+		return n * 10 / total * 10
+	},
+	"initial": func(s string) string {
+		for _, r := range s {
+			return strings.ToUpper(string(r))
+		}
+		return "?"
 	},
 }
 
-// executionItem is one execution on the operators' page with the form token of its forms.
+// executionItem is one execution on the operators' page with the form token of its forms
+// and its approval's title.
 type executionItem struct {
-	E    *approval.ExecutionRecord
-	CSRF string
+	E     *approval.ExecutionRecord
+	CSRF  string
+	Title string
 }
 
 // statusView is a status shown by word, icon and colour (the class).

@@ -77,6 +77,10 @@ type Config struct {
 	// Bodies is the budget that sign-in forms reserve their bytes from while they are read,
 	// the process's budget of unauthenticated bodies; nil = none beyond the forms' limit.
 	Bodies BodyBudget
+	// Targets are the URLs of the actions' downstream targets, by action, so that an
+	// approval's page says what approving does; only the scheme, host and path are shown.
+	// An action without one is run by its requester (docs/http-api.md, "Execution targets").
+	Targets map[string]string
 
 	LongPollInterval time.Duration // how often the page's long-poll re-reads; 0 = 500ms
 	LongPollWait     time.Duration // how long one long-poll waits; 0 = 25s
@@ -107,6 +111,7 @@ type Server struct {
 	pollWait   time.Duration
 	timeout    time.Duration // a request's deadline (Config.RequestTimeout)
 	stuckAfter time.Duration
+	targets    map[string]string
 
 	pages  map[string]*template.Template
 	static http.Handler
@@ -132,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 		timeout:    cmp.Or(cfg.RequestTimeout, DefaultRequestTimeout),
 		stuckAfter: cmp.Or(cfg.StuckAfter, DefaultStuckAfter),
 		links:      cfg.Links,
+		targets:    cfg.Targets,
 		bodies:     cfg.Bodies,
 		mux:        http.NewServeMux(),
 		forms:      newSubmitted(),
@@ -218,6 +224,7 @@ func SigninLinkPath(token string) string { return Prefix + "signin/link?t=" + ur
 func (s *Server) routes() {
 	m := s.mux
 	m.HandleFunc("GET /ui/{$}", s.authed(s.handleWaiting))
+	m.HandleFunc("GET /ui/approvals", s.authed(s.handleApprovals))
 	m.HandleFunc("GET /ui/approvals/{id}", s.authed(s.handleApproval))
 	m.HandleFunc("GET /ui/approvals/{id}/answer", s.authed(s.handleAnswer))
 	m.HandleFunc("GET /ui/approvals/{id}/wait", s.authed(s.handleWait))
@@ -323,9 +330,16 @@ func (s *Server) logRequest(r *http.Request, info *pageRequest, status int, d ti
 	)
 }
 
-// cause is the audit trail's cause of a change made by r: an HTTP request, by its id.
+// causeSource is the Source of the causes of changes made on the pages, so that the audit
+// trail tells a vote in the browser from one through the API.
+const causeSource = "web"
+
+// cause is the audit trail's cause of a change made by r: an HTTP request, by its id, made on
+// the pages.
 func cause(r *http.Request) approval.Cause {
-	return approval.HTTPCause(requestID(r))
+	c := approval.HTTPCause(requestID(r))
+	c.Source = causeSource
+	return c
 }
 
 // staticHandler serves the embedded assets. Their names do not change with their content, so

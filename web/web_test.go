@@ -313,7 +313,7 @@ func TestPages_WaitingIsFullAndSearchable(t *testing.T) {
 		}
 		alice := f.browser()
 		alice.signIn(f.token("alice", approval.RoleApprover))
-		cards := func(body string) int { return strings.Count(body, `<li class="card">`) }
+		cards := func(body string) int { return rowsOf(body, "waiting") }
 
 		first := alice.get("/ui/")
 		must(t, first.status == http.StatusOK, "waiting: status %d", first.status)
@@ -335,9 +335,19 @@ func TestPages_WaitingIsFullAndSearchable(t *testing.T) {
 		link := regexp.MustCompile(`href="(/ui/\?[^"]*w=[^"]*)"`).FindStringSubmatch(deploys.body)
 		must(t, link != nil && strings.Contains(html.UnescapeString(link[1]), "q=DEPLOY+build"), "search: the next page's link %v loses the search", link)
 		none := alice.get("/ui/?from=nobody")
-		must(t, cards(none.body) == 0 && strings.Contains(none.body, "matches the search"), "search from=nobody: %d approvals", cards(none.body))
+		must(t, cards(none.body) == 0 && strings.Contains(none.body, "matches the filter"), "search from=nobody: %d approvals", cards(none.body))
 
 		bad := alice.get("/ui/?q=%01")
 		must(t, bad.status == http.StatusBadRequest, "search with a control character: status %d, want 400", bad.status)
 	})
+}
+
+// rowsOf counts the rows of the list with the given id in a page.
+func rowsOf(body, id string) int {
+	_, list, ok := strings.Cut(body, `<ul class="list" id="`+id+`">`)
+	if !ok {
+		return 0
+	}
+	list, _, _ = strings.Cut(list, "</ul>")
+	return strings.Count(list, `<li class="row">`)
 }

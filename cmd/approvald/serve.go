@@ -494,6 +494,10 @@ func (svc *service) webConfig(st store, rules *approval.Service) web.Config {
 		Logger:     svc.logger.With("component", "web"),
 		SessionTTL: w.SessionTTL,
 		PublicURL:  w.PublicURL,
+		Targets:    make(map[string]string, len(svc.targets)),
+	}
+	for action, t := range svc.targets {
+		cfg.Targets[action] = t.URL
 	}
 	if w.SessionKey != "" {
 		cfg.SessionKey = []byte(w.SessionKey)

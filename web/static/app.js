@@ -19,6 +19,12 @@
     el.textContent = fmt.format(d);
   });
 
+  // A filter form is folded on a phone; where the screen is wide enough it is open (the
+  // stylesheet shows it there too, in browsers that can).
+  if (window.matchMedia && window.matchMedia("(min-width: 48rem)").matches) {
+    document.querySelectorAll("details.filters").forEach(function (d) { d.open = true; });
+  }
+
   // A form marked data-once is submitted once: a second click or Enter does nothing, and
   // its buttons are disabled once the submission has started.
   document.querySelectorAll("form[data-once]").forEach(function (form) {
@@ -169,6 +175,8 @@
       status.replaceChildren(badge);
     }
     showVotes(body);
+    var progress = document.getElementById("progress");
+    if (progress && body.stage) { progress.textContent = "Now: " + body.stage + "; " + body.progress; }
     if (body.status !== "pending") {
       var left = document.querySelector(".meta .left");
       if (left) { left.remove(); }
