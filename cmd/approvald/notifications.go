@@ -28,6 +28,9 @@ type PersonConfig struct {
 	Name  string `yaml:"name"`
 	Email string `yaml:"email"`
 	Chat  string `yaml:"chat"` // a Slack-compatible incoming webhook URL
+	// Slack is the person's Slack user id (U0ALICE); without it, their Slack user is found
+	// by their e-mail address (docs/slack.md).
+	Slack string `yaml:"slack"`
 }
 
 // NotificationsConfig names who is told of executions needing review.
@@ -88,7 +91,8 @@ func (c *Config) validateNotifications() error {
 			if _, err := mail.ParseAddress(p.Email); err != nil {
 				return fmt.Errorf("%s.email: %w", field, ErrInvalidEmail)
 			}
-			if c.SMTP == nil {
+			if c.SMTP == nil && c.Slack == nil {
+				// An address serves mail, or finding the person's Slack user.
 				return fmt.Errorf("%s.email: %w", field, ErrNoSMTP)
 			}
 		}
