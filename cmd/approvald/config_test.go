@@ -348,7 +348,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"slack without bot token", func(c *Config) { c.Slack = &SlackConfig{SigningSecret: "s"} }, "slack.bot_token", ErrRequired},
 		{"slack user token", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxp-1", SigningSecret: "s"} }, "slack.bot_token", ErrSlackToken},
 		{"slack without signing secret", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxb-1"} }, "slack.signing_secret", ErrRequired},
-		{"slack api url not http", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s", APIURL: "slack.com/api"} }, "slack.api_url", ErrInvalidURL},
+		{"slack api url not http", func(c *Config) {
+			c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s", APIURL: "slack.com/api"}
+		}, "slack.api_url", ErrInvalidURL},
 		{"slack channel by name", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s", Channel: "#deploys"} }, "slack.channel", ErrSlackChannel},
 		{"slack user without slack", func(c *Config) { c.People = []PersonConfig{{Name: "alice", Slack: "U0ALICE"}} }, "people[0].slack", ErrNoSlack},
 		{"slack user not an id", func(c *Config) {
