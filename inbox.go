@@ -82,9 +82,9 @@ type InboxMark struct {
 // event done, so a crash between the two cannot apply an event twice.
 type InboxAction struct {
 	Kind   InboxActionKind
-	Decide *DecideRequest   // KindDecide; ApprovalID or OperationKey names the approval
-	Report *ExecutionReport // KindExecutionResult
-	Reason string           // KindIgnore: why (unknown type, handler not allowed, bad data)
+	Decide *DecideRequest    // KindDecide; ApprovalID or OperationKey names the approval
+	Report *ExecutionReport  // KindExecutionResult
+	Reason string            // KindIgnore: why (unknown type, handler not allowed, bad data)
 	Slack  *SlackInteraction // ActionSlack
 }
 
