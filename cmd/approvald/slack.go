@@ -3,8 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/slack-go/slack"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/notify"
 )
 
 // DefaultSlackAPIURL is Slack's Web API, where slack.api_url points unless a test or a proxy
@@ -93,3 +100,47 @@ func (c *Config) validateSlack() error {
 
 // slackSource is the inbox source of Slack's interactions (approval.SourceSlack).
 const slackSource = "slack"
+
+// slackRouting is the Slack part of the routing, nil without the slack section: a person with
+// a Slack user or an e-mail address to find it by is notified in Slack (added to channels).
+func (c *Config) slackRouting(channels map[string][]string) *approval.SlackRouting {
+	if c.Slack == nil {
+		return nil
+	}
+	sr := &approval.SlackRouting{Users: map[string]string{}, Emails: map[string]string{}, Channel: c.Slack.Channel}
+	for _, p := range c.People {
+		if p.Slack != "" {
+			sr.Users[p.Name] = p.Slack
+		}
+		if p.Email != "" {
+			sr.Emails[p.Name] = p.Email
+		}
+		if p.Slack != "" || p.Email != "" {
+			channels[p.Name] = append(channels[p.Name], approval.ChannelSlack)
+		}
+	}
+	return sr
+}
+
+// slackSender is the outbox's Slack channel.
+func (c *Config) slackSender(rules *approval.Service, fp *failpoint.Set) *notify.Slack {
+	s := &notify.Slack{
+		Client:     slack.New(c.Slack.BotToken, slack.OptionAPIURL(c.Slack.APIURL)),
+		Rules:      rules,
+		PublicURL:  c.Web.PublicURL,
+		Failpoints: fp,
+	}
+	if u, err := url.Parse(c.Slack.APIURL); err == nil && u.Host != "slack.com" {
+		// A Slack other than slack.com (a test's fake, a proxy) answers at its own origin.
+		s.ResponseOrigins = []string{u.Scheme + "://" + u.Host}
+	}
+	return s
+}
+
+// slackSigningSecret is the secret interactions are verified with, "" without Slack.
+func (c *Config) slackSigningSecret() string {
+	if c.Slack == nil {
+		return ""
+	}
+	return c.Slack.SigningSecret
+}
