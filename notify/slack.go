@@ -256,7 +256,9 @@ func (s *Slack) update(ctx context.Context, a *approval.Approval, m approval.Sla
 // its policy lets chat decide, the buttons; once a has ended, its outcome instead.
 func (s *Slack) message(a *approval.Approval, n approval.Notice) (string, []slack.Block) {
 	link := strings.TrimSuffix(s.PublicURL, "/") + web.ApprovalPath(a.ID)
-	md := func(t string) *slack.TextBlockObject { return slack.NewTextBlockObject(slack.MarkdownType, t, false, false) }
+	md := func(t string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, t, false, false)
+	}
 	lines := []string{
 		fmt.Sprintf("*%s*", slackEscape(a.Title)),
 		fmt.Sprintf("Requested by %s · action `%s`", slackEscape(a.Requester), slackEscape(a.Action)),
