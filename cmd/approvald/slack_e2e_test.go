@@ -447,3 +447,49 @@ func TestSlack_ConcurrentClicks(t *testing.T) {
 		})
 	})
 }
+
+// A click in Slack racing a reject on the API: one of them decides, the other changes
+// nothing, and alice's answer says which.
+func TestSlack_ClickRacesWebDecision(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		bob := createToken(t, dsn, "bob", "approver")
+		fake := newFakeSlack(t)
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+
+		for round := range 3 {
+			created := srv.do(t, "POST", "/v1/approvals", requester, fmt.Sprintf("race-%d", round),
+				`{"action": "deploy", "title": "Deploy api v1.44", "approvers": ["alice", "bob"]}`)
+			created.wantStatus(t, http.StatusCreated)
+			var a approvalView
+			created.decode(t, &a)
+			body := click(fake, "U0ALICE", "approvald_approve", a.ID, fmt.Sprintf("T-race-%d", round))
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() { <-start; interact(t, srv, body) })
+			wg.Go(func() {
+				<-start
+				r, err := srv.try("POST", "/v1/approvals/"+a.ID+"/reject", bob, "", `{"comment": "from the page"}`, nil)
+				if err != nil || (r.status != http.StatusOK && r.status != http.StatusConflict) {
+					t.Errorf("web reject: got %d %s, %v; want 200 or 409", r.status, r.body, err)
+				}
+			})
+			close(start)
+			wg.Wait()
+			a = waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return a.Status != "pending" })
+			wait.Until(t, "alice's answer", func() bool { _, _, ans := fake.snapshot(); return len(ans) == round+1 })
+			_, _, answers := fake.snapshot()
+			answer := answers[round]
+			switch {
+			case len(a.Decisions) != 1:
+				t.Fatalf("round %d: decisions %+v, want the winner's only", round, a.Decisions)
+			case a.Status == "approved" && (a.Decisions[0].Approver != "alice" || !strings.Contains(answer, "You approved")):
+				t.Errorf("round %d: approved with %+v, answer %q; want alice's vote and her told so", round, a.Decisions, answer)
+			case a.Status == "rejected" && (a.Decisions[0].Approver != "bob" || !strings.Contains(answer, "already rejected by bob at ")):
+				t.Errorf("round %d: rejected with %+v, answer %q; want bob's vote and alice told so", round, a.Decisions, answer)
+			}
+		}
+	})
+}
