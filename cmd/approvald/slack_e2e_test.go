@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/internal/wait"
+	"github.com/approvald/approval/notify"
 )
 
 // slackSecret is the signing secret of the Slack app in these tests.
@@ -489,6 +491,90 @@ func TestSlack_ClickRacesWebDecision(t *testing.T) {
 				t.Errorf("round %d: approved with %+v, answer %q; want alice's vote and her told so", round, a.Decisions, answer)
 			case a.Status == "rejected" && (a.Decisions[0].Approver != "bob" || !strings.Contains(answer, "already rejected by bob at ")):
 				t.Errorf("round %d: rejected with %+v, answer %q; want bob's vote and alice told so", round, a.Decisions, answer)
+			}
+		}
+	})
+}
+
+// TestCrash_SlackPostsOnce: chat.postMessage has no idempotency key, so a process killed
+// (SIGKILL, through the failpoint slack.after-post) after Slack accepted a post and before
+// it recorded the post's ts must not post it again. Each round starts a process armed with
+// slack.after-post=crash and creates an approval asked of alice and bob (and posted in the
+// channel); the first post Slack accepts kills the process. A healthy process on the same
+// database takes the posts over once their lease ends, finds the one the crash cut off in
+// the conversation's history by the notification id in its metadata, and records it. Then
+// the fake holds exactly one message per notification, every notification is sent, and
+// after alice approves every message is updated.
+func TestCrash_SlackPostsOnce(t *testing.T) {
+	crashParallel(t)
+	rounds := outboxRounds(t)
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		fake := newFakeSlack(t)
+		config := strings.Replace(slackConfig(fake), "workers: {lease: 2s, poll: 100ms}",
+			fmt.Sprintf("workers: {lease: %s, poll: %s}", crashLease, crashPoll), 1)
+		armed := serveOptions{config: config, env: []string{failpoint.EnvVar + "=" + notify.FailpointSlackAfterPost + "=crash"}}
+		healthy := serveOptions{config: config}
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		operator := createToken(t, dsn, "ops", "operator")
+		alice := createToken(t, dsn, "alice", "approver")
+
+		for i := range rounds {
+			key := fmt.Sprintf("slack-crash-%d", i)
+			body := fmt.Sprintf(`{"action": "deploy", "title": "Deploy build %d", "approvers": ["alice", "bob"]}`, i)
+			doomed := startServeWith(t, dsn, armed)
+			resp, err := doomed.try("POST", "/v1/approvals", requester, key, body, nil)
+			doomed.waitKilled(t)
+			healer := startServeWith(t, dsn, healthy)
+			if err != nil {
+				resp = healer.do(t, "POST", "/v1/approvals", requester, key, body)
+			}
+			id, ok := createdID(t, key, resp)
+			if !ok {
+				t.FailNow()
+			}
+			sent := waitOutboxSent(t, healer, operator, "notification", 3*(i+1)+i) // and one update per earlier round
+			msgs, _, _ := fake.snapshot()
+			byNotification := map[string]int{}
+			for _, m := range msgs {
+				byNotification[m.NotificationID]++
+			}
+			for _, m := range sent {
+				if m.Recipient != "*" && byNotification[m.ID] != 1 {
+					t.Errorf("round %d: notification %s to %s posted %d times, want once", i, m.ID, m.Recipient, byNotification[m.ID])
+				}
+			}
+			resent := 0
+			for _, m := range sent {
+				if m.Recipient != "*" && m.Attempts > 1 {
+					resent++
+				}
+			}
+			fake.mu.Lock()
+			looked := fake.calls["conversations.history"]
+			fake.mu.Unlock()
+			if resent == 0 || looked < i+1 {
+				t.Errorf("round %d: %d notifications took a second attempt and conversations.history was called %d times; want the post the crash cut off looked up", i, resent, looked)
+			}
+			if len(msgs) != 3*(i+1) {
+				t.Fatalf("round %d: the fake holds %d messages, want %d: one per person and approval, and the channel's", i, len(msgs), 3*(i+1))
+			}
+
+			healer.do(t, "POST", "/v1/approvals/"+id+"/approve", alice, "", `{}`).wantStatus(t, http.StatusOK)
+			wait.Until(t, "the round's messages updated", func() bool {
+				msgs, _, _ := fake.snapshot()
+				updated := 0
+				for _, m := range msgs[3*i:] {
+					if len(m.Updates) > 0 && strings.Contains(m.Updates[len(m.Updates)-1], "Approved by alice") {
+						updated++
+					}
+				}
+				return updated == 3
+			})
+			healer.stop(t)
+			if t.Failed() {
+				t.FailNow()
 			}
 		}
 	})
