@@ -294,6 +294,21 @@ func TestSlack_ClickDecides(t *testing.T) {
 			}
 		}
 
+		// Operators see each post with its attempts and Slack's ts.
+		for _, m := range waitOutboxSent(t, srv, operator, "notification", 3) {
+			var detail struct {
+				AttemptLog    []json.RawMessage `json:"attempt_log"`
+				SlackMessages []struct {
+					Channel string `json:"channel"`
+					TS      string `json:"ts"`
+				} `json:"slack_messages"`
+			}
+			srv.do(t, "GET", "/v1/outbox/"+m.ID, operator, "", "").decode(t, &detail)
+			if len(detail.AttemptLog) != 1 || len(detail.SlackMessages) != 1 || detail.SlackMessages[0].TS == "" {
+				t.Errorf("outbox %s to %s: got %+v, want its attempt and its Slack message with ts", m.ID, m.Recipient, detail)
+			}
+		}
+
 		// carol is known but not an approver; U0NOBODY is nobody approvald knows.
 		interact(t, srv, click(fake, "U0CAROL", "approvald_approve", a.ID, "T-carol"))
 		interact(t, srv, click(fake, "U0NOBODY", "approvald_approve", a.ID, "T-nobody"))
