@@ -594,3 +594,46 @@ func TestCrash_SlackPostsOnce(t *testing.T) {
 		}
 	})
 }
+
+// Under a policy with chat_decisions: false the messages carry the link and no buttons, and
+// a click (from an older message, or forged by another app) is refused: the approval is
+// decided on its page.
+func TestSlack_LinkOnlyPolicy(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		fake := newFakeSlack(t)
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake) + `
+groups:
+  dba: [alice, bob]
+policies:
+  - name: prod-db
+    match: {action: migrate-prod-db}
+    rules: [{group: dba, approvals: 1}]
+    chat_decisions: false
+  - name: the-rest
+    match: {action: "*"}
+    approvers: from_request
+`})
+		created := srv.do(t, "POST", "/v1/approvals", requester, "migrate-1", `{"action": "migrate-prod-db", "title": "Migrate orders"}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "three posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 3 })
+		msgs, _, _ := fake.snapshot()
+		for _, m := range msgs {
+			if strings.Contains(m.Blocks, "approvald_approve") || !strings.Contains(m.Blocks, "/ui/approvals/"+a.ID) {
+				t.Errorf("%s: got %s, want the link and no buttons", m.Channel, m.Blocks)
+			}
+		}
+		interact(t, srv, click(fake, "U0ALICE", "approvald_approve", a.ID, "T-link"))
+		wait.Until(t, "the answer", func() bool { _, _, ans := fake.snapshot(); return len(ans) == 1 })
+		if _, _, ans := fake.snapshot(); !strings.Contains(ans[0], "decided on its page") {
+			t.Errorf("answer: got %q, want it to say the approval is decided on its page", ans[0])
+		}
+		if got := waitApproval(t, srv, requester, a.ID, func(approvalView) bool { return true }); got.Status != "pending" || len(got.Decisions) != 0 {
+			t.Errorf("after the refused click: got %+v, want pending without votes", got)
+		}
+	})
+}
