@@ -637,3 +637,49 @@ policies:
 		}
 	})
 }
+
+// Under a policy of two stages the first stage's person gets the first message; their vote
+// in Slack meets the stage, which DMs the next stage's person; the last vote approves, and
+// every message of the approval is updated.
+func TestSlack_NextStage(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		fake := newFakeSlack(t)
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake) + `
+policies:
+  - name: two-stages
+    match: {action: deploy}
+    stages:
+      - rules: [{people: [alice], approvals: 1}]
+      - rules: [{people: [bob], approvals: 1}]
+`})
+		created := srv.do(t, "POST", "/v1/approvals", requester, "staged-1", `{"action": "deploy", "title": "Deploy in stages"}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+		msgs, _, _ := fake.snapshot()
+		if len(in(msgs, "D0ALICE")) != 1 || len(in(msgs, "D0BOB")) != 0 {
+			t.Fatalf("posts: got %+v, want alice's (stage 1) and none for bob yet", msgs)
+		}
+		if !strings.Contains(in(msgs, "D0ALICE")[0].Blocks, "stage 1 of 2") {
+			t.Errorf("alice's post: got %s, want the stage and its progress", in(msgs, "D0ALICE")[0].Blocks)
+		}
+
+		interact(t, srv, click(fake, "U0ALICE", "approvald_approve", a.ID, "T-stage1"))
+		wait.Until(t, "bob's post", func() bool { msgs, _, _ := fake.snapshot(); return len(in(msgs, "D0BOB")) == 1 })
+		interact(t, srv, click(fake, "U0BOB", "approvald_approve", a.ID, "T-stage2"))
+		a = waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return a.Status == "approved" })
+		wait.Until(t, "every message updated", func() bool {
+			msgs, _, _ := fake.snapshot()
+			for _, m := range msgs {
+				if len(m.Updates) == 0 || !strings.Contains(m.Updates[len(m.Updates)-1], "Approved by bob") {
+					return false
+				}
+			}
+			return len(msgs) == 3
+		})
+	})
+}
