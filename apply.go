@@ -91,9 +91,10 @@ func (s *Service) ClaimApplyInbox(ctx context.Context, limit int, actionFor func
 func checkInboxAction(a InboxAction) error {
 	switch {
 	case a.Kind == ActionDecide && a.Decide == nil,
-		a.Kind == ActionExecutionResult && a.Report == nil:
+		a.Kind == ActionExecutionResult && a.Report == nil,
+		a.Kind == ActionSlack && a.Slack == nil:
 		return Errorf(EINVALID, "inbox action %d has no payload", a.Kind)
-	case a.Kind != ActionIgnore && a.Kind != ActionDecide && a.Kind != ActionExecutionResult:
+	case a.Kind != ActionIgnore && a.Kind != ActionDecide && a.Kind != ActionExecutionResult && a.Kind != ActionSlack:
 		return Errorf(EINVALID, "unknown inbox action %d", a.Kind)
 	}
 	return nil
@@ -136,6 +137,9 @@ func (s *Service) applyLockedInbox(ctx context.Context, tx Tx, cur *InboxEvent, 
 			break
 		}
 		outcome = DecisionOutcome(res.approval, d, res.repeat)
+
+	case ActionSlack:
+		return s.applySlack(ctx, tx, cur, *a.Slack, cause)
 
 	case ActionExecutionResult:
 		r := *a.Report

@@ -403,7 +403,7 @@ func (s *Service) ExpireDue(ctx context.Context, limit int) (int, error) {
 	for i, id := range ids {
 		approvals[i] = &Approval{ID: id, Status: StatusPending}
 	}
-	if r := s.Routing; len(ids) > 0 && (len(r.Channels) > 0 || len(r.Callbacks) > 0 || r.ProviderEmails) {
+	if r := s.Routing; len(ids) > 0 && (len(r.Channels) > 0 || len(r.Callbacks) > 0 || r.ProviderEmails || r.Slack != nil) {
 		// The notices name the approval: read them, locked already, only when anyone is told.
 		if approvals, err = tx.ApprovalGetByIDMany(ctx, ids); err != nil {
 			return 0, err

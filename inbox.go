@@ -82,9 +82,10 @@ type InboxMark struct {
 // event done, so a crash between the two cannot apply an event twice.
 type InboxAction struct {
 	Kind   InboxActionKind
-	Decide *DecideRequest   // KindDecide; ApprovalID or OperationKey names the approval
-	Report *ExecutionReport // KindExecutionResult
-	Reason string           // KindIgnore: why (unknown type, handler not allowed, bad data)
+	Decide *DecideRequest    // KindDecide; ApprovalID or OperationKey names the approval
+	Report *ExecutionReport  // KindExecutionResult
+	Reason string            // KindIgnore: why (unknown type, handler not allowed, bad data)
+	Slack  *SlackInteraction // ActionSlack
 }
 
 // DecisionOutcome is the Outcome of an inbox event whose decision the rules accepted: a is
@@ -117,6 +118,7 @@ const (
 	ActionIgnore InboxActionKind = iota + 1
 	ActionDecide
 	ActionExecutionResult
+	ActionSlack // a Slack interaction: the clicker's person votes, and is answered
 )
 
 // InboxFilter selects events for InboxEvents.

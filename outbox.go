@@ -123,6 +123,9 @@ type Notice struct {
 	Policy *PolicyStatus `json:"policy,omitempty"`
 	// Round numbers a reminder within its stage, from 1.
 	Round int `json:"round,omitempty"`
+	// LinkOnly: the approval's policy has chat_decisions: false, so a chat message carries
+	// the link to the page and no buttons.
+	LinkOnly bool `json:"link_only,omitempty"`
 }
 
 // Signin is the payload of a sign-in link: the token in the clear until the mail is sent
@@ -165,6 +168,9 @@ type Routing struct {
 	// CallbackHTTPLoopback lets a callback_url use plain http when its host is loopback
 	// (localhost, 127.0.0.0/8, ::1); any other callback_url must be https.
 	CallbackHTTPLoopback bool
+	// Slack, when set, notifies on ChannelSlack those whose Channels name it, updates the
+	// messages of an approval when it ends, and posts every approval in Slack.Channel.
+	Slack *SlackRouting
 }
 
 // CallbackOrigin returns the origin of an absolute http or https URL as the allow-list
@@ -245,6 +251,9 @@ func (r Routing) notices(n Notice, keyEvent string, recipients []string, stored 
 		}
 		seen[person] = true
 		for _, ch := range r.channels(person, stored) {
+			if ch == ChannelSlack && !asks(n.Event) {
+				continue // Slack's messages are updated instead (slackUpdate)
+			}
 			msgs = append(msgs, &OutboxMessage{
 				ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, person, ch, keyEvent),
 				Kind: OutboxNotification, ApprovalID: n.ApprovalID, Recipient: person, Channel: ch,
@@ -253,6 +262,23 @@ func (r Routing) notices(n Notice, keyEvent string, recipients []string, stored 
 		}
 	}
 	return msgs
+}
+
+// slackUpdate is the message that updates every Slack message of n's approval when n ends it,
+// nil when it does not, or Slack is not configured. Updates are idempotent: one per outcome.
+func (r Routing) slackUpdate(n Notice) *OutboxMessage {
+	switch n.Event {
+	case EventApproved, EventRejected, EventExpired, EventCancelled:
+	default:
+		return nil
+	}
+	if r.Slack == nil {
+		return nil
+	}
+	return &OutboxMessage{
+		ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, SlackEveryMessage, ChannelSlack, n.Event),
+		Kind: OutboxNotification, ApprovalID: n.ApprovalID, Recipient: SlackEveryMessage, Channel: ChannelSlack, Event: n.Event,
+	}
 }
 
 // NotificationKey is the natural key of a notification.
@@ -328,6 +354,9 @@ func queueNoticesKeyed(ctx context.Context, tx Tx, r Routing, n Notice, keyEvent
 		return err
 	}
 	msgs := r.notices(n, keyEvent, recipients, stored)
+	if m := r.slackUpdate(n); m != nil {
+		msgs = append(msgs, m)
+	}
 	if callback != "" && !asks(n.Event) && n.Event != EventNeedsReview {
 		msgs = append(msgs, &OutboxMessage{
 			ID: NewID("cbk"), NaturalKey: CallbackKey(n.EventID), Kind: OutboxCallback,
@@ -397,6 +426,13 @@ func createNotices(r Routing, a *Approval, members Members, stored map[string]st
 	}
 	n := askNotice(a, EventRequested, p, a.CreatedAt)
 	msgs := r.notices(n, n.Event, recipients, stored)
+	if sr := r.Slack; sr != nil && sr.Channel != "" {
+		to := "#" + sr.Channel
+		msgs = append(msgs, &OutboxMessage{
+			ID: NewID("ntf"), NaturalKey: NotificationKey(a.ID, to, ChannelSlack, n.Event),
+			Kind: OutboxNotification, ApprovalID: a.ID, Recipient: to, Channel: ChannelSlack, Event: n.Event,
+		})
+	}
 	if len(msgs) == 0 {
 		return nil, nil
 	}

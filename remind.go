@@ -141,6 +141,7 @@ func askNotice(a *Approval, event string, p Progress, now time.Time) Notice {
 	}
 	if a.Resolved != nil {
 		n.Policy = policyStatus(a.Resolved, p)
+		n.LinkOnly = a.Resolved.NoChatDecisions
 	}
 	return n
 }

@@ -47,6 +47,9 @@ type Resolved struct {
 	// RemindEvery, when positive, is how often the eligible people of the current stage who
 	// have not voted are reminded (docs/policies.md, "Reminders").
 	RemindEvery time.Duration `json:"remind_every,omitempty"`
+	// NoChatDecisions: the policy says chat_decisions: false, so its approvals are decided
+	// on their page after a sign-in, and a chat message carries only the link.
+	NoChatDecisions bool `json:"no_chat_decisions,omitempty"`
 }
 
 // Members tells who is in a group now: the group's static members and the people whose

@@ -264,4 +264,20 @@ type Tx interface {
 	// names), each signed in at Now: the rows of groups no longer named are deleted, even
 	// when groups is empty, and other persons' rows are left as they are.
 	IdentityGroupReplace(ctx context.Context, person string, groups []string) error
+
+	// SlackMessageInsert records a message posted in Slack for an outbox notification, at
+	// Now, unless one is recorded for it already (ON CONFLICT DO NOTHING: the first stands).
+	SlackMessageInsert(ctx context.Context, m SlackMessage) error
+	// SlackMessageGet returns the message recorded for the notification outboxID, or
+	// ENOTFOUND.
+	SlackMessageGet(ctx context.Context, outboxID string) (SlackMessage, error)
+	// SlackMessageGetMany returns every message recorded for an approval, by notification id.
+	SlackMessageGetMany(ctx context.Context, approvalID string) ([]SlackMessage, error)
+	// SlackUserUpsert stores userID as person's Slack user, at Now, replacing the stored one;
+	// when it is the stored one already, nothing changes.
+	SlackUserUpsert(ctx context.Context, person, userID string) error
+	// SlackUserGet returns person's stored Slack user, "" when none.
+	SlackUserGet(ctx context.Context, person string) (string, error)
+	// SlackUserPersons returns the persons whose stored Slack user is userID, by name.
+	SlackUserPersons(ctx context.Context, userID string) ([]string, error)
 }

@@ -46,6 +46,7 @@ var Known = []string{
 	"execution.after-record", // the result is recorded
 	"approval.after-commit",  // a decision is committed, the HTTP answer not yet written
 	"outbox.after-send",      // a channel accepted an outbox message, its outcome not yet recorded
+	"slack.after-post",       // Slack accepted a post, its channel and ts not yet recorded
 }
 
 // ErrInjected is wrapped by the error Inject returns from an "error" point.

@@ -28,6 +28,7 @@ var keptHeaders = []string{
 	"webhook-id", "webhook-timestamp", "webhook-signature", // standard-webhooks
 	"Stripe-Signature",                                           // stripe
 	"X-GitHub-Delivery", "X-GitHub-Event", "X-Hub-Signature-256", // github
+	"X-Slack-Signature", "X-Slack-Request-Timestamp", // slack interactions
 	"Content-Type",
 }
 

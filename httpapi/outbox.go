@@ -16,6 +16,9 @@ type outboxList struct {
 type outboxDetail struct {
 	*approval.OutboxMessage
 	AttemptLog []approval.OutboxAttempt `json:"attempt_log"`
+	// SlackMessages are, for a Slack message, what it posted (its one post) or updated
+	// (every message of the approval), with their ts.
+	SlackMessages []approval.SlackMessage `json:"slack_messages,omitempty"`
 }
 
 // handleListOutbox is GET /v1/outbox?status=&kind=&limit=&cursor=, newest first. Operators
@@ -56,7 +59,34 @@ func (s *Server) handleGetOutbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, outboxDetail{OutboxMessage: m.Redacted(), AttemptLog: attempts})
+	d := outboxDetail{OutboxMessage: m.Redacted(), AttemptLog: attempts}
+	if m.Channel == approval.ChannelSlack && m.Event != approval.EventSlackReply {
+		if d.SlackMessages, err = s.slackMessages(r, m); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	s.writeJSON(w, r, http.StatusOK, d)
+}
+
+// slackMessages are the Slack messages m posted or, for an update, changed.
+func (s *Server) slackMessages(r *http.Request, m *approval.OutboxMessage) ([]approval.SlackMessage, error) {
+	if m.Recipient == approval.SlackEveryMessage {
+		msgs, err := s.svc.SlackMessages(r.Context(), m.ApprovalID)
+		for i := range msgs {
+			msgs[i].PostedAt = msgs[i].PostedAt.UTC()
+		}
+		return msgs, err
+	}
+	sm, err := s.svc.SlackMessage(r.Context(), m.ID)
+	if approval.ErrorCode(err) == approval.ENOTFOUND {
+		return nil, nil // not posted yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	sm.PostedAt = sm.PostedAt.UTC()
+	return []approval.SlackMessage{sm}, nil
 }
 
 // handleRetryOutbox is POST /v1/outbox/{id}/retry: a failed message is queued again

@@ -89,6 +89,9 @@ type Config struct {
 	// MetricsTokenRequired makes /metrics answer only a request with a usable token, of any
 	// role (a scraper needs no rights); false leaves it open to whoever reaches the server.
 	MetricsTokenRequired bool
+	// SlackSigningSecret verifies the interactions Slack posts to /v1/slack/interactions
+	// (docs/slack.md); empty: Slack is not configured, and the route answers 404.
+	SlackSigningSecret string
 }
 
 // Source is one configured webhook sender (docs/http-api.md, "Webhook intake"). cmd/approvald
@@ -128,6 +131,7 @@ type Server struct {
 	sourceOrder  []*Source          // as configured, for GET /v1/sources
 	failpoints   *failpoint.Set
 	bodies       *BodyBudget
+	slackSecret  string
 
 	mux     *http.ServeMux
 	metrics *metrics
@@ -156,6 +160,7 @@ func New(cfg Config) *Server {
 		sources:      make(map[string]*Source, len(cfg.Sources)),
 		failpoints:   cfg.Failpoints,
 		bodies:       cfg.Bodies,
+		slackSecret:  cfg.SlackSigningSecret,
 		mux:          http.NewServeMux(),
 	}
 	if s.bodies == nil {
@@ -232,6 +237,7 @@ func (s *Server) routes(metricsHandler http.Handler) []route {
 		{http.MethodGet, "/v1/inbox/{id}", http.HandlerFunc(s.handleGetInboxEvent)},
 		{http.MethodPost, "/v1/inbox/{id}/retry", http.HandlerFunc(s.handleRetryInboxEvent)},
 		{http.MethodGet, "/v1/sources", http.HandlerFunc(s.handleListSources)},
+		{http.MethodPost, "/v1/slack/interactions", http.HandlerFunc(s.handleSlackInteraction)},
 
 		{http.MethodGet, "/v1/executions", http.HandlerFunc(s.handleListExecutions)},
 		{http.MethodGet, "/v1/executions/{id}", http.HandlerFunc(s.handleGetExecution)},

@@ -66,6 +66,9 @@ type Policy struct {
 	Approvers   string        `yaml:"approvers" json:"approvers,omitempty"`
 	ExpiresIn   time.Duration `yaml:"expires_in" json:"expires_in,omitempty"`
 	RemindEvery time.Duration `yaml:"remind_every" json:"remind_every,omitempty"`
+	// ChatDecisions false keeps the policy's approvals from being decided in chat: their
+	// Slack messages carry only the link to the page. Nil means true.
+	ChatDecisions *bool `yaml:"chat_decisions" json:"chat_decisions,omitempty"`
 }
 
 // Match selects the requests a policy applies to: Action ("*" for any) and, when set, the
@@ -339,13 +342,16 @@ type Result struct {
 	FromRequest bool
 	ExpiresIn   time.Duration // 0: the request's or the default
 	RemindEvery time.Duration // 0: no reminders
+	// NoChatDecisions: the policy says chat_decisions: false.
+	NoChatDecisions bool
 	// Skipped says, in order, why each earlier policy did not apply.
 	Skipped []Skip
 }
 
 // Resolved returns what the approval keeps of the policy.
 func (r Result) Resolved() approval.Resolved {
-	return approval.Resolved{Policy: r.Policy, Version: r.Version, Stages: r.Stages, RemindEvery: r.RemindEvery}
+	return approval.Resolved{Policy: r.Policy, Version: r.Version, Stages: r.Stages, RemindEvery: r.RemindEvery,
+		NoChatDecisions: r.NoChatDecisions}
 }
 
 // Skip is a policy that did not apply, and why.
@@ -420,6 +426,7 @@ func (s *Set) Resolve(ctx context.Context, in Input) (Result, error) {
 		res.Policy, res.Version = c.Name, c.version
 		res.Stages, res.FromRequest = c.stages, c.Approvers == FromRequest
 		res.ExpiresIn, res.RemindEvery = c.ExpiresIn, c.RemindEvery
+		res.NoChatDecisions = c.ChatDecisions != nil && !*c.ChatDecisions
 		if len(c.Requesters) > 0 && !slices.ContainsFunc(c.Requesters, func(r string) bool { return approval.SameName(r, in.Requester) }) {
 			return res, approval.Errorf(approval.EFORBIDDEN, "policy %s lets only %s request %s; %s may not", c.Name, strings.Join(c.Requesters, ", "), in.Action, in.Requester)
 		}

@@ -1211,6 +1211,110 @@ func txCases() []txCase {
 			})
 		}},
 
+		{"SlackMessageInsert", func(t *testing.T, f *fixture) {
+			first := approval.SlackMessage{OutboxID: "ntf_1", ApprovalID: "apr_1", Recipient: "carol", Channel: "D0CAROL", TS: "1700000000.000100"}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.SlackMessageInsert(ctx, first) })
+			f.clock.Advance(time.Minute)
+			// The guard: a second record of the same notification (a resend that found its
+			// post) changes nothing; the first stands.
+			again := first
+			again.TS, again.Channel = "1700000099.000200", "C0OTHER"
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.SlackMessageInsert(ctx, again) })
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				got, err := tx.SlackMessageGet(ctx, "ntf_1")
+				if err != nil {
+					return err
+				}
+				want := first
+				want.PostedAt = f.clock.Now().Add(-time.Minute)
+				if got != want {
+					t.Fatalf("slack message: got %+v, want the first record %+v", got, want)
+				}
+				return nil
+			})
+		}},
+		{"SlackMessageGet", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if _, err := tx.SlackMessageGet(ctx, "ntf_none"); approval.ErrorCode(err) != approval.ENOTFOUND {
+					t.Fatalf("an unrecorded notification: got %v, want ENOTFOUND", err)
+				}
+				m := approval.SlackMessage{OutboxID: "ntf_2", ApprovalID: "apr_1", Recipient: "#C0DEPLOYS", Channel: "C0DEPLOYS", TS: "1.2"}
+				if err := tx.SlackMessageInsert(ctx, m); err != nil {
+					return err
+				}
+				if got, err := tx.SlackMessageGet(ctx, "ntf_2"); err != nil || got.TS != "1.2" || got.Channel != "C0DEPLOYS" {
+					t.Fatalf("recorded in this transaction: got %+v, %v", got, err)
+				}
+				return nil
+			})
+		}},
+		{"SlackMessageGetMany", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				for _, m := range []approval.SlackMessage{
+					{OutboxID: "ntf_b", ApprovalID: "apr_1", Recipient: "dave", Channel: "D0DAVE", TS: "2.0"},
+					{OutboxID: "ntf_a", ApprovalID: "apr_1", Recipient: "carol", Channel: "D0CAROL", TS: "1.0"},
+					{OutboxID: "ntf_c", ApprovalID: "apr_2", Recipient: "carol", Channel: "D0CAROL", TS: "3.0"},
+				} {
+					if err := tx.SlackMessageInsert(ctx, m); err != nil {
+						return err
+					}
+				}
+				got, err := tx.SlackMessageGetMany(ctx, "apr_1")
+				if err != nil {
+					return err
+				}
+				if len(got) != 2 || got[0].OutboxID != "ntf_a" || got[1].OutboxID != "ntf_b" {
+					t.Fatalf("messages of apr_1: got %+v, want ntf_a and ntf_b, in that order", got)
+				}
+				if none, err := tx.SlackMessageGetMany(ctx, "apr_none"); err != nil || len(none) != 0 {
+					t.Fatalf("an approval without messages: got %v, %v; want none", none, err)
+				}
+				return nil
+			})
+		}},
+		{"SlackUserUpsert", func(t *testing.T, f *fixture) {
+			for _, id := range []string{"U0CAROL", "U0CAROL", "U0CAROL2"} {
+				inTx(t, f, func(ctx context.Context, tx approval.Tx) error { return tx.SlackUserUpsert(ctx, "carol", id) })
+			}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if got, err := tx.SlackUserGet(ctx, "carol"); err != nil || got != "U0CAROL2" {
+					t.Fatalf("carol's slack user: got %q, %v; want the last one stored, U0CAROL2", got, err)
+				}
+				return nil
+			})
+		}},
+		{"SlackUserGet", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				if got, err := tx.SlackUserGet(ctx, "nobody"); err != nil || got != "" {
+					t.Fatalf("a person without a stored user: got %q, %v; want \"\"", got, err)
+				}
+				if err := tx.SlackUserUpsert(ctx, "dave", "U0DAVE"); err != nil {
+					return err
+				}
+				if got, err := tx.SlackUserGet(ctx, "dave"); err != nil || got != "U0DAVE" {
+					t.Fatalf("dave: got %q, %v; want U0DAVE", got, err)
+				}
+				return nil
+			})
+		}},
+		{"SlackUserPersons", func(t *testing.T, f *fixture) {
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				for person, id := range map[string]string{"erin": "U0SHARED", "carol": "U0SHARED", "dave": "U0DAVE"} {
+					if err := tx.SlackUserUpsert(ctx, person, id); err != nil {
+						return err
+					}
+				}
+				got, err := tx.SlackUserPersons(ctx, "U0SHARED")
+				if err != nil || strings.Join(got, " ") != "carol erin" {
+					t.Fatalf("persons of U0SHARED: got %v, %v; want carol erin", got, err)
+				}
+				if got, err := tx.SlackUserPersons(ctx, "U0NOBODY"); err != nil || len(got) != 0 {
+					t.Fatalf("an unknown user: got %v, %v; want none", got, err)
+				}
+				return nil
+			})
+		}},
+
 		{"IdentityGroupGetMany", func(t *testing.T, f *fixture) {
 			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
 				for person, groups := range map[string][]string{"carol": {"sre", "dba"}, "dave": {"sre"}, "erin": {"ops"}} {

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/webhook"
 )
 
 // Handle decides what a claimed inbox event asks for, from its stored type and body alone,
@@ -19,7 +20,17 @@ import (
 // header, for GitHub, which the intake stored as the type) and the handler's data in one
 // place: "data.object" (Stripe), else "data" (Standard Webhooks), else the whole body
 // (GitHub).
+//
+// A Slack interaction (source slack, which no webhook source may be named) is read as the
+// intake read it before storing it (webhook.ParseSlackInteraction).
 func Handle(e *approval.InboxEvent, allowed []string) approval.InboxAction {
+	if e.Source == approval.SourceSlack {
+		_, _, in, err := webhook.ParseSlackInteraction(e.Body)
+		if err != nil {
+			return ignore(fmt.Sprintf("bad Slack interaction: %s", approval.ErrorMessage(err)))
+		}
+		return approval.InboxAction{Kind: approval.ActionSlack, Slack: &in}
+	}
 	var handle func(*approval.InboxEvent, json.RawMessage) (approval.InboxAction, error)
 	switch e.Type {
 	case approval.TypeApprovalDecision:

@@ -56,6 +56,17 @@ func IsPermanent(err error) bool {
 
 type permanentError struct{ error }
 
+// RetryAt marks err as a refusal for now that says when to try again (a 429's Retry-After):
+// the next attempt is due at at rather than after the backoff.
+func RetryAt(err error, at time.Time) error { return retryAtError{err, at} }
+
+type retryAtError struct {
+	error
+	at time.Time
+}
+
+func (r retryAtError) Unwrap() error { return r.error }
+
 func (p permanentError) Unwrap() error { return p.error }
 
 // Mailbox is what the outbox worker needs of the Service: claims and fenced outcomes.
@@ -171,6 +182,9 @@ func (o *Outbox) send(ctx context.Context, m *approval.OutboxMessage, lease time
 			out.Status = approval.OutboxFailed
 		default:
 			at := o.now().Add(Policy{Backoff: o.backoff()}.Delay(m.Attempts, 0, o.Rand))
+			if ra, ok := errors.AsType[retryAtError](err); ok && ra.at.After(o.now()) {
+				at = ra.at
+			}
 			out.Status, out.RetryAt = approval.OutboxPending, &at
 		}
 	}

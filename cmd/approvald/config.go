@@ -63,7 +63,7 @@ var (
 	ErrShortKey       = errors.New("must be at least 32 bytes")
 	ErrInvalidDomain  = errors.New("must be a domain name such as example.com")
 	ErrInvalidEmail   = errors.New("must be an e-mail address")
-	ErrNoSMTP         = errors.New("an e-mail address needs the smtp section")
+	ErrNoSMTP         = errors.New("an e-mail address needs the smtp section (or slack, to find the person in Slack)")
 	ErrInvalidMode    = errors.New("must be required, opportunistic or none")
 	ErrInvalidPort    = errors.New("must be 1 to 65535")
 	ErrInvalidPrefix  = errors.New("must be an IP address or a CIDR prefix such as 10.0.0.0/8")
@@ -99,6 +99,7 @@ type Config struct {
 	People        []PersonConfig      `yaml:"people"`
 	Notifications NotificationsConfig `yaml:"notifications"`
 	Callbacks     CallbacksConfig     `yaml:"callbacks"`
+	Slack         *SlackConfig        `yaml:"slack"` // slack.go, docs/slack.md
 	Log           LogConfig           `yaml:"log"`
 	Limits        LimitsConfig        `yaml:"limits"`
 	Bootstrap     BootstrapConfig     `yaml:"bootstrap"`
@@ -517,6 +518,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("web.%w", err)
 	}
 	if err := c.validateNotifications(); err != nil {
+		return err
+	}
+	if err := c.validateSlack(); err != nil {
 		return err
 	}
 	set, err := policy.Compile(c.Groups, c.Policies)

@@ -160,7 +160,7 @@ func TestParseConfig_Errors(t *testing.T) {
 		name, text, want string
 	}{
 		{"unknown field", "listen: 127.0.0.1:1\nlistne: x\n", `line 2: unknown setting "listne" (did you mean "listen"?)`},
-		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, bootstrap, callbacks, database_url, groups, idempotency, limits, listen, log, metrics, notifications, people, policies, retention, smtp, sources, web, workers`},
+		{"unknown field far from any", "listen: 127.0.0.1:1\n\nport: 8080\n", `line 3: unknown setting "port"; the settings there are actions, bootstrap, callbacks, database_url, groups, idempotency, limits, listen, log, metrics, notifications, people, policies, retention, slack, smtp, sources, web, workers`},
 		{"unknown field in a policy", "policies:\n  - name: p\n    match: {action: a}\n    rule: []\n", `line 4: unknown setting "rule" in policies[0] (did you mean "rules"?)`},
 		{"bad duration in a policy", "policies:\n  - {name: p, expires_in: 1}\n", `line 2: policies[0].expires_in: "1" is not a duration`},
 		{"groups not a map", "groups: [sre]\n", `line 1: groups is a list; write "name: value" lines`},
@@ -344,6 +344,20 @@ func TestConfig_Validate(t *testing.T) {
 			c.SMTP = &SMTPConfig{Host: "mail", From: "a@example.com"}
 			c.Web.SigninLinks = &SigninLinksConfig{TrackedAddresses: -1}
 		}, "web.signin_links.tracked_addresses", ErrNegative},
+
+		{"slack without bot token", func(c *Config) { c.Slack = &SlackConfig{SigningSecret: "s"} }, "slack.bot_token", ErrRequired},
+		{"slack user token", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxp-1", SigningSecret: "s"} }, "slack.bot_token", ErrSlackToken},
+		{"slack without signing secret", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxb-1"} }, "slack.signing_secret", ErrRequired},
+		{"slack api url not http", func(c *Config) {
+			c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s", APIURL: "slack.com/api"}
+		}, "slack.api_url", ErrInvalidURL},
+		{"slack channel by name", func(c *Config) { c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s", Channel: "#deploys"} }, "slack.channel", ErrSlackChannel},
+		{"slack user without slack", func(c *Config) { c.People = []PersonConfig{{Name: "alice", Slack: "U0ALICE"}} }, "people[0].slack", ErrNoSlack},
+		{"slack user not an id", func(c *Config) {
+			c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s"}
+			c.People = []PersonConfig{{Name: "alice", Slack: "@alice"}}
+		}, "people[0].slack", ErrSlackUser},
+		{"source named slack", func(c *Config) { c.Sources[0].Name = "slack" }, "sources[0].name", ErrReservedSource},
 
 		{"zero connections", func(c *Config) { c.Limits.MaxConnections = 0 }, "limits.max_connections", ErrNotPositive},
 		{"zero requests in flight", func(c *Config) { c.Limits.MaxInflightRequests = 0 }, "limits.max_inflight_requests", ErrNotPositive},
@@ -593,5 +607,22 @@ func TestParseConfig_BootstrapAndMetrics(t *testing.T) {
 	}
 	if def.Bootstrap.TokenTTL != DefaultBootstrapTokenTTL || def.Metrics.TokenRequired {
 		t.Errorf("defaults: got %+v and %+v, want %s and open metrics", def.Bootstrap, def.Metrics, DefaultBootstrapTokenTTL)
+	}
+}
+
+func TestConfig_Slack(t *testing.T) {
+	c := DefaultConfig()
+	c.Slack = &SlackConfig{BotToken: "xoxb-1", SigningSecret: "s", Channel: "C0DEPLOYS"}
+	// With Slack, an address without SMTP finds the person's Slack user.
+	c.People = []PersonConfig{{Name: "alice", Slack: "U0ALICE"}, {Name: "bob", Email: "bob@example.com"}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	if c.Slack.APIURL != DefaultSlackAPIURL {
+		t.Errorf("api_url: got %q, want the default %q", c.Slack.APIURL, DefaultSlackAPIURL)
+	}
+	c.Slack.APIURL = "http://127.0.0.1:9/api"
+	if err := c.Validate(); err != nil || c.Slack.APIURL != "http://127.0.0.1:9/api/" {
+		t.Errorf("api_url without a trailing slash: got %q, %v; want it with one", c.Slack.APIURL, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -28,6 +29,9 @@ type PersonConfig struct {
 	Name  string `yaml:"name"`
 	Email string `yaml:"email"`
 	Chat  string `yaml:"chat"` // a Slack-compatible incoming webhook URL
+	// Slack is the person's Slack user id (U0ALICE); without it, their Slack user is found
+	// by their e-mail address (docs/slack.md).
+	Slack string `yaml:"slack"`
 }
 
 // NotificationsConfig names who is told of executions needing review.
@@ -88,7 +92,8 @@ func (c *Config) validateNotifications() error {
 			if _, err := mail.ParseAddress(p.Email); err != nil {
 				return fmt.Errorf("%s.email: %w", field, ErrInvalidEmail)
 			}
-			if c.SMTP == nil {
+			if c.SMTP == nil && c.Slack == nil {
+				// An address serves mail, or finding the person's Slack user.
 				return fmt.Errorf("%s.email: %w", field, ErrNoSMTP)
 			}
 		}
@@ -171,12 +176,13 @@ func (c *Config) routing() approval.Routing {
 	// The addresses OIDC providers verified are used only while both are configured: without
 	// SMTP there is nothing to send them, and without OIDC nothing keeps them current.
 	r.ProviderEmails = c.SMTP != nil && c.Web.OIDC != nil
+	r.Slack = c.slackRouting(r.Channels)
 	return r
 }
 
 // senders are the outbox's channels. A mail's address is resolved by rules
 // (approval.Service.EmailAddress): the configured one, else the provider's.
-func (c *Config) senders(rules *approval.Service) map[string]worker.Sender {
+func (c *Config) senders(rules *approval.Service, fp *failpoint.Set) map[string]worker.Sender {
 	people := map[string]PersonConfig{}
 	for _, p := range c.People {
 		people[p.Name] = p
@@ -194,6 +200,9 @@ func (c *Config) senders(rules *approval.Service) map[string]worker.Sender {
 			}
 			return c.Callbacks.Secret
 		}},
+	}
+	if c.Slack != nil {
+		senders[approval.ChannelSlack] = c.slackSender(rules, fp)
 	}
 	if s := c.SMTP; s != nil {
 		port := s.Port

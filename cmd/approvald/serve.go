@@ -337,6 +337,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Bodies:           bodies,
 		// With metrics.token_required a scraper sends a token of its own.
 		MetricsTokenRequired: svc.config.Metrics.TokenRequired,
+		SlackSigningSecret:   svc.config.slackSigningSecret(),
 	})
 
 	webConfig := svc.webConfig(st, rules)
@@ -423,7 +424,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Store:      st,
 		Mailbox:    rules,
 		Logger:     svc.logger.With("worker", "outbox"),
-		Senders:    svc.config.senders(rules),
+		Senders:    svc.config.senders(rules, svc.failpoints),
 		Lease:      svc.config.Workers.Lease,
 		Poll:       svc.config.Workers.Poll,
 		Failpoints: svc.failpoints,

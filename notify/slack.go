@@ -1,0 +1,446 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/approvald/approval"
+	"github.com/approvald/approval/failpoint"
+	"github.com/approvald/approval/web"
+	"github.com/approvald/approval/webhook"
+	"github.com/approvald/approval/worker"
+)
+
+// FailpointSlackAfterPost sits between Slack's acceptance of a post and its record
+// (docs/operations.md, docs/slack.md): the window in which a crash leaves a post whose
+// outcome the next attempt must look up.
+const FailpointSlackAfterPost = "slack.after-post"
+
+// slackMetadataType is the event_type of the metadata every post carries: its notification's
+// id, by which an attempt whose outcome is uncertain finds a post made before it.
+const slackMetadataType = "approvald_notification"
+
+// Slack sends the outbox's Slack messages through Slack's Web API (docs/slack.md): a post of
+// a notice asking for a vote, in the person's direct messages or the configured channel, with
+// the Approve and Reject buttons; the update of every message of an approval once it ends;
+// and the answer to an interaction, ephemeral through its response_url, or the reject form.
+//
+// chat.postMessage has no idempotency key, so each post carries its notification's id in
+// its metadata, and a later attempt of the same notification (the one before may have died
+// after Slack accepted it) first looks for it: in the record of posts, then in the
+// conversation's history. Updates are idempotent. A 429 holds back every call of that
+// method until its Retry-After has passed.
+type Slack struct {
+	Client *slack.Client
+	// HTTP posts the answers to response_url (nil: a client of its own).
+	HTTP *http.Client
+	// Rules resolves people and records messages (an *approval.Service).
+	Rules SlackRules
+	// PublicURL is where the pages are, for the link to an approval.
+	PublicURL string
+	// ResponseOrigins are the origins a response_url may have besides https://hooks.slack.com
+	// (the fake Slack of tests): a response_url is taken from the body Slack signed, but is
+	// still a URL approvald will POST to.
+	ResponseOrigins []string
+	Failpoints      *failpoint.Set
+	Now             func() time.Time // time.Now when nil
+
+	mu      sync.Mutex
+	limited map[string]time.Time // method -> until when Slack asked not to call it
+}
+
+// SlackRules is what Slack needs of the Service.
+type SlackRules interface {
+	SlackUser(ctx context.Context, person string) (string, error)
+	SlackEmail(person string) string
+	RecordSlackUser(ctx context.Context, person, userID string) error
+	SlackMessage(ctx context.Context, outboxID string) (approval.SlackMessage, error)
+	RecordSlackMessage(ctx context.Context, m approval.SlackMessage) error
+	SlackThread(ctx context.Context, approvalID string) (*approval.Approval, []approval.SlackMessage, error)
+}
+
+// Send sends m; see worker.Sender.
+func (s *Slack) Send(ctx context.Context, m *approval.OutboxMessage) error {
+	if m.Event == approval.EventSlackReply {
+		var r approval.SlackReply
+		if err := json.Unmarshal(m.Payload, &r); err != nil {
+			return worker.Permanent(fmt.Errorf("decode slack reply of %s: %w", m.ID, err))
+		}
+		if r.Form {
+			return s.openForm(ctx, r)
+		}
+		return s.answer(ctx, r)
+	}
+	var n approval.Notice
+	if err := json.Unmarshal(m.Payload, &n); err != nil {
+		return worker.Permanent(fmt.Errorf("decode notice of %s: %w", m.ID, err))
+	}
+	if m.Recipient == approval.SlackEveryMessage {
+		return s.updateAll(ctx, n.ApprovalID)
+	}
+	return s.post(ctx, m, n)
+}
+
+// post posts the notice n of m, unless an earlier attempt did.
+func (s *Slack) post(ctx context.Context, m *approval.OutboxMessage, n approval.Notice) error {
+	if _, err := s.Rules.SlackMessage(ctx, m.ID); err == nil {
+		return nil // recorded by an attempt whose own outcome was lost
+	} else if approval.ErrorCode(err) != approval.ENOTFOUND {
+		return err
+	}
+	channel, err := s.conversation(ctx, m.Recipient)
+	if err != nil {
+		return err
+	}
+	if m.Attempts > 1 {
+		// An attempt before this one may have posted and died before recording it.
+		found, err := s.findPost(ctx, channel, m)
+		if err != nil {
+			return err
+		}
+		if found != nil {
+			return s.record(ctx, m, n, *found)
+		}
+	}
+	a, _, err := s.Rules.SlackThread(ctx, n.ApprovalID)
+	if err != nil {
+		return err
+	}
+	text, blocks := s.message(a, n)
+	var posted approval.SlackMessage
+	err = s.call(ctx, "chat.postMessage", func() error {
+		ch, ts, err := s.Client.PostMessageContext(ctx, channel,
+			slack.MsgOptionText(text, false), slack.MsgOptionBlocks(blocks...),
+			slack.MsgOptionMetadata(slack.SlackMetadata{EventType: slackMetadataType,
+				EventPayload: map[string]any{"notification_id": m.ID, "approval_id": n.ApprovalID}}))
+		posted = approval.SlackMessage{Channel: ch, TS: ts}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.Failpoints.Inject(FailpointSlackAfterPost); err != nil {
+		return err
+	}
+	return s.record(ctx, m, n, posted)
+}
+
+// record records the post of m, and updates it at once if the approval ended meanwhile:
+// the update that its end queued may have read the messages before this one was recorded.
+func (s *Slack) record(ctx context.Context, m *approval.OutboxMessage, n approval.Notice, posted approval.SlackMessage) error {
+	posted.OutboxID, posted.ApprovalID, posted.Recipient = m.ID, n.ApprovalID, m.Recipient
+	if err := s.Rules.RecordSlackMessage(ctx, posted); err != nil {
+		return err
+	}
+	a, _, err := s.Rules.SlackThread(ctx, n.ApprovalID)
+	if err != nil || !a.Status.Terminal() {
+		return err
+	}
+	return s.update(ctx, a, posted)
+}
+
+// conversation returns the conversation a notification to recipient goes to: the channel of
+// "#C...", else the direct messages with the person's Slack user.
+func (s *Slack) conversation(ctx context.Context, recipient string) (string, error) {
+	if ch, ok := strings.CutPrefix(recipient, "#"); ok {
+		return ch, nil
+	}
+	user, err := s.user(ctx, recipient)
+	if err != nil {
+		return "", err
+	}
+	var channel string
+	err = s.call(ctx, "conversations.open", func() error {
+		c, _, _, err := s.Client.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{user}})
+		if c != nil {
+			channel = c.ID
+		}
+		return err
+	})
+	return channel, err
+}
+
+// user returns person's Slack user: the configured or remembered one, else the one Slack
+// finds by their address, which is then remembered.
+func (s *Slack) user(ctx context.Context, person string) (string, error) {
+	user, err := s.Rules.SlackUser(ctx, person)
+	if err != nil || user != "" {
+		return user, err
+	}
+	email := s.Rules.SlackEmail(person)
+	if email == "" {
+		return "", worker.Permanent(fmt.Errorf("%s has no Slack user: set people[].slack, or an e-mail address to look them up by", person))
+	}
+	err = s.call(ctx, "users.lookupByEmail", func() error {
+		u, err := s.Client.GetUserByEmailContext(ctx, email)
+		if u != nil {
+			user = u.ID
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return user, s.Rules.RecordSlackUser(ctx, person, user)
+}
+
+// findPost looks for the post of m in channel's history since m was queued.
+func (s *Slack) findPost(ctx context.Context, channel string, m *approval.OutboxMessage) (*approval.SlackMessage, error) {
+	oldest := fmt.Sprintf("%d.000000", m.CreatedAt.Add(-time.Minute).Unix())
+	cursor := ""
+	for {
+		var page *slack.GetConversationHistoryResponse
+		err := s.call(ctx, "conversations.history", func() (err error) {
+			page, err = s.Client.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{
+				ChannelID: channel, Oldest: oldest, Cursor: cursor, Limit: 200, IncludeAllMetadata: true,
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, msg := range page.Messages {
+			if msg.Metadata.EventType == slackMetadataType && msg.Metadata.EventPayload["notification_id"] == m.ID {
+				return &approval.SlackMessage{Channel: channel, TS: msg.Timestamp}, nil
+			}
+		}
+		if !page.HasMore || page.ResponseMetaData.NextCursor == "" {
+			return nil, nil
+		}
+		cursor = page.ResponseMetaData.NextCursor
+	}
+}
+
+// updateAll updates every message of an approval to show how it ended.
+func (s *Slack) updateAll(ctx context.Context, approvalID string) error {
+	a, msgs, err := s.Rules.SlackThread(ctx, approvalID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range msgs {
+		if err := s.update(ctx, a, m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// update makes one message show a as it is, without buttons once it has ended.
+func (s *Slack) update(ctx context.Context, a *approval.Approval, m approval.SlackMessage) error {
+	text, blocks := s.message(a, approval.Notice{ApprovalID: a.ID, Title: a.Title, Requester: a.Requester, Action: a.Action})
+	err := s.call(ctx, "chat.update", func() error {
+		_, _, _, err := s.Client.UpdateMessageContext(ctx, m.Channel, m.TS, slack.MsgOptionText(text, false), slack.MsgOptionBlocks(blocks...))
+		return err
+	})
+	var se slack.SlackErrorResponse
+	if errors.As(err, &se) && (se.Err == "message_not_found" || se.Err == "channel_not_found") {
+		return nil // deleted in Slack: nothing left to update
+	}
+	return err
+}
+
+// message is the text and blocks of a message about a, asked by n: the title, the requester,
+// the action, the context, the progress and the expiry with the link and, while a waits and
+// its policy lets chat decide, the buttons; once a has ended, its outcome instead.
+func (s *Slack) message(a *approval.Approval, n approval.Notice) (string, []slack.Block) {
+	link := strings.TrimSuffix(s.PublicURL, "/") + web.ApprovalPath(a.ID)
+	md := func(t string) *slack.TextBlockObject {
+		return slack.NewTextBlockObject(slack.MarkdownType, t, false, false)
+	}
+	lines := []string{
+		fmt.Sprintf("*%s*", slackEscape(a.Title)),
+		fmt.Sprintf("Requested by %s · action `%s`", slackEscape(a.Requester), slackEscape(a.Action)),
+	}
+	if c := contextSummary(a.Context); c != "" {
+		lines = append(lines, c)
+	}
+	text := fmt.Sprintf("%s: %s (requested by %s)", a.Status, a.Title, a.Requester)
+	var status string
+	if a.Status.Terminal() {
+		status = fmt.Sprintf("*%s*", outcomeLine(a))
+	} else {
+		text = Subject(n)
+		if n.Policy != nil {
+			lines = append(lines, slackEscape(n.Policy.StageLine()+": "+n.Policy.ProgressLine()))
+		}
+		status = "Expires " + a.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	blocks := []slack.Block{
+		slack.NewSectionBlock(md(strings.Join(lines, "\n")), nil, nil),
+		slack.NewContextBlock("", md(status+" · <"+link+"|Open it in approvald>")),
+	}
+	if !a.Status.Terminal() && !n.LinkOnly && !(a.Resolved != nil && a.Resolved.NoChatDecisions) {
+		approve := slack.NewButtonBlockElement(webhook.SlackApproveAction, a.ID, slack.NewTextBlockObject(slack.PlainTextType, "Approve", false, false))
+		approve.Style = slack.StylePrimary
+		reject := slack.NewButtonBlockElement(webhook.SlackRejectAction, a.ID, slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false))
+		reject.Style = slack.StyleDanger
+		blocks = append(blocks, slack.NewActionBlock("approvald_vote", approve, reject))
+	}
+	return text, blocks
+}
+
+// outcomeLine says how a ended: who, when.
+func outcomeLine(a *approval.Approval) string {
+	at := ""
+	if a.DecidedAt != nil {
+		at = " at " + a.DecidedAt.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	by := ""
+	for i := len(a.Decisions) - 1; i >= 0 && by == ""; i-- {
+		d := a.Decisions[i]
+		if (a.Status == approval.StatusApproved && d.Verdict == approval.VerdictApprove) ||
+			(a.Status == approval.StatusRejected && d.Verdict == approval.VerdictReject) {
+			by = " by " + d.Approver
+		}
+	}
+	return fmt.Sprintf("%s%s%s", strings.ToUpper(string(a.Status[:1]))+string(a.Status[1:]), by, at)
+}
+
+// contextSummary is a readable summary of an approval's context: its top-level fields in
+// name order, "name: value", each shortened, at most eight.
+func contextSummary(raw json.RawMessage) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil || len(fields) == 0 {
+		return ""
+	}
+	var lines []string
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if len(lines) == 8 {
+			lines = append(lines, fmt.Sprintf("… and %d more", len(fields)-8))
+			break
+		}
+		v := string(fields[k])
+		var str string
+		if json.Unmarshal(fields[k], &str) == nil {
+			v = str
+		}
+		if r := []rune(v); len(r) > 80 {
+			v = string(r[:79]) + "…"
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s", slackEscape(k), slackEscape(v)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// openForm opens the reject form for the person who clicked Reject.
+func (s *Slack) openForm(ctx context.Context, r approval.SlackReply) error {
+	md, _ := json.Marshal(webhook.SlackFormMetadata{ApprovalID: r.ApprovalID, ResponseURL: r.ResponseURL})
+	input := slack.NewPlainTextInputBlockElement(slack.NewTextBlockObject(slack.PlainTextType, "Why reject it?", false, false), webhook.SlackCommentBlock)
+	input.Multiline = true
+	view := slack.ModalViewRequest{
+		Type:  slack.VTModal,
+		Title: slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false),
+		Blocks: slack.Blocks{BlockSet: []slack.Block{
+			slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, "*"+slackEscape(r.Title)+"*", false, false), nil, nil),
+			slack.NewInputBlock(webhook.SlackCommentBlock, slack.NewTextBlockObject(slack.PlainTextType, "Comment", false, false), nil, input),
+		}},
+		Submit:          slack.NewTextBlockObject(slack.PlainTextType, "Reject", false, false),
+		Close:           slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false),
+		PrivateMetadata: string(md),
+		CallbackID:      webhook.SlackRejectForm,
+	}
+	err := s.call(ctx, "views.open", func() error {
+		_, err := s.Client.OpenViewContext(ctx, r.TriggerID, view)
+		return err
+	})
+	var se slack.SlackErrorResponse
+	if errors.As(err, &se) && (se.Err == "expired_trigger_id" || se.Err == "invalid_trigger_id") {
+		// Three seconds have passed: the person clicks again.
+		return worker.Permanent(fmt.Errorf("views.open: %s (the click is older than Slack's three seconds)", se.Err))
+	}
+	return err
+}
+
+// answer posts an ephemeral answer to the person who clicked, through the interaction's
+// response_url.
+func (s *Slack) answer(ctx context.Context, r approval.SlackReply) error {
+	if r.ResponseURL == "" {
+		return nil // a form submitted without one: the person sees the form close
+	}
+	if !s.responseAllowed(r.ResponseURL) {
+		return worker.Permanent(fmt.Errorf("response_url %s is not Slack's", r.ResponseURL))
+	}
+	cl := s.HTTP
+	if cl == nil {
+		cl = client(nil)
+	}
+	return s.call(ctx, "response_url", func() error {
+		return slack.PostWebhookCustomHTTPContext(ctx, r.ResponseURL, cl, &slack.WebhookMessage{
+			Text: r.Text, ResponseType: slack.ResponseTypeEphemeral, ReplaceOriginal: false,
+		})
+	})
+}
+
+// responseAllowed reports whether approvald may POST an answer to u: https on
+// hooks.slack.com, or one of ResponseOrigins.
+func (s *Slack) responseAllowed(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.User != nil {
+		return false
+	}
+	if p.Scheme == "https" && p.Host == "hooks.slack.com" {
+		return true
+	}
+	return slices.Contains(s.ResponseOrigins, p.Scheme+"://"+p.Host)
+}
+
+// call runs one call of a Web API method, unless Slack asked to hold that method back: a
+// 429's Retry-After holds the method until then, and the message is retried no sooner.
+// Slack's own refusals (an error answer such as channel_not_found, not_authed) will not
+// change on a retry and fail the message.
+func (s *Slack) call(ctx context.Context, method string, fn func() error) error {
+	now := s.now()
+	s.mu.Lock()
+	until := s.limited[method]
+	s.mu.Unlock()
+	if until.After(now) {
+		return worker.RetryAt(fmt.Errorf("%s: rate limited by Slack until %s", method, until.Format(time.RFC3339)), until)
+	}
+	err := fn()
+	var rl *slack.RateLimitedError
+	var se slack.SlackErrorResponse
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &rl):
+		until := s.now().Add(rl.RetryAfter)
+		s.mu.Lock()
+		if s.limited == nil {
+			s.limited = map[string]time.Time{}
+		}
+		s.limited[method] = until
+		s.mu.Unlock()
+		return worker.RetryAt(fmt.Errorf("%s: %w", method, err), until)
+	case errors.As(err, &se) && !retryableSlackError(se.Err):
+		return worker.Permanent(fmt.Errorf("%s: Slack answered %s", method, se.Err))
+	}
+	return fmt.Errorf("%s: %w", method, err)
+}
+
+// retryableSlackError reports whether Slack's error answer may change on a retry.
+func retryableSlackError(code string) bool {
+	switch code {
+	case "internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited":
+		return true
+	}
+	return false
+}
+
+func (s *Slack) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
