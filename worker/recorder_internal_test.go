@@ -58,8 +58,10 @@ func TestRecorder_BatchesWhatWaits(t *testing.T) {
 // idleRecorder is a recorder for r, holding up to n outcomes, whose loop is not started: it
 // stands for one busy with an earlier batch. Its claims channel holds a claim too.
 func idleRecorder(r *Runner, n int) *recorder {
+	lane := make(chan struct{})
+	close(lane) // no start lane: these tests hand it no starts
 	return &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n),
-		claims: make(chan claimRequest, 1), done: make(chan struct{})}
+		starts: make(chan recording), lane: lane, claims: make(chan claimRequest, 1), done: make(chan struct{})}
 }
 
 // handMissing hands rec the outcomes of n executions that do not exist (the real ledger

@@ -21,10 +21,9 @@ import (
 
 // heldLedger is the Service's ledger over a real store whose records of outcomes wait at a
 // gate: entered gets the number of outcomes of each batch that reaches it, and the batch goes
-// on once open is closed. With died set, the outcomes are not recorded and the record fails,
-// as when the process dies before the batch's transaction commits; the starts of calls in
-// such a batch are recorded, as if each had gone in a batch of its own before. A batch
-// without outcomes goes straight through.
+// on once open is closed. With died set, the batch is not recorded and the record fails, as
+// when the process dies before the batch's transaction commits. A batch without outcomes
+// (the starts of calls) goes straight through.
 type heldLedger struct {
 	*approval.Service
 	entered chan int
@@ -43,11 +42,6 @@ func (l *heldLedger) RecordAttempts(ctx context.Context, b approval.AttemptBatch
 	l.entered <- len(b.Finishes)
 	<-l.open
 	if l.died {
-		if len(b.Sends) > 0 {
-			if _, err := l.Service.RecordAttempts(ctx, approval.AttemptBatch{Sends: b.Sends, Lease: b.Lease}); err != nil {
-				return approval.AttemptsRecorded{}, err
-			}
-		}
 		return approval.AttemptsRecorded{}, errors.New("the process died before the batch committed")
 	}
 	return l.Service.RecordAttempts(ctx, b)

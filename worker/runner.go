@@ -578,12 +578,13 @@ func transient(err error) bool {
 	return false
 }
 
-// recorder records the outcomes of a runner's attempts, and the starts of their calls, in
-// batches: the outcomes of attempts that end, and the starts of calls about to be sent,
-// while a batch is being recorded wait and go together in the next one, one transaction
-// (approval.Service.RecordAttempts) in which each is still fenced by its own attempt and each
-// outcome gets its own event. A call waits for its start's commit; under load the start
-// shares the transaction of the outcome whose slot it takes. A batch goes as soon as the recorder is free: one attempt
+// recorder records the outcomes of a runner's attempts in batches: the outcomes of
+// attempts that end while a batch is being recorded wait and go together in the next one,
+// one transaction (approval.Service.RecordAttempts) in which each is still fenced by its own
+// attempt and gets its own event. The starts of calls about to be sent are batched the same
+// way in a lane of their own (startLane), whose transactions run beside the outcomes': a call
+// waits for its start's commit, and only for that, not for a batch of outcomes or a claim
+// under way, so a slot that frees starts its next call after one commit. A batch goes as soon as the recorder is free: one attempt
 // ending alone is recorded at once, and under load a batch is as large as the attempts that
 // ended during the last one's commit (at most what the runner holds). Each attempt waits for its
 // batch's commit before anything treats its outcome as recorded; an outcome that has not
@@ -592,11 +593,13 @@ func transient(err error) bool {
 //
 // Run claims through the recorder too (claim): a claim asked for while outcomes wait, or
 // while a batch is being recorded, goes with the next batch in its transaction, so that a
-// busy runner commits once for the attempts that ended, the calls that take their slots and
-// the executions claimed in their place, not once for each.
+// busy runner commits once for the attempts that ended and the executions that take their
+// slots, not once for each.
 type recorder struct {
-	r  *Runner
-	in chan recording // outcomes and starts
+	r      *Runner
+	in     chan recording // outcomes
+	starts chan recording // starts of calls, at most one per slot
+	lane   chan struct{}  // closed when startLane has recorded the last start and returned
 	// room holds a value for each outcome handed to the recorder and not yet answered: at
 	// most as many as the runner holds claims (Concurrency calls and a batch claimed ahead),
 	// so that an attempt ending while the last batch commits frees its slot at once even
@@ -634,18 +637,21 @@ type claimAnswer struct {
 // recorded.
 func (r *Runner) startRecorder() *recorder {
 	n := r.holds()
-	// Outcomes are bounded by room, and starts by the slots: one per call about to be sent.
-	rec := &recorder{r: r, in: make(chan recording, n+r.concurrency()), room: make(chan struct{}, n),
+	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n),
+		starts: make(chan recording, r.concurrency()), lane: make(chan struct{}),
 		claims: make(chan claimRequest), done: make(chan struct{})}
 	go rec.loop()
+	go rec.startLane()
 	return rec
 }
 
-// stop waits for the batches still under way and ends the loop. No attempt may call finish,
-// and Run may not call claim, after it.
+// stop waits for the batches still under way and ends the loops. No attempt may call finish
+// or send, and Run may not call claim, after it.
 func (rec *recorder) stop() {
 	close(rec.in)
+	close(rec.starts)
 	<-rec.done
+	<-rec.lane
 }
 
 // finish hands f to the next batch, calls handed, and returns what was recorded for f once
@@ -660,12 +666,34 @@ func (rec *recorder) finish(f approval.AttemptFinish, handed func()) (*approval.
 	return res.Record, res.Err
 }
 
-// send hands the start of x's call to the next batch and returns once that batch has
-// committed: nil when the call may be sent, or why it must not.
+// send hands the start of x's call to the start lane's next batch and returns once that
+// batch has committed: nil when the call may be sent, or why it must not.
 func (rec *recorder) send(x approval.AttemptSend) error {
 	sent := make(chan error, 1)
-	rec.in <- recording{start: &x, sent: sent}
+	rec.starts <- recording{start: &x, sent: sent}
 	return <-sent
+}
+
+// startLane records the starts handed to send, in batches as loop does outcomes: a batch
+// goes as soon as the last has committed, with every start handed over meanwhile.
+func (rec *recorder) startLane() {
+	defer close(rec.lane)
+	for first := range rec.starts {
+		batch := []recording{first}
+	more:
+		for len(batch) < cap(rec.starts) {
+			select {
+			case next, ok := <-rec.starts:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		rec.record(batch, nil)
+	}
 }
 
 // claim claims up to limit executions in the recorder's next transaction, with the
@@ -852,8 +880,8 @@ func (a *attempt) keepLease() (stop func()) {
 }
 
 // startCall records, in a write that commits before the call is sent, that the attempt's
-// call is starting (approval.Service.RecordAttempts, through the recorder, batched with the
-// other attempts' outcomes and starts and the runner's next claim). Until it commits the
+// call is starting (approval.Service.RecordAttempts, through the recorder's start lane,
+// batched with the starts of other calls). Until it commits the
 // record shows a claim whose call has not started, which a crash leaves to be sent again as
 // an ordinary attempt; from then on one the target may have seen, which a crash leaves
 // uncertain. The same write renews the lease: fencing guards the database writes of a stale
