@@ -87,9 +87,9 @@ type Runner struct {
 
 	// Lease is the claim lease (DefaultLease when zero), renewed every Lease/3 while an
 	// attempt runs, and once more right before its call is sent, by the write that marks the
-	// call started (see startCall). A call still in flight Lease/10 before the lease, as last renewed,
-	// would run out is cancelled: past that point another runner may claim the execution, and
-	// it must not find this call still going.
+	// call started (see startCall). A call still in flight Lease/10 before the lease, as last
+	// renewed, would run out is cancelled: past that point another runner may claim the
+	// execution, and it must not find this call still going.
 	Lease       time.Duration
 	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
 	Batch       int           // executions claimed at once, and claimed ahead (Concurrency when zero)
@@ -139,8 +139,8 @@ const mayHaveReached = "may have reached the target"
 // waiting for a slot keeps its lease like a running one (see execute), so it cannot run out
 // unnoticed; one a crash abandons is taken over once its lease has run out and, its call
 // never having started, sent as an ordinary attempt (approval.ExecutionClaim.Abandoned).
-// Claims expired leases are taken before any queued execution, so a crashed replica's work
-// is taken over within about a lease even behind a backlog.
+// Claims take expired leases before any queued execution, so a crashed replica's work is
+// taken over within about a lease even behind a backlog.
 //
 // When ctx ends it stops claiming; claims whose call has not been sent are released; calls
 // in flight are allowed to finish (up to their timeout) and are recorded; then Run returns
@@ -584,10 +584,10 @@ func transient(err error) bool {
 // attempt and gets its own event. The starts of calls about to be sent are batched the same
 // way in a lane of their own (startLane), whose transactions run beside the outcomes': a call
 // waits for its start's commit, and only for that, not for a batch of outcomes or a claim
-// under way, so a slot that frees starts its next call after one commit. A batch goes as soon as the recorder is free: one attempt
-// ending alone is recorded at once, and under load a batch is as large as the attempts that
-// ended during the last one's commit (at most what the runner holds). Each attempt waits for its
-// batch's commit before anything treats its outcome as recorded; an outcome that has not
+// under way, so a slot that frees starts its next call after one commit. A batch goes as
+// soon as the recorder is free: one attempt ending alone is recorded at once, and under load
+// a batch is as large as the attempts that ended during the last one's commit (at most what
+// the runner holds). Each attempt waits for its batch's commit before anything treats its outcome as recorded; an outcome that has not
 // been committed when the process dies leaves its execution claimed, to be recovered as
 // uncertain once the lease runs out, as if the attempt had died before recording it.
 //
