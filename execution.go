@@ -139,12 +139,12 @@ type ExecutionFilter struct {
 
 // ExecutionStore is the read side of the execution ledger (docs/invariants.md, invariant 5):
 // one execution, the listing and the counts. The rules of what a claim, a lease's renewal, an
-// attempt's outcome, a release, an operator's action and a report do are the Service's
-// (ClaimExecutions, RenewExecution, FinishAttempt, FinishAttempts, FinishAndClaim,
-// ReleaseExecution, RetryExecution, ResolveExecution, CancelExecution, ReportExecution),
-// written once over the statements of Tx. Every change
-// appends an event to the approval's audit trail with its cause (the worker attempt, the
-// operator, the report).
+// attempt's outcome, a call's start, a release, an operator's action and a report do are the
+// Service's (ClaimExecutions, RenewExecution, FinishAttempt, FinishAttempts, FinishAndClaim,
+// RecordAttempts, ReleaseExecution, RetryExecution, ResolveExecution, CancelExecution,
+// ReportExecution), written once over the statements of Tx. Every change but a renewal and a
+// call's start appends an event to the approval's audit trail with its cause (the worker
+// attempt, the operator, the report).
 //
 // The outbox: when Service.Decide (or ApplyInbox deciding) makes an approval approved, the
 // same transaction inserts its execution: queued and due now when Service.Targeted

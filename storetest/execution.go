@@ -454,6 +454,59 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantExecutionEvents(t, f.store, approvals[1].ID, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
 	})
 
+	// One transaction writes a runner's batch: outcomes, the starts of calls (each fenced by
+	// its attempt, a lost one refused alone) and a claim. A batch that cannot be written is
+	// refused whole and writes nothing.
+	s.run(t, "RecordAttempts", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		_, recs := claimedExecutions(t, f, 3)
+		_, next := mustApprovedExecution(t, f)
+		done, err := f.service().RecordAttempts(ctx, approval.AttemptBatch{
+			Finishes: []approval.AttemptFinish{{ID: recs[0].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"}}},
+			Sends: []approval.AttemptSend{{ID: recs[1].ID, Attempt: 1}, {ID: recs[2].ID, Attempt: 2}, {ID: recs[1].ID, Attempt: 1}},
+			Lease: time.Hour, Claim: 5,
+		})
+		if err != nil {
+			t.Fatalf("record: %v", err)
+		}
+		if len(done.Finished) != 1 || done.Finished[0].Err != nil || done.Finished[0].Record.Status != approval.ExecutionSucceeded {
+			t.Fatalf("finished: got %+v, want attempt 1 of %s succeeded", done.Finished, recs[0].ID)
+		}
+		if len(done.Sent) != 3 || done.Sent[0] != nil {
+			t.Fatalf("sent: got %v, want 3 answers, the first nil", done.Sent)
+		}
+		wantCode(t, done.Sent[1], approval.ECONFLICT) // attempt 2 does not hold it
+		wantCode(t, done.Sent[2], approval.EINVALID)  // sent twice in one batch
+		wantClaims(t, "claim with the batch", done.Claims, 1, next)
+		if got := mustExecution(t, f.store, recs[1].ID).LeaseExpiresAt; got == nil || !got.Equal(f.clock.Now().Add(time.Hour)) {
+			t.Fatalf("started call's lease: got %v, want renewed to %v", got, f.clock.Now().Add(time.Hour))
+		}
+		if got := mustExecution(t, f.store, recs[2].ID).LeaseExpiresAt; got == nil || !got.Equal(f.clock.Now().Add(workLease)) {
+			t.Fatalf("refused call's lease: got %v, want the claim's %v", got, f.clock.Now().Add(workLease))
+		}
+		// Past the first claims' lease: the refused start's execution never sent its call.
+		f.clock.Advance(workLease)
+		again := mustClaimExecutions(t, f.service(), 10)
+		wantClaims(t, "claim after the first claims' lease", again, 2, recs[2])
+		if !again[0].Abandoned {
+			t.Fatalf("claim after the first claims' lease: got recovered %v, want abandoned", again[0].Recovered)
+		}
+
+		// Sends or a claim without a lease, and a negative claim: refused whole.
+		for _, b := range []approval.AttemptBatch{
+			{Sends: []approval.AttemptSend{{ID: recs[1].ID, Attempt: 1}}},
+			{Claim: 1},
+			{Claim: -1, Lease: time.Hour},
+		} {
+			_, err := f.service().RecordAttempts(ctx, b)
+			wantCode(t, err, approval.EINVALID)
+		}
+		// Nothing to write: no transaction, no error.
+		if done, err := f.service().RecordAttempts(ctx, approval.AttemptBatch{}); err != nil || len(done.Claims) != 0 {
+			t.Fatalf("empty batch: got %+v, %v; want nothing", done, err)
+		}
+	})
+
 	// Batches of outcomes racing over the same executions, each listing them in another
 	// order: each attempt is recorded once, by one batch, and the others are refused; the
 	// batches lock in one order, so none deadlocks.
