@@ -463,8 +463,8 @@ func exerciseExecutions(t *testing.T, s suite) {
 		_, next := mustApprovedExecution(t, f)
 		done, err := f.service().RecordAttempts(ctx, approval.AttemptBatch{
 			Finishes: []approval.AttemptFinish{{ID: recs[0].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"}}},
-			Sends: []approval.AttemptSend{{ID: recs[1].ID, Attempt: 1}, {ID: recs[2].ID, Attempt: 2}, {ID: recs[1].ID, Attempt: 1}},
-			Lease: time.Hour, Claim: 5,
+			Sends:    []approval.AttemptSend{{ID: recs[1].ID, Attempt: 1}, {ID: recs[2].ID, Attempt: 2}, {ID: recs[1].ID, Attempt: 1}},
+			Lease:    time.Hour, Claim: 5,
 		})
 		if err != nil {
 			t.Fatalf("record: %v", err)
