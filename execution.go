@@ -34,9 +34,9 @@ type ExecutionRecord struct {
 	AppliedVersion int64 `json:"applied_version"`
 	// Uncertain says that some attempt since the last operator retry may have reached the
 	// target without a known outcome: one recorded with AttemptOutcome.Uncertain, or one whose
-	// lease expired mid-call (a Recovered claim). The runner then neither resends to a target
-	// that does not honour keys nor reports the execution failed without asking the target.
-	// It is sticky: only Service.RetryExecution and Service.ResolveExecution clear it.
+	// lease expired after its call was started (a Recovered claim). The runner then neither
+	// resends to a target that does not honour keys nor reports the execution failed without
+	// asking the target. It is sticky: only Service.RetryExecution and Service.ResolveExecution clear it.
 	Uncertain bool `json:"uncertain"`
 	// AttemptBase is Attempts as it was at the last operator retry (0 before any): the retry
 	// policy counts the attempts of the current run, Attempts - AttemptBase.
@@ -108,9 +108,14 @@ type ExecutionClaim struct {
 	Record   *ExecutionRecord
 	Approval *Approval
 	Attempt  int
-	// Recovered is true when the previous attempt's lease expired while it was running: it
-	// may or may not have reached the target, so its outcome is uncertain.
+	// Recovered is true when the previous attempt's lease expired after its call was
+	// started (Service.RecordAttempts marked it sending): it may or may not have reached the
+	// target, so its outcome is uncertain.
 	Recovered bool
+	// Abandoned is true when the previous attempt's lease expired before its call was
+	// started: a runner that claimed it died or lost it while the claim waited. That attempt
+	// sent nothing, and this claim is an ordinary attempt.
+	Abandoned bool
 }
 
 // AttemptOutcome is what a runner records at the end of an attempt.
@@ -134,12 +139,12 @@ type ExecutionFilter struct {
 
 // ExecutionStore is the read side of the execution ledger (docs/invariants.md, invariant 5):
 // one execution, the listing and the counts. The rules of what a claim, a lease's renewal, an
-// attempt's outcome, a release, an operator's action and a report do are the Service's
-// (ClaimExecutions, RenewExecution, FinishAttempt, FinishAttempts, FinishAndClaim,
-// ReleaseExecution, RetryExecution, ResolveExecution, CancelExecution, ReportExecution),
-// written once over the statements of Tx. Every change
-// appends an event to the approval's audit trail with its cause (the worker attempt, the
-// operator, the report).
+// attempt's outcome, a call's start, a release, an operator's action and a report do are the
+// Service's (ClaimExecutions, RenewExecution, FinishAttempt, FinishAttempts, FinishAndClaim,
+// RecordAttempts, ReleaseExecution, RetryExecution, ResolveExecution, CancelExecution,
+// ReportExecution), written once over the statements of Tx. Every change but a renewal and a
+// call's start appends an event to the approval's audit trail with its cause (the worker
+// attempt, the operator, the report).
 //
 // The outbox: when Service.Decide (or ApplyInbox deciding) makes an approval approved, the
 // same transaction inserts its execution: queued and due now when Service.Targeted

@@ -17,14 +17,18 @@ import (
 // claims and reads the approvals; the marks and events go with the commit).
 
 // ClaimExecutions claims up to limit executions for a runner (EINVALID unless lease and limit
-// are positive): queued ones that are due, and running ones whose lease has expired
-// (Recovered), oldest due first; a running execution without a lease is an accepted async
-// call waiting for its report and is never claimed. Each becomes running, attempts+1, leased
-// until now+lease, with an EventExecutionAttempt whose cause is {kind: worker, attempt}, and
-// comes with its approval, the body of the call. The new attempt number is the claim's
-// fencing token, and the attempt is on record before any call is made. Runners on every
-// replica may claim at once: each execution's attempt goes to exactly one of them, and none
-// waits for another.
+// are positive): running ones whose lease has expired first, the longest expired first, so
+// that a crashed runner's work is taken over within about a lease however many executions
+// are due; then queued ones that are due, oldest due first. A running execution without a
+// lease is an accepted async call waiting for its report and is never claimed. An expired
+// claim whose call had been started (see RecordAttempts) may have reached the target: it is
+// Recovered, and the execution becomes Uncertain. One whose call never started is Abandoned:
+// its attempt sent nothing, and the new one is an ordinary attempt. Each becomes running,
+// attempts+1, leased until now+lease, with an EventExecutionAttempt whose cause is {kind:
+// worker, attempt}, and comes with its approval, the body of the call. The new attempt
+// number is the claim's fencing token, and the attempt is on record before any call is made.
+// Runners on every replica may claim at once: each execution's attempt goes to exactly one of
+// them, and none waits for another.
 func (s *Service) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*ExecutionClaim, error) {
 	return claimDue(ctx, s, lease, limit, func(tx Tx, leaseEnd time.Time) ([]*ExecutionClaim, error) {
 		return claimExecutions(ctx, tx, limit, leaseEnd)
@@ -47,9 +51,12 @@ func claimExecutions(ctx context.Context, tx Tx, limit int, leaseEnd time.Time) 
 				return nil, err
 			}
 		}
+		detail := map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}
+		if c.Abandoned {
+			detail["abandoned"] = true
+		}
 		trail = append(trail, Event{ApprovalID: c.Record.ApprovalID, Type: EventExecutionAttempt, Actor: ActorSystem,
-			Cause:  Cause{Kind: CauseWorker, Attempt: c.Attempt},
-			Detail: map[string]any{"execution_id": c.Record.ID, "recovered": c.Recovered}})
+			Cause: Cause{Kind: CauseWorker, Attempt: c.Attempt}, Detail: detail})
 	}
 	return claims, tx.EventInsertMany(ctx, trail)
 }
@@ -122,8 +129,8 @@ type AttemptFinished struct {
 // leaves its claims to run out and be recovered as uncertain, exactly as after a crash.
 // Several finishes of one execution in fs are EINVALID, all but the first.
 func (s *Service) FinishAttempts(ctx context.Context, fs []AttemptFinish) ([]AttemptFinished, error) {
-	done, _, err := s.finishAndClaim(ctx, fs, 0, 0)
-	return done, err
+	done, err := s.record(ctx, AttemptBatch{Finishes: fs})
+	return done.Finished, err
 }
 
 // FinishAndClaim records the outcomes fs under the rules of FinishAttempts and then, in the
@@ -137,56 +144,135 @@ func (s *Service) FinishAndClaim(ctx context.Context, fs []AttemptFinish, lease 
 	if lease <= 0 || limit <= 0 {
 		return nil, nil, Errorf(EINVALID, "lease and limit must be positive")
 	}
-	if s.Clock.Check() != nil {
-		limit = 0 // the outcomes are recorded; no work is claimed while the clock is off
-	}
-	return s.finishAndClaim(ctx, fs, lease, limit)
+	done, err := s.RecordAttempts(ctx, AttemptBatch{Finishes: fs, Lease: lease, Claim: limit})
+	return done.Finished, done.Claims, err
 }
 
-// finishAndClaim is FinishAndClaim, and FinishAttempts when limit is 0.
-func (s *Service) finishAndClaim(ctx context.Context, fs []AttemptFinish, lease time.Duration, limit int) ([]AttemptFinished, []*ExecutionClaim, error) {
-	done := make([]AttemptFinished, len(fs))
+// AttemptSend is an attempt whose call is about to be sent, for RecordAttempts.
+type AttemptSend struct {
+	ID      string // the execution
+	Attempt int    // the attempt's number: its fence
+}
+
+// AttemptBatch is what a runner writes in one transaction (RecordAttempts): calls about to
+// be sent, outcomes of attempts that ended, and a claim for the slots they free.
+type AttemptBatch struct {
+	Sends    []AttemptSend
+	Finishes []AttemptFinish
+	// Lease is how long the sends' claims and the new claims hold their executions from now;
+	// it must be positive when there are sends or a claim.
+	Lease time.Duration
+	// Claim is how many executions to claim, at most; 0 claims none.
+	Claim int
+}
+
+// AttemptsRecorded is what RecordAttempts did with an AttemptBatch: Sent[i] is nil when the
+// call of Sends[i] may now be sent, or why it must not (ECONFLICT: the attempt no longer
+// holds its execution; EINVALID: the execution is sent twice in one batch); Finished[i] is
+// the answer to Finishes[i], as from FinishAttempts; Claims are the executions claimed.
+type AttemptsRecorded struct {
+	Sent     []error
+	Finished []AttemptFinished
+	Claims   []*ExecutionClaim
+}
+
+// RecordAttempts writes a runner's batch b in one transaction: the outcomes under the rules of
+// FinishAttempts, then the sends, then the claim under the rules of ClaimExecutions. A send
+// marks that the attempt's call is about to start, the durable step between its claim and
+// its call: only an attempt whose send is committed may call the target, so a claim whose
+// lease expires unmarked provably sent nothing and is taken over as an ordinary attempt
+// (Abandoned), and only one whose lease expires marked is uncertain (Recovered). A send also
+// renews the attempt's lease to now+b.Lease, which proves, as RenewExecution does, that no
+// newer attempt owns the execution when the call starts; it is refused (ECONFLICT in its
+// answer) when the attempt no longer holds it, like a renewal, and writes no event: the claim's
+// EventExecutionAttempt names the attempt already. EINVALID for a batch with sends or a claim
+// and no positive lease, or a negative claim. An error is the transaction's: then nothing was
+// recorded, marked or claimed. While s.Clock says this process's clock is off the
+// database's, nothing is claimed and the rest is written.
+func (s *Service) RecordAttempts(ctx context.Context, b AttemptBatch) (AttemptsRecorded, error) {
+	if b.Claim < 0 || ((len(b.Sends) > 0 || b.Claim > 0) && b.Lease <= 0) {
+		return AttemptsRecorded{}, Errorf(EINVALID, "lease must be positive to send or claim, and a claim not negative")
+	}
+	if b.Claim > 0 && s.Clock.Check() != nil {
+		b.Claim = 0 // the rest is written; no work is claimed while the clock is off
+	}
+	return s.record(ctx, b)
+}
+
+// record is RecordAttempts once b is checked.
+func (s *Service) record(ctx context.Context, b AttemptBatch) (AttemptsRecorded, error) {
+	fs := b.Finishes
+	done := AttemptsRecorded{Finished: make([]AttemptFinished, len(fs)), Sent: make([]error, len(b.Sends))}
 	events := make([]string, len(fs))
 	ids := make([]string, 0, len(fs))
 	seen := make(map[string]bool, len(fs))
 	for i, f := range fs {
-		events[i], done[i].Err = attemptEvent(f.Outcome)
-		if done[i].Err == nil && seen[f.ID] {
-			done[i].Err = Errorf(EINVALID, "execution %s is finished twice in one batch", f.ID)
+		events[i], done.Finished[i].Err = attemptEvent(f.Outcome)
+		if done.Finished[i].Err == nil && seen[f.ID] {
+			done.Finished[i].Err = Errorf(EINVALID, "execution %s is finished twice in one batch", f.ID)
 		}
-		if done[i].Err == nil {
+		if done.Finished[i].Err == nil {
 			seen[f.ID] = true
 			ids = append(ids, f.ID)
 		}
 	}
-	if len(ids) == 0 && limit == 0 {
-		return done, nil, nil
+	sendIDs, sendAttempts := make([]string, 0, len(b.Sends)), make([]int, 0, len(b.Sends))
+	sent := make(map[string]bool, len(b.Sends))
+	for i, x := range b.Sends {
+		if sent[x.ID] {
+			done.Sent[i] = Errorf(EINVALID, "execution %s is sent twice in one batch", x.ID)
+			continue
+		}
+		sent[x.ID] = true
+		sendIDs, sendAttempts = append(sendIDs, x.ID), append(sendAttempts, x.Attempt)
+	}
+	if len(ids) == 0 && len(sendIDs) == 0 && b.Claim == 0 {
+		return done, nil
 	}
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
-		return nil, nil, err
+		return AttemptsRecorded{}, err
 	}
 	defer tx.Rollback(ctx)
 
+	// The outcomes first: they lock approvals, then executions, in the lock order of every
+	// execution change. The sends lock only the executions they mark and come after, and
+	// the claim waits for no lock, so this transaction never holds a row while waiting
+	// for another.
 	recorded := 0
 	if len(ids) > 0 {
-		if recorded, err = s.finish(ctx, tx, fs, ids, events, done); err != nil {
-			return nil, nil, err
+		if recorded, err = s.finish(ctx, tx, fs, ids, events, done.Finished); err != nil {
+			return AttemptsRecorded{}, err
 		}
 	}
-	var claims []*ExecutionClaim
-	if limit > 0 {
-		if claims, err = claimExecutions(ctx, tx, limit, tx.Now().Add(lease)); err != nil {
-			return nil, nil, err
+	if len(sendIDs) > 0 {
+		marked, err := tx.ExecutionSetSendingIfAttemptMany(ctx, sendIDs, sendAttempts, tx.Now().Add(b.Lease))
+		if err != nil {
+			return AttemptsRecorded{}, err
+		}
+		ok := make(map[string]bool, len(marked))
+		for _, id := range marked {
+			ok[id] = true
+		}
+		for i, x := range b.Sends {
+			if done.Sent[i] == nil && !ok[x.ID] {
+				done.Sent[i] = lostClaim(x.ID, x.Attempt)
+			}
+		}
+		recorded += len(marked)
+	}
+	if b.Claim > 0 {
+		if done.Claims, err = claimExecutions(ctx, tx, b.Claim, tx.Now().Add(b.Lease)); err != nil {
+			return AttemptsRecorded{}, err
 		}
 	}
-	if recorded == 0 && len(claims) == 0 {
-		return done, nil, nil // nothing written: the rollback ends the transaction
+	if recorded == 0 && len(done.Claims) == 0 {
+		return done, nil // nothing written: the rollback ends the transaction
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, nil, err
+		return AttemptsRecorded{}, err
 	}
-	return done, claims, nil
+	return done, nil
 }
 
 // finish writes, in tx, the outcomes of fs whose ids are valid (the others have their

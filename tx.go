@@ -79,13 +79,16 @@ type Tx interface {
 	// ExecutionInsert inserts an execution record (ID, ApprovalID, OperationKey,
 	// DownstreamKey, Action, Targeted, Status, LastError, NextAttemptAt set; created and updated at Now).
 	ExecutionInsert(ctx context.Context, rec *ExecutionRecord) error
-	// ExecutionClaimDue claims up to limit due executions, oldest due first: queued ones
-	// whose next attempt is due (next_attempt_at <= Now), and running ones whose lease has
-	// expired (lease_expires_at <= Now), which it returns as Recovered; never a running one
-	// without a lease. Each is set running, attempts+1 (the claim's Attempt),
-	// next_attempt_at cleared, lease until leaseUntil, updated at Now, and returned as it now
-	// is, with its Approval (approvers, decisions, and the execution as claimed): the body of
-	// the call, read in the same statement where the store can. The claimed executions and their approvals stay locked until
+	// ExecutionClaimDue claims up to limit due executions: running ones whose lease has
+	// expired (lease_expires_at <= Now) first, the longest expired first, then queued ones
+	// whose next attempt is due (next_attempt_at <= Now), oldest due first; never a running
+	// one without a lease. An expired one whose attempt had started its call (its
+	// unsent_attempt is not its attempt) is returned as Recovered, one whose call never
+	// started as Abandoned. Each is set running, attempts+1 (the claim's Attempt),
+	// unsent_attempt to that attempt, next_attempt_at cleared, lease until leaseUntil,
+	// updated at Now, and returned as it now is, with its Approval (approvers, decisions, and
+	// the execution as claimed): the body of the call, read in the same statement where the
+	// store can. The claimed executions and their approvals stay locked until
 	// the transaction ends, and claims racing in several transactions take disjoint rows
 	// without waiting for each other (PostgreSQL skips the rows another transaction holds;
 	// SQLite's single writer orders them).
@@ -96,6 +99,13 @@ type Tx interface {
 	// whether it did. The caller holds no lock: a guard that fails is a lost claim, not a
 	// broken invariant, and the transaction goes on.
 	ExecutionSetLeaseIfAttempt(ctx context.Context, id string, attempt int, leaseUntil time.Time) (bool, error)
+	// ExecutionSetSendingIfAttemptMany marks the calls of several attempts as started, the
+	// attempt attempts[i] of the execution ids[i], distinct executions all: it clears
+	// unsent_attempt and sets the lease to leaseUntil, each only under the guard of
+	// ExecutionSetLeaseIfAttempt (the attempt current, running, its lease set), and returns
+	// the ids it marked, in no particular order. The caller holds no lock: a guard that
+	// fails is a lost claim, not a broken invariant, and the transaction goes on.
+	ExecutionSetSendingIfAttemptMany(ctx context.Context, ids []string, attempts []int, leaseUntil time.Time) ([]string, error)
 	// ExecutionGetForUpdate returns one execution and locks it against every other
 	// transaction's change until this one ends, in the lock order of every execution change:
 	// its approval's row first (the lock that makes the events' seq safe), then the

@@ -297,14 +297,15 @@ func (t *ruleTx) Notify(ctx context.Context, topic string) error {
 // execution claim").
 const executionClaimSQL = `
 		WITH queued AS (
-			SELECT x.id, false AS recovered, x.next_attempt_at AS due_at
+			SELECT x.id, false AS expired, false AS recovered, x.next_attempt_at AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
 			WHERE x.status = 'queued' AND x.next_attempt_at <= $1
 			ORDER BY x.next_attempt_at
 			LIMIT $2
 			FOR UPDATE OF x, a SKIP LOCKED
 		), expired AS (
-			SELECT x.id, true AS recovered, x.lease_expires_at AS due_at
+			SELECT x.id, true AS expired, x.unsent_attempt <> x.attempts AS recovered,
+				x.lease_expires_at AS due_at
 			FROM executions x JOIN approvals a ON a.id = x.approval_id
 			WHERE x.status = 'running' AND x.lease_expires_at <= $1
 			ORDER BY x.lease_expires_at
@@ -312,19 +313,19 @@ const executionClaimSQL = `
 			FOR UPDATE OF x, a SKIP LOCKED
 		), due AS (
 			SELECT * FROM queued UNION ALL SELECT * FROM expired
-			ORDER BY due_at, id
+			ORDER BY expired DESC, due_at, id
 			LIMIT $2
 		), claimed AS (
 			UPDATE executions x
-			SET status = 'running', attempts = x.attempts + 1, next_attempt_at = NULL,
-				lease_expires_at = $3, updated_at = $1
+			SET status = 'running', attempts = x.attempts + 1, unsent_attempt = x.attempts + 1,
+				next_attempt_at = NULL, lease_expires_at = $3, updated_at = $1
 			FROM due
 			WHERE x.id = due.id
-			RETURNING x.*, due.recovered, due.due_at
+			RETURNING x.*, due.expired, due.recovered, due.due_at
 		)
-		SELECT ` + sqldb.ExecutionColumns + `, x.recovered, x.due_at, ` + approvalDetailColumns + `
+		SELECT ` + sqldb.ExecutionColumns + `, x.expired, x.recovered, x.due_at, ` + approvalDetailColumns + `
 		FROM claimed x JOIN approvals a ON a.id = x.approval_id
-		ORDER BY x.due_at, x.id`
+		ORDER BY x.expired DESC, x.due_at, x.id`
 
 // ExecutionClaimDue is one statement: it claims the due executions, with SKIP LOCKED on each
 // and on its approval, and reads what their calls need, each claimed execution's approval
@@ -335,9 +336,11 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	rows, err := t.Query(ctx, executionClaimSQL, t.At, limit, leaseUntil)
 	claims, err := sqldb.Collect(rows, err, func(row sqldb.Row) (*approval.ExecutionClaim, error) {
 		var c approval.ExecutionClaim
+		var expired bool
 		var dueAt time.Time
 		var detail sqldb.ApprovalDetail
-		rec, err := sqldb.ScanExecution(row, append([]any{&c.Recovered, &dueAt}, detail.Dest()...)...)
+		rec, err := sqldb.ScanExecution(row, append([]any{&expired, &c.Recovered, &dueAt}, detail.Dest()...)...)
+		c.Abandoned = expired && !c.Recovered
 		if err == nil {
 			c.Approval, err = detail.Approval()
 		}
@@ -351,6 +354,31 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 		return nil, translate("claim executions", err)
 	}
 	return claims, nil
+}
+
+// ExecutionSetSendingIfAttemptMany marks every call in one statement over arrays, at once:
+// the Service needs to know which it marked.
+func (t *ruleTx) ExecutionSetSendingIfAttemptMany(ctx context.Context, ids []string, attempts []int, leaseUntil time.Time) ([]string, error) {
+	if len(ids) != len(attempts) {
+		return nil, fmt.Errorf("mark execution calls: %d executions for %d attempts", len(ids), len(attempts))
+	}
+	fences := make([]int32, len(attempts))
+	for i, a := range attempts {
+		fences[i] = int32(a)
+	}
+	rows, err := t.Query(ctx, `
+		UPDATE executions x SET unsent_attempt = 0, lease_expires_at = $3
+		FROM unnest($1::text[], $2::int[]) AS v(id, fence)
+		WHERE x.id = v.id AND x.attempts = v.fence AND x.status = 'running' AND x.lease_expires_at IS NOT NULL
+		RETURNING x.id`, ids, fences, leaseUntil)
+	marked, err := sqldb.Collect(rows, err, func(row sqldb.Row) (string, error) {
+		var id string
+		return id, row.Scan(&id)
+	})
+	if err != nil {
+		return nil, translate("mark execution calls", err)
+	}
+	return marked, nil
 }
 
 // ExecutionUpdateIfAttemptMany writes every execution in one statement over arrays; a failed

@@ -69,6 +69,11 @@ func (t *ruleTx) ExecutionUpdateIfAttemptMany(ctx context.Context, recs []*appro
 	return t.Tx.ExecutionUpdateIfAttemptEach(ctx, recs, attempts)
 }
 
+// ExecutionSetSendingIfAttemptMany marks the calls one guarded statement each.
+func (t *ruleTx) ExecutionSetSendingIfAttemptMany(ctx context.Context, ids []string, attempts []int, leaseUntil time.Time) ([]string, error) {
+	return t.Tx.ExecutionSetSendingIfAttemptEach(ctx, ids, attempts, leaseUntil)
+}
+
 // InboxMarkDoneMany marks the events one guarded statement each.
 func (t *ruleTx) InboxMarkDoneMany(ctx context.Context, marks []approval.InboxMark) error {
 	return t.Tx.InboxMarkDoneEach(ctx, marks)
@@ -90,20 +95,21 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	// A queued execution is due at next_attempt_at, a running one at its lease's end (a
 	// running one without a lease waits for an asynchronous report and is never due). The two
 	// kinds are found apart, each in the order of its index (executions_due, executions_lease),
-	// and only the first limit of the two merged: one query ordering both by a common due time
-	// is served by no index, and would read and sort the whole backlog for every claim.
+	// and only the first limit of the two merged, the expired leases first: one query ordering
+	// both by a common key is served by no index, and would read and sort the whole backlog
+	// for every claim.
 	rows, err := t.tx.QueryContext(ctx, `
-		SELECT id, recovered FROM (
+		SELECT id, expired, recovered FROM (
 			SELECT * FROM (
-				SELECT id, 0 AS recovered, next_attempt_at AS due_at, created_at FROM executions
+				SELECT id, 0 AS expired, 0 AS recovered, next_attempt_at AS due_at, created_at FROM executions
 				WHERE status = 'queued' AND next_attempt_at <= ?1
 				ORDER BY next_attempt_at, created_at, id LIMIT ?2)
 			UNION ALL
 			SELECT * FROM (
-				SELECT id, 1, lease_expires_at, created_at FROM executions
+				SELECT id, 1, unsent_attempt <> attempts, lease_expires_at, created_at FROM executions
 				WHERE status = 'running' AND lease_expires_at <= ?1
 				ORDER BY lease_expires_at, created_at, id LIMIT ?2)
-			ORDER BY due_at, created_at, id LIMIT ?2)`,
+			ORDER BY expired DESC, due_at, created_at, id LIMIT ?2)`,
 		micros(t.tx.now), limit)
 	if err != nil {
 		return nil, fail("find due executions", err)
@@ -111,13 +117,15 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	var claims []*approval.ExecutionClaim
 	for rows.Next() {
 		var (
-			id string
-			c  approval.ExecutionClaim
+			id      string
+			expired bool
+			c       approval.ExecutionClaim
 		)
-		if err := rows.Scan(&id, &c.Recovered); err != nil {
+		if err := rows.Scan(&id, &expired, &c.Recovered); err != nil {
 			rows.Close()
 			return nil, fail("find due executions", err)
 		}
+		c.Abandoned = expired && !c.Recovered
 		c.Record = &approval.ExecutionRecord{ID: id}
 		claims = append(claims, &c)
 	}
@@ -157,15 +165,16 @@ func (t *ruleTx) ExecutionClaimDue(ctx context.Context, limit int, leaseUntil ti
 	return claims, nil
 }
 
-// claim sets rec running for its next attempt, leased until leaseUntil, and updates rec to
-// match.
+// claim sets rec running for its next attempt, its call not started, leased until
+// leaseUntil, and updates rec to match.
 func (t *ruleTx) claim(ctx context.Context, rec *approval.ExecutionRecord, leaseUntil time.Time) error {
 	rec.Status, rec.Attempts, rec.NextAttemptAt, rec.LeaseExpiresAt = approval.ExecutionRunning, rec.Attempts+1, nil, &leaseUntil
 	rec.UpdatedAt = t.tx.now
 	_, err := t.tx.ExecContext(ctx, `
 		UPDATE executions
-		SET status = 'running', attempts = ?, lease_expires_at = ?, next_attempt_at = NULL, updated_at = ?
-		WHERE id = ?`,
+		SET status = 'running', attempts = ?1, unsent_attempt = ?1, lease_expires_at = ?2,
+			next_attempt_at = NULL, updated_at = ?3
+		WHERE id = ?4`,
 		rec.Attempts, micros(leaseUntil), micros(t.tx.now), rec.ID)
 	return err
 }

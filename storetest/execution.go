@@ -214,14 +214,17 @@ func exerciseExecutions(t *testing.T, s suite) {
 		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt)
 		wantWorkerCause(t, evs[0], 1)
 		wantTime(t, "attempt event", evs[0].At, f.clock.Now())
+		// Its call starts: from now on an expired lease may have reached the target.
+		mustSend(t, f.service(), rec.ID, 1)
 
 		f.clock.Advance(workLease - time.Microsecond)
 		wantClaims(t, "claim while the lease is live", mustClaimExecutions(t, f.service(), 10), 0)
 		f.clock.Advance(2 * time.Microsecond)
 		claimed = mustClaimExecutions(t, f.service(), 10)
 		wantClaims(t, "claim after the lease expired", claimed, 2, rec)
-		if !claimed[0].Recovered || claimed[0].Record.Attempts != 2 {
-			t.Fatalf("claim after the lease expired: got recovered %v, %d attempts; want true, 2", claimed[0].Recovered, claimed[0].Record.Attempts)
+		if !claimed[0].Recovered || claimed[0].Abandoned || claimed[0].Record.Attempts != 2 || !claimed[0].Record.Uncertain {
+			t.Fatalf("claim after the lease expired: got recovered %v, abandoned %v, %d attempts, uncertain %v; want true, false, 2, true",
+				claimed[0].Recovered, claimed[0].Abandoned, claimed[0].Record.Attempts, claimed[0].Record.Uncertain)
 		}
 		evs = wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAttempt)
 		wantWorkerCause(t, evs[1], 2)
@@ -257,6 +260,64 @@ func exerciseExecutions(t *testing.T, s suite) {
 		_, err = f.service().FinishAttempt(ctx, rec.ID, 2, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "again"})
 		wantCode(t, err, approval.ECONFLICT)
 		wantExecution(t, mustExecution(t, f.store, rec.ID), approval.ExecutionSucceeded, 0, `{"payout": "po_123"}`)
+	})
+
+	// A claim whose lease ran out before its call started sent nothing: the next claim
+	// takes it over as an ordinary attempt, abandoned, not recovered, and nothing becomes
+	// uncertain. One whose call started is recovered.
+	s.run(t, "ClaimNeverSent", func(t *testing.T, f *fixture) {
+		a, rec := mustApprovedExecution(t, f)
+		wantClaims(t, "first claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
+		f.clock.Advance(workLease)
+		claimed := mustClaimExecutions(t, f.service(), 10)
+		wantClaims(t, "claim after an unsent lease expired", claimed, 2, rec)
+		if c := claimed[0]; c.Recovered || !c.Abandoned || c.Record.Uncertain {
+			t.Fatalf("claim after an unsent lease expired: got recovered %v, abandoned %v, uncertain %v; want false, true, false", c.Recovered, c.Abandoned, c.Record.Uncertain)
+		}
+		if got := mustExecution(t, f.store, rec.ID); got.Uncertain {
+			t.Fatal("execution after an unsent lease expired: got uncertain, want not")
+		}
+		evs := wantExecutionEvents(t, f.store, a.ID, approval.EventExecutionAttempt, approval.EventExecutionAttempt)
+		if evs[1].Detail["abandoned"] != true || evs[1].Detail["recovered"] != false {
+			t.Fatalf("attempt 2's event: got detail %v, want abandoned and not recovered", evs[1].Detail)
+		}
+		// The attempt that replaced it starts its call, and its lease runs out too.
+		mustSend(t, f.service(), rec.ID, 2)
+		f.clock.Advance(workLease)
+		claimed = mustClaimExecutions(t, f.service(), 10)
+		wantClaims(t, "claim after a sent lease expired", claimed, 3, rec)
+		if c := claimed[0]; !c.Recovered || c.Abandoned || !c.Record.Uncertain {
+			t.Fatalf("claim after a sent lease expired: got recovered %v, abandoned %v, uncertain %v; want true, false, true", c.Recovered, c.Abandoned, c.Record.Uncertain)
+		}
+	})
+
+	// Takeover within a lease behind a backlog: an expired lease is claimed before every
+	// queued execution, however long those have been due.
+	s.run(t, "ClaimTakesExpiredFirst", func(t *testing.T, f *fixture) {
+		_, crashed := mustApprovedExecution(t, f)
+		wantClaims(t, "the crashed runner's claim", mustClaimExecutions(t, f.service(), 1), 1, crashed)
+		mustSend(t, f.service(), crashed.ID, 1)
+		// A backlog, each due long before the lease runs out.
+		backlog := make(map[string]bool)
+		for range 12 {
+			f.clock.Advance(time.Millisecond)
+			_, rec := mustApprovedExecution(t, f)
+			backlog[rec.ID] = true
+		}
+		f.clock.Advance(workLease)
+		claimed := mustClaimExecutions(t, f.service(), 3)
+		if len(claimed) != 3 {
+			t.Fatalf("claim behind a backlog: got %d claims, want 3", len(claimed))
+		}
+		if c := claimed[0]; c.Record.ID != crashed.ID || c.Attempt != 2 || !c.Recovered {
+			t.Fatalf("claim behind a backlog: got %s first (attempt %d, recovered %v), want the expired %s, attempt 2, recovered",
+				c.Record.ID, c.Attempt, c.Recovered, crashed.ID)
+		}
+		for _, c := range claimed[1:] {
+			if !backlog[c.Record.ID] || c.Attempt != 1 || c.Recovered || c.Abandoned {
+				t.Fatalf("claim behind a backlog: got %s at attempt %d (recovered %v, abandoned %v), want a queued one at attempt 1", c.Record.ID, c.Attempt, c.Recovered, c.Abandoned)
+			}
+		}
 	})
 
 	s.run(t, "AttemptOutcomes", func(t *testing.T, f *fixture) {
@@ -393,6 +454,59 @@ func exerciseExecutions(t *testing.T, s suite) {
 		wantExecutionEvents(t, f.store, approvals[1].ID, approval.EventExecutionAttempt, approval.EventExecutionSucceeded)
 	})
 
+	// One transaction writes a runner's batch: outcomes, the starts of calls (each fenced by
+	// its attempt, a lost one refused alone) and a claim. A batch that cannot be written is
+	// refused whole and writes nothing.
+	s.run(t, "RecordAttempts", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		_, recs := claimedExecutions(t, f, 3)
+		_, next := mustApprovedExecution(t, f)
+		done, err := f.service().RecordAttempts(ctx, approval.AttemptBatch{
+			Finishes: []approval.AttemptFinish{{ID: recs[0].ID, Attempt: 1, Outcome: approval.AttemptOutcome{Status: approval.ExecutionSucceeded, Reason: "200"}}},
+			Sends:    []approval.AttemptSend{{ID: recs[1].ID, Attempt: 1}, {ID: recs[2].ID, Attempt: 2}, {ID: recs[1].ID, Attempt: 1}},
+			Lease:    time.Hour, Claim: 5,
+		})
+		if err != nil {
+			t.Fatalf("record: %v", err)
+		}
+		if len(done.Finished) != 1 || done.Finished[0].Err != nil || done.Finished[0].Record.Status != approval.ExecutionSucceeded {
+			t.Fatalf("finished: got %+v, want attempt 1 of %s succeeded", done.Finished, recs[0].ID)
+		}
+		if len(done.Sent) != 3 || done.Sent[0] != nil {
+			t.Fatalf("sent: got %v, want 3 answers, the first nil", done.Sent)
+		}
+		wantCode(t, done.Sent[1], approval.ECONFLICT) // attempt 2 does not hold it
+		wantCode(t, done.Sent[2], approval.EINVALID)  // sent twice in one batch
+		wantClaims(t, "claim with the batch", done.Claims, 1, next)
+		if got := mustExecution(t, f.store, recs[1].ID).LeaseExpiresAt; got == nil || !got.Equal(f.clock.Now().Add(time.Hour)) {
+			t.Fatalf("started call's lease: got %v, want renewed to %v", got, f.clock.Now().Add(time.Hour))
+		}
+		if got := mustExecution(t, f.store, recs[2].ID).LeaseExpiresAt; got == nil || !got.Equal(f.clock.Now().Add(workLease)) {
+			t.Fatalf("refused call's lease: got %v, want the claim's %v", got, f.clock.Now().Add(workLease))
+		}
+		// Past the first claims' lease: the refused start's execution never sent its call.
+		f.clock.Advance(workLease)
+		again := mustClaimExecutions(t, f.service(), 10)
+		wantClaims(t, "claim after the first claims' lease", again, 2, recs[2])
+		if !again[0].Abandoned {
+			t.Fatalf("claim after the first claims' lease: got recovered %v, want abandoned", again[0].Recovered)
+		}
+
+		// Sends or a claim without a lease, and a negative claim: refused whole.
+		for _, b := range []approval.AttemptBatch{
+			{Sends: []approval.AttemptSend{{ID: recs[1].ID, Attempt: 1}}},
+			{Claim: 1},
+			{Claim: -1, Lease: time.Hour},
+		} {
+			_, err := f.service().RecordAttempts(ctx, b)
+			wantCode(t, err, approval.EINVALID)
+		}
+		// Nothing to write: no transaction, no error.
+		if done, err := f.service().RecordAttempts(ctx, approval.AttemptBatch{}); err != nil || len(done.Claims) != 0 {
+			t.Fatalf("empty batch: got %+v, %v; want nothing", done, err)
+		}
+	})
+
 	// Batches of outcomes racing over the same executions, each listing them in another
 	// order: each attempt is recorded once, by one batch, and the others are refused; the
 	// batches lock in one order, so none deadlocks.
@@ -497,6 +611,7 @@ func exerciseExecutions(t *testing.T, s suite) {
 		_, rec := mustApprovedExecution(t, f)
 		wantClaims(t, "claim", mustClaimExecutions(t, f.service(), 10), 1, rec)
 		claimedAt := f.clock.Now()
+		mustSend(t, f.service(), rec.ID, 1)
 
 		f.clock.Advance(20 * time.Second)
 		if err := f.service().RenewExecution(ctx, rec.ID, 1, time.Minute); err != nil {
@@ -732,7 +847,9 @@ func exerciseExecutions(t *testing.T, s suite) {
 		}
 		want("released", mustExecution(t, f.store, rec.ID), false, 3)
 		want("claim 4 again", claim("claim 4 again", 4, false), false, 3)
-		// A claim whose lease ran out may have sent its call: the recovery makes it uncertain.
+		// A claim whose lease ran out after its call started may have sent it: the recovery
+		// makes it uncertain.
+		mustSend(t, f.service(), rec.ID, 4)
 		f.clock.Advance(workLease)
 		want("claim 5, recovered", claim("claim 5, recovered", 5, true), true, 3)
 		want("failed 5", finish(5, approval.AttemptOutcome{Status: approval.ExecutionFailed, Error: "refused", Reason: "test"}), true, 3)
@@ -1294,6 +1411,19 @@ func mustClaimExecutions(tb testing.TB, svc *approval.Service, limit int) []*app
 		tb.Fatalf("claim executions: %v", err)
 	}
 	return claims
+}
+
+// mustSend marks the call of attempt of the execution id as started (RecordAttempts), as a
+// runner does right before it sends it.
+func mustSend(tb testing.TB, svc *approval.Service, id string, attempt int) {
+	tb.Helper()
+	done, err := svc.RecordAttempts(tb.Context(), approval.AttemptBatch{Sends: []approval.AttemptSend{{ID: id, Attempt: attempt}}, Lease: workLease})
+	if err == nil {
+		err = done.Sent[0]
+	}
+	if err != nil {
+		tb.Fatalf("send attempt %d of %s: %v", attempt, id, err)
+	}
 }
 
 // mustReport reports r and checks whether it was applied.

@@ -572,10 +572,73 @@ func txCases() []txCase {
 				}
 				return nil
 			})
-			// Its lease past: claimed again, recovered.
+			// Its lease past, its call never started: claimed again, abandoned.
 			f.clock.Advance(workLease)
-			if again := claimExecution(t, f); again.Attempt != 2 || !again.Recovered {
-				t.Fatalf("claim after the lease: got attempt %d, recovered %v; want 2, true", again.Attempt, again.Recovered)
+			if again := claimExecution(t, f); again.Attempt != 2 || again.Recovered || !again.Abandoned {
+				t.Fatalf("claim after an unsent lease: got attempt %d, recovered %v, abandoned %v; want 2, false, true", again.Attempt, again.Recovered, again.Abandoned)
+			}
+			// Its call started, then its lease past: claimed again, recovered.
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				_, err := tx.ExecutionSetSendingIfAttemptMany(ctx, []string{rec.ID}, []int{2}, tx.Now().Add(workLease))
+				return err
+			})
+			f.clock.Advance(workLease)
+			if again := claimExecution(t, f); again.Attempt != 3 || !again.Recovered || again.Abandoned {
+				t.Fatalf("claim after a sent lease: got attempt %d, recovered %v, abandoned %v; want 3, true, false", again.Attempt, again.Recovered, again.Abandoned)
+			}
+		}},
+		{"ExecutionSetSendingIfAttemptMany", func(t *testing.T, f *fixture) {
+			_, r1 := mustApprovedExecution(t, f)
+			_, r2 := mustApprovedExecution(t, f)
+			_, r3 := mustApprovedExecution(t, f)
+			var claims []*approval.ExecutionClaim
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) (err error) {
+				claims, err = tx.ExecutionClaimDue(ctx, 2, tx.Now().Add(workLease))
+				return err
+			})
+			if len(claims) != 2 {
+				t.Fatalf("claim: got %d claims, want 2", len(claims))
+			}
+			claimed := map[string]bool{claims[0].Record.ID: true, claims[1].Record.ID: true}
+			var queued string
+			for _, r := range []*approval.ExecutionRecord{r1, r2, r3} {
+				if !claimed[r.ID] {
+					queued = r.ID
+				}
+			}
+			until := f.clock.Now().Add(time.Hour)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				// The first claim's attempt, another attempt of the second, and a queued one:
+				// only the first is marked, and the transaction goes on.
+				marked, err := tx.ExecutionSetSendingIfAttemptMany(ctx,
+					[]string{claims[0].Record.ID, claims[1].Record.ID, queued}, []int{1, 2, 0}, until)
+				if err != nil || !slices.Equal(marked, []string{claims[0].Record.ID}) {
+					t.Fatalf("mark: got %v, %v; want only %s", marked, err, claims[0].Record.ID)
+				}
+				return nil
+			})
+			if got := mustExecution(t, f.store, claims[0].Record.ID).LeaseExpiresAt; got == nil || !got.Equal(until) {
+				t.Fatalf("marked lease: got %v, want %v", got, until)
+			}
+			if got := mustExecution(t, f.store, claims[1].Record.ID).LeaseExpiresAt; got == nil || got.Equal(until) {
+				t.Fatalf("refused lease: got %v, want the claim's", got)
+			}
+			// Both leases past: the marked one may have sent its call, the other never did.
+			f.clock.Advance(time.Hour)
+			var again []*approval.ExecutionClaim
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) (err error) {
+				again, err = tx.ExecutionClaimDue(ctx, 10, tx.Now().Add(workLease))
+				return err
+			})
+			recovered := make(map[string]bool)
+			for _, c := range again {
+				if c.Record.ID != queued && c.Recovered == c.Abandoned {
+					t.Fatalf("claim of %s: got recovered %v and abandoned %v, want one of them", c.Record.ID, c.Recovered, c.Abandoned)
+				}
+				recovered[c.Record.ID] = c.Recovered
+			}
+			if len(again) != 3 || !recovered[claims[0].Record.ID] || recovered[claims[1].Record.ID] || recovered[queued] {
+				t.Fatalf("claim after the leases: got %v, want %s alone recovered of 3", recovered, claims[0].Record.ID)
 			}
 		}},
 		{"ExecutionSetLeaseIfAttempt", func(t *testing.T, f *fixture) {

@@ -21,11 +21,11 @@ type batchSizes struct {
 	sizes []int
 }
 
-func (l *batchSizes) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
+func (l *batchSizes) RecordAttempts(ctx context.Context, b approval.AttemptBatch) (approval.AttemptsRecorded, error) {
 	l.mu.Lock()
-	l.sizes = append(l.sizes, len(fs))
+	l.sizes = append(l.sizes, len(b.Finishes)+len(b.Sends))
 	l.mu.Unlock()
-	return l.Service.FinishAttempts(ctx, fs)
+	return l.Service.RecordAttempts(ctx, b)
 }
 
 // Outcomes handed to the recorder while it is busy go together, in one batch, and each
@@ -58,8 +58,10 @@ func TestRecorder_BatchesWhatWaits(t *testing.T) {
 // idleRecorder is a recorder for r, holding up to n outcomes, whose loop is not started: it
 // stands for one busy with an earlier batch. Its claims channel holds a claim too.
 func idleRecorder(r *Runner, n int) *recorder {
+	lane := make(chan struct{})
+	close(lane) // no start lane: these tests hand it no starts
 	return &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n),
-		claims: make(chan claimRequest, 1), done: make(chan struct{})}
+		starts: make(chan recording), lane: lane, claims: make(chan claimRequest, 1), done: make(chan struct{})}
 }
 
 // handMissing hands rec the outcomes of n executions that do not exist (the real ledger
@@ -83,7 +85,7 @@ func handMissing(rec *recorder, n int) (answers func() []error) {
 }
 
 // ledgerCalls is the Service's ledger over a real store that notes each call the recorder
-// makes, and can make FinishAndClaim fail.
+// makes, and can make a record that claims too fail.
 type ledgerCalls struct {
 	*approval.Service
 	failCombined error
@@ -97,22 +99,21 @@ func (l *ledgerCalls) note(format string, args ...any) {
 	l.calls = append(l.calls, fmt.Sprintf(format, args...))
 }
 
-func (l *ledgerCalls) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
-	l.note("finish %d", len(fs))
-	return l.Service.FinishAttempts(ctx, fs)
-}
-
 func (l *ledgerCalls) ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error) {
 	l.note("claim %d", limit)
 	return l.Service.ClaimExecutions(ctx, lease, limit)
 }
 
-func (l *ledgerCalls) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
-	l.note("finish %d and claim %d", len(fs), limit)
-	if l.failCombined != nil {
-		return nil, nil, l.failCombined
+func (l *ledgerCalls) RecordAttempts(ctx context.Context, b approval.AttemptBatch) (approval.AttemptsRecorded, error) {
+	if b.Claim == 0 {
+		l.note("finish %d", len(b.Finishes))
+		return l.Service.RecordAttempts(ctx, b)
 	}
-	return l.Service.FinishAndClaim(ctx, fs, lease, limit)
+	l.note("finish %d and claim %d", len(b.Finishes), b.Claim)
+	if l.failCombined != nil {
+		return approval.AttemptsRecorded{}, l.failCombined
+	}
+	return l.Service.RecordAttempts(ctx, b)
 }
 
 // A claim Run asks for while outcomes wait goes with them, in one transaction; should that

@@ -19,10 +19,11 @@ import (
 	"github.com/approvald/approval/postgres"
 )
 
-// heldLedger is the Service's ledger over a real store whose FinishAttempts waits at a gate:
-// entered gets the size of each batch that reaches it, and the batch goes on once open is
-// closed. With died set, the batch is not recorded and FinishAttempts fails, as when the
-// process dies before the batch's transaction commits.
+// heldLedger is the Service's ledger over a real store whose records of outcomes wait at a
+// gate: entered gets the number of outcomes of each batch that reaches it, and the batch goes
+// on once open is closed. With died set, the batch is not recorded and the record fails, as
+// when the process dies before the batch's transaction commits. A batch without outcomes
+// (the starts of calls) goes straight through.
 type heldLedger struct {
 	*approval.Service
 	entered chan int
@@ -34,22 +35,16 @@ func newHeldLedger(s approval.Store) *heldLedger {
 	return &heldLedger{Service: &approval.Service{Store: s}, entered: make(chan int, 64), open: make(chan struct{})}
 }
 
-func (l *heldLedger) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
-	l.entered <- len(fs)
+func (l *heldLedger) RecordAttempts(ctx context.Context, b approval.AttemptBatch) (approval.AttemptsRecorded, error) {
+	if len(b.Finishes) == 0 {
+		return l.Service.RecordAttempts(ctx, b)
+	}
+	l.entered <- len(b.Finishes)
 	<-l.open
 	if l.died {
-		return nil, errors.New("the process died before the batch committed")
+		return approval.AttemptsRecorded{}, errors.New("the process died before the batch committed")
 	}
-	return l.Service.FinishAttempts(ctx, fs)
-}
-
-func (l *heldLedger) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
-	l.entered <- len(fs)
-	<-l.open
-	if l.died {
-		return nil, nil, errors.New("the process died before the batch committed")
-	}
-	return l.Service.FinishAndClaim(ctx, fs, lease, limit)
+	return l.Service.RecordAttempts(ctx, b)
 }
 
 // A runner stopped while a batch of outcomes is being recorded returns only once it has
@@ -160,8 +155,8 @@ func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 	})
 }
 
-// blipLedger is the Service's ledger over a real store whose first fails records (FinishAttempts
-// or FinishAndClaim) fail as a database that cannot be reached does, EUNAVAILABLE, without
+// blipLedger is the Service's ledger over a real store whose first fails records of outcomes
+// fail as a database that cannot be reached does, EUNAVAILABLE, without
 // writing anything.
 type blipLedger struct {
 	*approval.Service
@@ -181,20 +176,13 @@ func (l *blipLedger) blip() error {
 	return approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable")
 }
 
-func (l *blipLedger) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
-	if err := l.blip(); err != nil {
-		return nil, err
-	}
-	return l.Service.FinishAttempts(ctx, fs)
-}
-
-func (l *blipLedger) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
-	if len(fs) > 0 {
+func (l *blipLedger) RecordAttempts(ctx context.Context, b approval.AttemptBatch) (approval.AttemptsRecorded, error) {
+	if len(b.Finishes) > 0 {
 		if err := l.blip(); err != nil {
-			return nil, nil, err
+			return approval.AttemptsRecorded{}, err
 		}
 	}
-	return l.Service.FinishAndClaim(ctx, fs, lease, limit)
+	return l.Service.RecordAttempts(ctx, b)
 }
 
 // An outcome whose record fails while the database blips is recorded once it answers again,

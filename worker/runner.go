@@ -55,19 +55,17 @@ type Target struct {
 	Policy Policy
 }
 
-// Ledger claims executions and records how their attempts ended: *approval.Service, which
-// holds the rules (the fence of the attempt number, what each outcome leads to) once for
-// every store.
+// Ledger claims executions, marks their calls as started and records how their attempts
+// ended: *approval.Service, which holds the rules (the fence of the attempt number, what each
+// outcome leads to) once for every store.
 type Ledger interface {
 	// ClaimExecutions claims up to limit due executions, each for one attempt.
 	ClaimExecutions(ctx context.Context, lease time.Duration, limit int) ([]*approval.ExecutionClaim, error)
-	// FinishAttempts records the outcomes of several claimed attempts in one transaction,
-	// each fenced by its attempt: ECONFLICT in its answer when a newer attempt owns the
-	// execution.
-	FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error)
-	// FinishAndClaim records outcomes as FinishAttempts does and, in the same transaction,
-	// claims up to limit due executions as ClaimExecutions does.
-	FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error)
+	// RecordAttempts writes in one transaction the outcomes of several claimed attempts and
+	// the start of several calls, each fenced by its attempt (ECONFLICT in its answer when a
+	// newer attempt owns the execution), and claims up to a limit of due executions as
+	// ClaimExecutions does.
+	RecordAttempts(ctx context.Context, b approval.AttemptBatch) (approval.AttemptsRecorded, error)
 	// ReleaseExecution gives back a claim whose call was never sent.
 	ReleaseExecution(ctx context.Context, id string, attempt int) error
 	// RenewExecution extends a claim's lease; ECONFLICT when the attempt no longer holds it.
@@ -76,8 +74,10 @@ type Ledger interface {
 
 // Runner carries out approved actions (docs/invariants.md, invariant 5): it claims due
 // executions from the store, calls each action's target, and records the outcome in the
-// ledger. The store records every attempt before the call is made, so an attempt cut short by
-// a crash is known afterwards, and every outcome is written only while the attempt still
+// ledger. The store records every attempt when it is claimed, and, in a write of its own that
+// commits right before the call is sent, that its call is starting: after a crash an attempt
+// whose call never started is known to have sent nothing and is simply made again, and only
+// one whose call started is uncertain. Every outcome is written only while the attempt still
 // owns the execution. Every replica runs one.
 type Runner struct {
 	Store   approval.Store    // the executions signal it subscribes to; required
@@ -86,10 +86,10 @@ type Runner struct {
 	Targets map[string]Target // by action
 
 	// Lease is the claim lease (DefaultLease when zero), renewed every Lease/3 while an
-	// attempt runs, and once more right before its call is sent if little of it is left (see
-	// renewBeforeSend). A call still in flight Lease/10 before the lease, as last renewed,
-	// would run out is cancelled: past that point another runner may claim the execution, and
-	// it must not find this call still going.
+	// attempt runs, and once more right before its call is sent, by the write that marks the
+	// call started (see startCall). A call still in flight Lease/10 before the lease, as last
+	// renewed, would run out is cancelled: past that point another runner may claim the
+	// execution, and it must not find this call still going.
 	Lease       time.Duration
 	Poll        time.Duration // how often to look without a signal (DefaultPoll when zero)
 	Batch       int           // executions claimed at once, and claimed ahead (Concurrency when zero)
@@ -137,8 +137,10 @@ const mayHaveReached = "may have reached the target"
 // the store has work for every one of them. It claims through its recorder: a claim asked
 // for while outcomes wait to be recorded shares their transaction (see recorder). A claim
 // waiting for a slot keeps its lease like a running one (see execute), so it cannot run out
-// unnoticed; one a crash abandons is taken over once its lease has run out, as uncertain,
-// like any claim whose call had not been sent.
+// unnoticed; one a crash abandons is taken over once its lease has run out and, its call
+// never having started, sent as an ordinary attempt (approval.ExecutionClaim.Abandoned).
+// Claims take expired leases before any queued execution, so a crashed replica's work is
+// taken over within about a lease even behind a backlog.
 //
 // When ctx ends it stops claiming; claims whose call has not been sent are released; calls
 // in flight are allowed to finish (up to their timeout) and are recorded; then Run returns
@@ -322,8 +324,8 @@ func (a *attempt) cannotAsk() approval.AttemptOutcome {
 	if a.c.Recovered {
 		return approval.AttemptOutcome{
 			Status: approval.ExecutionNeedsReview,
-			Error:  fmt.Sprintf("attempt %d was interrupted", a.c.Attempt-1),
-			Reason: fmt.Sprintf("attempt %d was interrupted; the target cannot tell whether it ran, and sending it again could do it twice: an operator must check", a.c.Attempt-1),
+			Error:  fmt.Sprintf("attempt %d was interrupted after its call started", a.c.Attempt-1),
+			Reason: fmt.Sprintf("attempt %d was interrupted after its call started; the target cannot tell whether it ran, and sending it again could do it twice: an operator must check", a.c.Attempt-1),
 		}
 	}
 	return approval.AttemptOutcome{
@@ -384,7 +386,7 @@ func (a *attempt) send(t Target, policy Policy) (approval.AttemptOutcome, bool) 
 	var res callResult
 	if err := a.r.Failpoints.Inject(fpBeforeSend); err != nil {
 		res = callResult{err: err} // nothing has left the process: safe to retry anywhere
-	} else if err := a.renewBeforeSend(t); err != nil {
+	} else if err := a.startCall(); err != nil {
 		res = callResult{err: err} // not sent, as above; a lost claim returns below
 	} else {
 		ctx, release := a.deadline.bind(a.work)
@@ -471,7 +473,7 @@ func (a *attempt) noTarget() approval.AttemptOutcome {
 		return approval.AttemptOutcome{
 			Status: approval.ExecutionNeedsReview,
 			Error:  fmt.Sprintf("no target configured for action %q", action),
-			Reason: fmt.Sprintf("attempt %d was interrupted and no target is configured for action %q on this replica: an operator must check whether it ran", a.c.Attempt-1, action),
+			Reason: fmt.Sprintf("attempt %d was interrupted after its call started and no target is configured for action %q on this replica: an operator must check whether it ran", a.c.Attempt-1, action),
 		}
 	}
 	return approval.AttemptOutcome{
@@ -578,21 +580,26 @@ func transient(err error) bool {
 
 // recorder records the outcomes of a runner's attempts in batches: the outcomes of
 // attempts that end while a batch is being recorded wait and go together in the next one,
-// one transaction (approval.Service.FinishAttempts) in which each is still fenced by its own
-// attempt and gets its own event. A batch goes as soon as the recorder is free: one attempt
-// ending alone is recorded at once, and under load a batch is as large as the attempts that
-// ended during the last one's commit (at most what the runner holds). Each attempt waits for its
-// batch's commit before anything treats its outcome as recorded; an outcome that has not
+// one transaction (approval.Service.RecordAttempts) in which each is still fenced by its own
+// attempt and gets its own event. The starts of calls about to be sent are batched the same
+// way in a lane of their own (startLane), whose transactions run beside the outcomes': a call
+// waits for its start's commit, and only for that, not for a batch of outcomes or a claim
+// under way, so a slot that frees starts its next call after one commit. A batch goes as
+// soon as the recorder is free: one attempt ending alone is recorded at once, and under load
+// a batch is as large as the attempts that ended during the last one's commit (at most what
+// the runner holds). Each attempt waits for its batch's commit before anything treats its outcome as recorded; an outcome that has not
 // been committed when the process dies leaves its execution claimed, to be recovered as
 // uncertain once the lease runs out, as if the attempt had died before recording it.
 //
 // Run claims through the recorder too (claim): a claim asked for while outcomes wait, or
-// while a batch is being recorded, goes with the next batch in its transaction
-// (approval.Service.FinishAndClaim), so that a busy runner commits once for the attempts
-// that ended and the executions that take their slots, not once for each.
+// while a batch is being recorded, goes with the next batch in its transaction, so that a
+// busy runner commits once for the attempts that ended and the executions that take their
+// slots, not once for each.
 type recorder struct {
-	r  *Runner
-	in chan recording
+	r      *Runner
+	in     chan recording // outcomes
+	starts chan recording // starts of calls, at most one per slot
+	lane   chan struct{}  // closed when startLane has recorded the last start and returned
 	// room holds a value for each outcome handed to the recorder and not yet answered: at
 	// most as many as the runner holds claims (Concurrency calls and a batch claimed ahead),
 	// so that an attempt ending while the last batch commits frees its slot at once even
@@ -602,10 +609,13 @@ type recorder struct {
 	done   chan struct{}     // closed when the loop has recorded the last batch and returned
 }
 
-// recording is one outcome on its way to a batch, and where its answer goes.
+// recording is one outcome, or the start of one call, on its way to a batch, and where its
+// answer goes.
 type recording struct {
 	f      approval.AttemptFinish
 	answer chan approval.AttemptFinished
+	start  *approval.AttemptSend // a call's start instead of an outcome
+	sent   chan error            // the start's answer
 }
 
 // claimRequest is Run asking for up to limit claims, and where the answer goes.
@@ -628,16 +638,20 @@ type claimAnswer struct {
 func (r *Runner) startRecorder() *recorder {
 	n := r.holds()
 	rec := &recorder{r: r, in: make(chan recording, n), room: make(chan struct{}, n),
+		starts: make(chan recording, r.concurrency()), lane: make(chan struct{}),
 		claims: make(chan claimRequest), done: make(chan struct{})}
 	go rec.loop()
+	go rec.startLane()
 	return rec
 }
 
-// stop waits for the batches still under way and ends the loop. No attempt may call finish,
-// and Run may not call claim, after it.
+// stop waits for the batches still under way and ends the loops. No attempt may call finish
+// or send, and Run may not call claim, after it.
 func (rec *recorder) stop() {
 	close(rec.in)
+	close(rec.starts)
 	<-rec.done
+	<-rec.lane
 }
 
 // finish hands f to the next batch, calls handed, and returns what was recorded for f once
@@ -650,6 +664,36 @@ func (rec *recorder) finish(f approval.AttemptFinish, handed func()) (*approval.
 	handed()
 	res := <-answer
 	return res.Record, res.Err
+}
+
+// send hands the start of x's call to the start lane's next batch and returns once that
+// batch has committed: nil when the call may be sent, or why it must not.
+func (rec *recorder) send(x approval.AttemptSend) error {
+	sent := make(chan error, 1)
+	rec.starts <- recording{start: &x, sent: sent}
+	return <-sent
+}
+
+// startLane records the starts handed to send, in batches as loop does outcomes: a batch
+// goes as soon as the last has committed, with every start handed over meanwhile.
+func (rec *recorder) startLane() {
+	defer close(rec.lane)
+	for first := range rec.starts {
+		batch := []recording{first}
+	more:
+		for len(batch) < cap(rec.starts) {
+			select {
+			case next, ok := <-rec.starts:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		rec.record(batch, nil)
+	}
 }
 
 // claim claims up to limit executions in the recorder's next transaction, with the
@@ -668,7 +712,7 @@ func (rec *recorder) claim(ctx context.Context, limit int) ([]*approval.Executio
 
 func (rec *recorder) loop() {
 	defer close(rec.done)
-	limit := cap(rec.room)
+	limit := cap(rec.in)
 	for {
 		var batch []recording
 		var claim *claimRequest
@@ -708,7 +752,7 @@ func (rec *recorder) loop() {
 // transaction, and answers each. Should the transaction fail with a claim in it, the batch
 // is recorded again alone: a claim that cannot be made must not cost the outcomes. (If that
 // transaction did commit and only its answer was lost, each outcome's second record is
-// refused by its fence, ECONFLICT, and its claims run out and are recovered, as any claim
+// refused by its fence, ECONFLICT, and its claims run out and are taken over, as any claim
 // whose commit went unanswered.)
 //
 // Each transaction runs on a context of its own, a lease long: the attempts' work outlives
@@ -719,45 +763,67 @@ func (rec *recorder) record(batch []recording, claim *claimRequest) {
 		claim.answer <- claimAnswer{asked: rec.r.askedAt(), err: claim.ctx.Err()} // Run has stopped
 		claim = nil
 	}
-	lease := rec.r.lease()
+	b := approval.AttemptBatch{Lease: rec.r.lease()}
+	for _, x := range batch {
+		if x.start != nil {
+			b.Sends = append(b.Sends, *x.start)
+		} else {
+			b.Finishes = append(b.Finishes, x.f)
+		}
+	}
 	var (
-		done []approval.AttemptFinished
+		done approval.AttemptsRecorded
 		err  error
 	)
 	if claim != nil {
 		asked := rec.r.askedAt()
-		var claims []*approval.ExecutionClaim
+		b.Claim = claim.limit
 		err = rec.alone(func(ctx context.Context) (err error) {
 			if len(batch) == 0 {
-				claims, err = rec.r.Ledger.ClaimExecutions(ctx, lease, claim.limit)
+				done.Claims, err = rec.r.Ledger.ClaimExecutions(ctx, b.Lease, b.Claim)
 			} else {
-				done, claims, err = rec.r.Ledger.FinishAndClaim(ctx, finishes(batch), lease, claim.limit)
+				done, err = rec.r.Ledger.RecordAttempts(ctx, b)
 			}
 			return err
 		})
 		if err != nil {
 			err = fmt.Errorf("claim executions: %w", err)
 		}
-		claim.answer <- claimAnswer{claims: claims, asked: asked, err: err}
+		claim.answer <- claimAnswer{claims: done.Claims, asked: asked, err: err}
+		b.Claim = 0
 	}
 	if len(batch) == 0 {
 		return
 	}
 	if claim == nil || err != nil {
 		err = rec.alone(func(ctx context.Context) (err error) {
-			done, err = rec.r.Ledger.FinishAttempts(ctx, finishes(batch))
+			done, err = rec.r.Ledger.RecordAttempts(ctx, b)
 			return err
 		})
 	}
-	for i, b := range batch {
+	sends, finishes := 0, 0
+	for _, x := range batch {
+		if x.start != nil {
+			switch {
+			case err != nil:
+				x.sent <- err
+			case sends < len(done.Sent):
+				x.sent <- done.Sent[sends]
+			default:
+				x.sent <- fmt.Errorf("record attempts: %d answers for %d starts", len(done.Sent), len(b.Sends))
+			}
+			sends++
+			continue
+		}
 		switch {
 		case err != nil:
-			b.answer <- approval.AttemptFinished{Err: err}
-		case i < len(done):
-			b.answer <- done[i]
+			x.answer <- approval.AttemptFinished{Err: err}
+		case finishes < len(done.Finished):
+			x.answer <- done.Finished[finishes]
 		default:
-			b.answer <- approval.AttemptFinished{Err: fmt.Errorf("record attempts: %d answers for %d outcomes", len(done), len(batch))}
+			x.answer <- approval.AttemptFinished{Err: fmt.Errorf("record attempts: %d answers for %d outcomes", len(done.Finished), len(b.Finishes))}
 		}
+		finishes++
 	}
 }
 
@@ -766,15 +832,6 @@ func (rec *recorder) alone(tx func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), rec.r.lease())
 	defer cancel()
 	return tx(ctx)
-}
-
-// finishes is the outcomes of batch.
-func finishes(batch []recording) []approval.AttemptFinish {
-	fs := make([]approval.AttemptFinish, len(batch))
-	for i, b := range batch {
-		fs[i] = b.f
-	}
-	return fs
 }
 
 // release gives back a claim whose call was never sent, at shutdown.
@@ -822,32 +879,29 @@ func (a *attempt) keepLease() (stop func()) {
 	}
 }
 
-// renewBeforeSend renews the lease right before the call of t is sent, unless enough of it is
-// left. Fencing guards the database writes of a stale attempt, but not a call it has yet to
-// make: if renewals were slow and the lease lapsed while this attempt looked up or waited, a
-// newer attempt may have claimed the execution, found no effect and sent the call itself.
-// Only a renewal that succeeds now proves that none has, and holds the execution for a lease
-// from now. An error means the call must not be sent.
-//
-// While more than the margin is left of the lease as last confirmed, no newer attempt can
-// hold the execution, and the call, cut short at the deadline, cannot outlive the lease. The
-// renewal then only buys the call time, and is skipped when the call needs none: when what is
-// left, less the margin, covers the call's timeout, or the next renewal of keepLease (due
-// within Lease/3) comes before the deadline does. That spares a transaction per call in the
-// usual case of a call sent right after its claim.
-func (a *attempt) renewBeforeSend(t Target) error {
-	a.mu.Lock()
-	left := a.held.Add(a.r.lease()).Sub(a.r.now())
-	a.mu.Unlock()
-	if left-a.r.margin() >= min(orDefault(t.Timeout, DefaultTimeout), a.r.lease()/3) {
+// startCall records, in a write that commits before the call is sent, that the attempt's
+// call is starting (approval.Service.RecordAttempts, through the recorder's start lane,
+// batched with the starts of other calls). Until it commits the
+// record shows a claim whose call has not started, which a crash leaves to be sent again as
+// an ordinary attempt; from then on one the target may have seen, which a crash leaves
+// uncertain. The same write renews the lease: fencing guards the database writes of a stale
+// attempt, but not a call it has yet to make; if renewals were slow and the lease lapsed
+// while this attempt looked up or waited for a slot, a newer attempt may have claimed the
+// execution and sent the call itself. Only a write that succeeds now proves that none has,
+// and holds the execution for a lease from now. An error means the call must not be sent; a
+// lost claim cancels the attempt's work with errClaimLost.
+func (a *attempt) startCall() error {
+	asked := a.r.askedAt()
+	err := a.rec.send(approval.AttemptSend{ID: a.c.Record.ID, Attempt: a.c.Attempt})
+	switch {
+	case err == nil:
+		a.leaseFrom(asked)
 		return nil
+	case approval.ErrorCode(err) == approval.ECONFLICT && !transient(err):
+		a.log.WarnContext(a.work, "execution claim lost; abandoning the attempt", "error", err)
+		a.cancel(errClaimLost)
 	}
-	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
-	defer cancel()
-	if err := a.renew(ctx); err != nil {
-		return fmt.Errorf("renew the claim before sending: %w", err)
-	}
-	return nil
+	return fmt.Errorf("record that the call starts: %w", err)
 }
 
 // renew extends the claim's lease and moves the call deadline to a margin before the new end.

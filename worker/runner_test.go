@@ -357,7 +357,7 @@ func TestRunner_DropAfterEffect(t *testing.T) {
 	})
 }
 
-// An attempt whose runner died mid-call (its claim abandoned, its lease expired) may have
+// An attempt whose runner died mid-call (its call started, its lease expired) may have
 // reached the target; the next claim settles it as the target allows.
 func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
@@ -380,12 +380,9 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 				t.Parallel()
 				env := newRunnerEnv(t, kind, tt.target)
 				a := env.approved(t, "deploy-1")
-				claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10)
-				if err != nil || len(claims) != 1 {
-					t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
-				}
+				c := claimMidCall(t, env)
 				if tt.effectBefore {
-					postDirect(t, env, claims[0])
+					postDirect(t, env, c)
 				}
 				r := env.runner()
 				mustRun(t, r, 0) // the dead runner's lease still holds
@@ -402,6 +399,40 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 				}
 				if tt.wantStatus == approval.ExecutionSucceeded && rec.Result == nil {
 					t.Error("result: got none, want the target's")
+				}
+			})
+		}
+	})
+}
+
+// A runner that died between its claim and its call (a claim taken ahead, waiting for a
+// slot, or one whose call had yet to start) never reached the target: once its lease runs
+// out the next claim sends the call as an ordinary attempt, whatever the target, and nothing
+// is uncertain or held for review.
+func TestRunner_RetriesClaimNeverSent(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		for _, tk := range []targetKind{idempotentTarget, lookupTarget, plainTarget} {
+			t.Run(tk.String(), func(t *testing.T) {
+				t.Parallel()
+				env := newRunnerEnv(t, kind, tk)
+				a := env.approved(t, "deploy-1")
+				// The dead runner's claim: attempt 1 is on record, its call never started.
+				if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+					t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+				}
+				r := env.runner()
+				mustRun(t, r, 0) // the dead runner's lease still holds
+				env.clk.Advance(lease)
+				mustRun(t, r, 1)
+
+				rec := env.want(t, a, approval.ExecutionSucceeded, 2)
+				if rec.Uncertain {
+					t.Error("uncertain: got true, want false: attempt 1 sent nothing")
+				}
+				env.wantEffects(t, "deploy-1", 1, 1)
+				if got := env.ds.Lookups(); got != 0 {
+					t.Errorf("got %d lookups, want 0: there is nothing to reconcile", got)
 				}
 			})
 		}
@@ -454,9 +485,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 		env := newRunnerEnv(t, kind, lookupTarget)
 		a := env.approved(t, "deploy-1")
 		// A runner died mid-call, so each later claim is recovered and looks up first.
-		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
-			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
-		}
+		claimMidCall(t, env)
 		env.clk.Advance(lease)
 
 		held := newAnswerGate(http.MethodGet)
@@ -488,16 +517,17 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 	})
 }
 
-// A call sent right after its claim is sent without renewing the lease first: no newer
-// attempt can hold the execution, and the lease outlasts the call. One sent when little of the
-// lease is left is renewed first (TestRunner_LeaseLapsedBeforeSend shows why).
-func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
+// Every call is marked started in a committed write before it is sent, and that write
+// renews the lease: a call sent right after its claim needs no renewal of its own, and nor
+// does one sent when little of the lease is left (TestRunner_LeaseLapsedBeforeSend shows why
+// the lease must be confirmed then).
+func TestRunner_MarksEveryCallStarted(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, lookupTarget)
 		store := observe(env.s)
 		// An hour's lease: the renewals of keepLease (every 20 minutes of real time) never
-		// come, so every renewal counted is one made before a call.
+		// come, so the lease is renewed only by the marks.
 		runner := func() *worker.Runner {
 			r := env.runner()
 			r.Store, r.Ledger, r.Lease = store, store, time.Hour
@@ -507,16 +537,14 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 		fresh := env.approved(t, "deploy-1")
 		mustRun(t, runner(), 1)
 		env.want(t, fresh, approval.ExecutionSucceeded, 1)
-		if n := store.renewals(); n != 0 {
-			t.Fatalf("call sent right after its claim: got %d renewals, want 0", n)
+		if n, m := store.renewals(), store.starts(); n != 0 || m != 1 {
+			t.Fatalf("call sent right after its claim: got %d renewals and %d starts, want 0 and 1", n, m)
 		}
 
 		// A runner died mid-call, so the next claim is recovered and looks up first; the
 		// lookup's answer comes when all but a minute of the lease has gone.
 		late := env.approved(t, "deploy-2")
-		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
-			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
-		}
+		claimMidCall(t, env)
 		env.clk.Advance(lease)
 		held := newAnswerGate(http.MethodGet)
 		r := runner()
@@ -533,8 +561,8 @@ func TestRunner_RenewsBeforeSendOnlyWhenLittleLeaseIsLeft(t *testing.T) {
 			t.Fatalf("run: %v", err)
 		}
 		env.want(t, late, approval.ExecutionSucceeded, 2)
-		if n := store.renewals(); n != 1 {
-			t.Fatalf("call sent with a minute of its lease left: got %d renewals, want 1", n)
+		if n, m := store.renewals(), store.starts(); n != 0 || m != 2 {
+			t.Fatalf("call sent with a minute of its lease left: got %d renewals and %d starts, want 0 and 2", n, m)
 		}
 		env.wantEffects(t, "deploy-2", 1, 2)
 	})
@@ -587,8 +615,8 @@ func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
 // them: the leases it renews, whether it ever holds more executions at once than slots
 // calls, a batch claimed ahead (slots, at least 4) and as many outcomes as both waiting for
 // their batch, and the size of each batch of
-// outcomes. It sees a claim end when FinishAttempts or FinishAndClaim returns, after the
-// runner freed its slot.
+// outcomes. It sees a claim end when the record of its outcome returns, after the runner
+// freed its slot.
 type observedStore struct {
 	approval.Store
 	ledger *approval.Service
@@ -598,6 +626,7 @@ type observedStore struct {
 
 	mu        sync.Mutex
 	renewed   int
+	started   int // calls marked as started
 	holding   int // claimed and not yet finished
 	claimed   int
 	finished  int
@@ -644,28 +673,26 @@ func (s *observedStore) RenewExecution(ctx context.Context, id string, attempt i
 	return s.ledger.RenewExecution(ctx, id, attempt, lease)
 }
 
-func (s *observedStore) FinishAttempts(ctx context.Context, fs []approval.AttemptFinish) ([]approval.AttemptFinished, error) {
-	done, err := s.ledger.FinishAttempts(ctx, fs)
+func (s *observedStore) RecordAttempts(ctx context.Context, b approval.AttemptBatch) (approval.AttemptsRecorded, error) {
+	if b.Claim > 0 {
+		s.claiming(b.Claim)
+	}
+	done, err := s.ledger.RecordAttempts(ctx, b)
 	if err != nil {
 		return done, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.finishedNow(done)
-	return done, nil
-}
-
-func (s *observedStore) FinishAndClaim(ctx context.Context, fs []approval.AttemptFinish, lease time.Duration, limit int) ([]approval.AttemptFinished, []*approval.ExecutionClaim, error) {
-	s.claiming(limit)
-	done, claims, err := s.ledger.FinishAndClaim(ctx, fs, lease, limit)
-	if err != nil {
-		return done, claims, err
+	for _, err := range done.Sent {
+		if err == nil {
+			s.started++
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.finishedNow(done)
-	s.claimedNow(claims)
-	return done, claims, nil
+	if len(b.Finishes) > 0 {
+		s.finishedNow(done.Finished)
+	}
+	s.claimedNow(done.Claims)
+	return done, nil
 }
 
 // finishedNow counts a batch of outcomes recorded; s.mu is held.
@@ -684,6 +711,12 @@ func (s *observedStore) finishedNow(done []approval.AttemptFinished) {
 
 func (s *observedStore) ReleaseExecution(ctx context.Context, id string, attempt int) error {
 	return s.ledger.ReleaseExecution(ctx, id, attempt)
+}
+
+func (s *observedStore) starts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
 }
 
 func (s *observedStore) renewals() int {
@@ -1224,6 +1257,27 @@ func postDirect(t *testing.T, env *runnerEnv, c *approval.ExecutionClaim) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("post: got HTTP %d, want 200", resp.StatusCode)
 	}
+}
+
+// claimMidCall claims the one due execution of env and marks its call started, as a runner
+// that died while its call was in flight left it, and returns the claim.
+func claimMidCall(tb testing.TB, env *runnerEnv) *approval.ExecutionClaim {
+	tb.Helper()
+	ctx := context.Background()
+	claims, err := deployRules(env.s).ClaimExecutions(ctx, lease, 10)
+	if err != nil || len(claims) != 1 {
+		tb.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+	}
+	c := claims[0]
+	done, err := deployRules(env.s).RecordAttempts(ctx, approval.AttemptBatch{
+		Sends: []approval.AttemptSend{{ID: c.Record.ID, Attempt: c.Attempt}}, Lease: lease})
+	if err == nil {
+		err = done.Sent[0]
+	}
+	if err != nil {
+		tb.Fatalf("start the call of attempt %d: %v", c.Attempt, err)
+	}
+	return c
 }
 
 func mustFailpoints(tb testing.TB, spec string) *failpoint.Set {

@@ -78,8 +78,9 @@ func roundsFromEnv(t *testing.T, name string, def int) int {
 // retries its approve as a client whose answer never came would. Then:
 //
 //   - idempotent target: exactly one effect per approved operation, none lost;
-//   - plain target: never two effects for one key, and every execution whose effect the
-//     runner cannot know is in needs_review (listed by GET /v1/executions?status=needs_review);
+//   - plain target: never two effects for one key, every execution whose effect the runner
+//     cannot know is in needs_review (listed by GET /v1/executions?status=needs_review), and
+//     none whose call never started (execution.before-send) is;
 //   - target with a lookup URL: exactly one effect per operation and nothing in needs_review.
 //
 // The sequences run at once (as subtests started from goroutines, which the -parallel limit
@@ -234,11 +235,16 @@ func checkCrashOutcome(t *testing.T, point string, target targetKind, ds *downst
 				t.Errorf("round %d (%s): got execution %s with %d effects, want succeeded or needs_review", i, r.key, r.status, effects)
 			}
 		}
-		// Where the point leaves no doubt, the outcome is exact: the attempt cut short may
-		// have been sent, and only the target could tell. (After execution.after-record the
-		// outcome is recorded before the crash, but it need not be "succeeded": on a loaded
-		// machine the process's own lease may lapse during the call.)
-		if !target.idempotent && !target.lookup && (point == "execution.before-send" || point == "execution.after-send") && r.status != "needs_review" {
+		// Where the point leaves no doubt, the outcome is exact. Before the send the call has
+		// not started, and the record says so: the next process sends it as an ordinary
+		// attempt, so nothing never sent waits for an operator. After the send the call may
+		// have reached the target, and only the target could tell. (After
+		// execution.after-record the outcome is recorded before the crash, but it need not be
+		// "succeeded": on a loaded machine the process's own lease may lapse during the call.)
+		switch {
+		case point == "execution.before-send" && (r.status != "succeeded" || effects != 1):
+			t.Errorf("round %d (%s) at %s: got execution %s with %d effects, want succeeded with 1: the call never started", i, r.key, point, r.status, effects)
+		case !target.idempotent && !target.lookup && point == "execution.after-send" && r.status != "needs_review":
 			t.Errorf("round %d (%s) at %s: got execution %s, want needs_review", i, r.key, point, r.status)
 		}
 	}

@@ -247,6 +247,29 @@ func (t Tx) ExecutionIDsByOperationKey(ctx context.Context, key string, limit in
 		`SELECT id FROM executions WHERE operation_key = $1 ORDER BY created_at, id LIMIT $2`, key, limit)
 }
 
+// ExecutionSetSendingIfAttemptEach marks the calls one guarded statement each, at once:
+// approval.Tx's ExecutionSetSendingIfAttemptMany for a driver without statements over
+// arrays.
+func (t Tx) ExecutionSetSendingIfAttemptEach(ctx context.Context, ids []string, attempts []int, leaseUntil time.Time) ([]string, error) {
+	if len(ids) != len(attempts) {
+		return nil, fmt.Errorf("mark execution calls: %d executions for %d attempts", len(ids), len(attempts))
+	}
+	var marked []string
+	for i, id := range ids {
+		n, err := t.exec(ctx, "mark execution call", `
+			UPDATE executions SET unsent_attempt = 0, lease_expires_at = $3
+			WHERE id = $1 AND attempts = $2 AND status = 'running' AND lease_expires_at IS NOT NULL`,
+			id, attempts[i], t.Dialect.Time(leaseUntil))
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			marked = append(marked, id)
+		}
+	}
+	return marked, nil
+}
+
 func (t Tx) ExecutionUpdateIfAttempt(ctx context.Context, rec *approval.ExecutionRecord, attempt int) error {
 	return t.updateExecution(ctx, "record execution attempt", `attempts = $12 AND status = 'running'`, rec, attempt)
 }
