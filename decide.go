@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"time"
 )
 
 // ActorSystem is the actor of transitions nobody asked for, such as expiry.
@@ -287,38 +286,38 @@ func (s *Service) decideUnder(ctx context.Context, tx Tx, a *Approval, d DecideR
 // recordVote writes d's vote on a, which tx holds locked and which is pending and not past
 // its expiry, with its event (detail its data), and moves a to status, with event, when that
 // is terminal: the execution queued in the same transaction when approved, the outcome
-// notified.
+// notified. The vote, its events, the status and the execution are one write
+// (Tx.DecisionInsertIfPending), one statement on PostgreSQL.
 func (s *Service) recordVote(ctx context.Context, tx Tx, a *Approval, d DecideRequest, status Status, event string, detail map[string]any) (decided, error) {
 	now := tx.Now()
 	vote := Decision{Approver: d.Approver, Verdict: d.Verdict, Comment: d.Comment, At: now}
-	var decidedAt *time.Time
+	w := VoteWrite{ApprovalID: a.ID, Vote: vote, Status: status,
+		Events: []Event{{Type: EventVoted, Actor: d.Approver, Cause: d.Cause, Detail: detail}}}
 	if status.Terminal() {
-		decidedAt = &now
-	}
-	if err := tx.EventInsert(ctx, a.ID, EventVoted, d.Approver, d.Cause, detail); err != nil {
-		return decided{}, err
-	}
-	if err := tx.DecisionInsert(ctx, a.ID, vote); err != nil {
-		return decided{}, err
-	}
-	if err := tx.ApprovalSetStatusIfPending(ctx, a.ID, status, decidedAt); err != nil {
-		return decided{}, err
+		w.DecidedAt = &now
 	}
 	if event != "" {
-		if err := tx.EventInsert(ctx, a.ID, event, d.Approver, d.Cause, nil); err != nil {
-			return decided{}, err
-		}
+		w.Events = append(w.Events, Event{Type: event, Actor: d.Approver, Cause: d.Cause})
 	}
-	a.Decisions = append(a.Decisions, vote)
-	a.Status, a.DecidedAt, a.Version = status, decidedAt, a.Version+1
 	if status == StatusApproved {
 		// The outbox: the execution exists from the instant the approval is approved, so no
 		// crash can leave an approved action that nobody will run.
-		rec, err := s.queueExecution(ctx, tx, a, d.Approver, d.Cause)
-		if err != nil {
-			return decided{}, err
+		w.Execution = s.newExecution(tx, a)
+		if w.Execution.Status == ExecutionQueued {
+			w.Events = append(w.Events, Event{Type: EventExecutionQueued, Actor: d.Approver, Cause: d.Cause,
+				Detail: map[string]any{"execution_id": w.Execution.ID}})
+			if err := tx.Notify(ctx, TopicExecutions); err != nil {
+				return decided{}, err
+			}
 		}
-		a.Execution = rec.Public()
+	}
+	if err := tx.DecisionInsertIfPending(ctx, w); err != nil {
+		return decided{}, err
+	}
+	a.Decisions = append(a.Decisions, vote)
+	a.Status, a.DecidedAt, a.Version = status, w.DecidedAt, a.Version+1
+	if w.Execution != nil {
+		a.Execution = w.Execution.Public()
 	}
 	if event != "" {
 		// The final outcome is told in the deciding transaction: to the requester and the
@@ -333,11 +332,11 @@ func (s *Service) recordVote(ctx context.Context, tx Tx, a *Approval, d DecideRe
 	return decided{approval: a}, nil
 }
 
-// queueExecution creates the execution of an approval being approved in tx: queued and due
-// now when its action has a target, not_configured otherwise. Its downstream key names the
+// newExecution is the execution of an approval being approved in tx: queued and due now
+// when its action has a target, not_configured otherwise. Its downstream key names the
 // requester and the operation key, which together name one approval, so no other
 // approval's execution can be mistaken for it by the target.
-func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor string, cause Cause) (*ExecutionRecord, error) {
+func (s *Service) newExecution(tx Tx, a *Approval) *ExecutionRecord {
 	now := tx.Now()
 	rec := &ExecutionRecord{
 		ID: NewID("exe"), ApprovalID: a.ID, OperationKey: a.OperationKey,
@@ -347,18 +346,7 @@ func (s *Service) queueExecution(ctx context.Context, tx Tx, a *Approval, actor 
 	if s.Targeted != nil && s.Targeted(a.Action) {
 		rec.Targeted, rec.Status, rec.NextAttemptAt = true, ExecutionQueued, &now
 	}
-	if err := tx.ExecutionInsert(ctx, rec); err != nil {
-		return nil, err
-	}
-	if rec.Status == ExecutionQueued {
-		if err := tx.EventInsert(ctx, a.ID, EventExecutionQueued, actor, cause, map[string]any{"execution_id": rec.ID}); err != nil {
-			return nil, err
-		}
-		if err := tx.Notify(ctx, TopicExecutions); err != nil {
-			return nil, err
-		}
-	}
-	return rec, nil
+	return rec
 }
 
 // refuseUnlessPending returns the conflict to answer with when a can no longer change: it is

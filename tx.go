@@ -63,6 +63,15 @@ type Tx interface {
 	// ApprovalSetReminder sets the approval's stage_started_at and remind_at (nil: none due).
 	// The caller holds its lock: an approval that does not exist fails the transaction.
 	ApprovalSetReminder(ctx context.Context, id string, stageStartedAt time.Time, remindAt *time.Time) error
+	// DecisionInsertIfPending writes one vote, as one statement where the store can: it
+	// appends v.Events to the approval's trail (seq max+1 onwards, at Now, in the order
+	// given; the first is the EventVoted that orders the decision), inserts v.Vote (one per
+	// approver: a second fails the transaction), sets the approval's status to v.Status and
+	// decided_at to v.DecidedAt and adds one to its version, only while it is pending and
+	// expires_at > Now, and inserts v.Execution when set (as ExecutionInsert). The caller
+	// holds the approval's lock and has checked the guard, so a guard that fails fails the
+	// transaction, as in ApprovalSetStatusIfPending.
+	DecisionInsertIfPending(ctx context.Context, v VoteWrite) error
 	// DecisionInsert records an approver's vote; the approval's events must already hold the
 	// approval.voted event that records it (decisions are ordered by it).
 	DecisionInsert(ctx context.Context, approvalID string, d Decision) error
@@ -290,4 +299,20 @@ type Tx interface {
 	SlackUserGet(ctx context.Context, person string) (string, error)
 	// SlackUserPersons returns the persons whose stored Slack user is userID, by name.
 	SlackUserPersons(ctx context.Context, userID string) ([]string, error)
+}
+
+// VoteWrite is what a vote writes (Tx.DecisionInsertIfPending): the rules decided it all.
+type VoteWrite struct {
+	ApprovalID string
+	// Vote is the decision; its At is the transaction's Now.
+	Vote Decision
+	// Events are appended in order; the first is the vote's EventVoted. Their ApprovalID,
+	// Seq and At are the store's.
+	Events []Event
+	// Status and DecidedAt are the approval's after the vote: pending with no DecidedAt, or
+	// terminal with Now.
+	Status    Status
+	DecidedAt *time.Time
+	// Execution, when set, is the execution the approval gets by being approved.
+	Execution *ExecutionRecord
 }

@@ -253,6 +253,66 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 		approvalID, d.Approver, string(d.Verdict), d.Comment, d.At)
 }
 
+// DecisionInsertIfPending is one statement: the events, the decision (ordered by the first
+// event's seq), the guarded status change and the execution, each a part of one WITH. One
+// statement instead of five (two events, the decision, the status, the execution) is what a
+// vote writes on PostgreSQL; a failed guard divides by zero, as in WriteOne.
+func (t *ruleTx) DecisionInsertIfPending(ctx context.Context, v approval.VoteWrite) error {
+	if len(v.Events) == 0 {
+		return fmt.Errorf("insert decision: a vote without its %s event", approval.EventVoted)
+	}
+	n := len(v.Events)
+	types, actors, causes, details := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	for i, e := range v.Events {
+		causeJSON, detailJSON, err := sqldb.EventJSON(e.Cause, e.Detail)
+		if err != nil {
+			return err
+		}
+		types[i], actors[i], causes[i] = e.Type, e.Actor, string(causeJSON)
+		if detailJSON != nil {
+			d := string(detailJSON)
+			details[i] = &d
+		}
+	}
+	x := v.Execution
+	if x == nil {
+		x = &approval.ExecutionRecord{}
+	}
+	return t.Write(ctx, "record vote", decisionInsertIfPendingSQL,
+		v.ApprovalID, string(v.Status), v.DecidedAt, t.At,
+		types, actors, causes, details,
+		v.Vote.Approver, string(v.Vote.Verdict), v.Vote.Comment,
+		x.ID, x.OperationKey, x.Action, x.Targeted, string(x.Status), x.LastError, x.NextAttemptAt, x.DownstreamKey)
+}
+
+// decisionInsertIfPendingSQL is DecisionInsertIfPending's statement: $1 the approval, $2 and
+// $3 its status and decided_at, $4 now, $5 to $8 the events' types, actors, causes and
+// details, $9 to $11 the vote, $12 to $19 the execution ($12 empty: none). Every part runs
+// on the snapshot of the statement's start, under the approval's lock: the events' seq
+// (max+1 onwards) and the decision's event_seq (the first event's) are exact.
+const decisionInsertIfPendingSQL = `
+		WITH changed AS (
+			UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
+			WHERE id = $1 AND status = 'pending' AND expires_at > $4
+			RETURNING 1
+		), appended AS (
+			INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+			SELECT $1, COALESCE((SELECT max(seq) FROM events WHERE approval_id = $1), 0) + v.ord,
+				v.type, $4, v.actor, v.cause::jsonb, v.detail::jsonb
+			FROM unnest($5::text[], $6::text[], $7::text[], $8::text[])
+				WITH ORDINALITY AS v(type, actor, cause, detail, ord)
+			RETURNING seq
+		), voted AS (
+			INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
+			SELECT $1, $9, $10, $11, $4, min(seq) FROM appended
+		), queued AS (
+			INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
+				last_error, next_attempt_at, created_at, updated_at, downstream_key)
+			SELECT $12, $1, $13, $14, $15, $16, $17, $18, $4, $4, $19
+			WHERE $12 <> ''
+		)
+		SELECT 1 / count(*) FROM changed`
+
 // EventInsertMany appends every event in one statement: each approval's next seq is its
 // max+1, plus the event's place among that approval's events in the batch.
 func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {

@@ -59,6 +59,33 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 	return fail("insert decision", err)
 }
 
+// DecisionInsertIfPending runs the vote's statements one by one: a statement costs no round
+// trip, and the transaction holds the write lock from its first.
+func (t *ruleTx) DecisionInsertIfPending(ctx context.Context, v approval.VoteWrite) error {
+	if len(v.Events) == 0 {
+		return fmt.Errorf("insert decision: a vote without its %s event", approval.EventVoted)
+	}
+	voted := v.Events[0]
+	if err := t.EventInsert(ctx, v.ApprovalID, voted.Type, voted.Actor, voted.Cause, voted.Detail); err != nil {
+		return err
+	}
+	if err := t.DecisionInsert(ctx, v.ApprovalID, v.Vote); err != nil {
+		return err
+	}
+	if err := t.ApprovalSetStatusIfPending(ctx, v.ApprovalID, v.Status, v.DecidedAt); err != nil {
+		return err
+	}
+	for _, e := range v.Events[1:] {
+		if err := t.EventInsert(ctx, v.ApprovalID, e.Type, e.Actor, e.Cause, e.Detail); err != nil {
+			return err
+		}
+	}
+	if v.Execution != nil {
+		return t.ExecutionInsert(ctx, v.Execution)
+	}
+	return nil
+}
+
 // EventInsertMany appends the events one statement each: a statement costs no round trip.
 func (t *ruleTx) EventInsertMany(ctx context.Context, events []approval.Event) error {
 	return t.Tx.EventInsertEach(ctx, events)

@@ -462,6 +462,81 @@ func txCases() []txCase {
 			txFails(t, f, "second decision of alice", vote)
 			wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted)
 		}},
+		{"DecisionInsertIfPending", func(t *testing.T, f *fixture) {
+			cause := approval.HTTPCause("v")
+			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			now := f.clock.Now().UTC().Truncate(approval.Precision)
+			vote := func(approver string, status approval.Status, x *approval.ExecutionRecord, types ...string) approval.VoteWrite {
+				v := approval.VoteWrite{ApprovalID: a.ID, Status: status, Execution: x,
+					Vote: approval.Decision{Approver: approver, Verdict: approval.VerdictApprove, Comment: "ok " + approver, At: now}}
+				for _, typ := range types {
+					v.Events = append(v.Events, approval.Event{Type: typ, Actor: approver, Cause: cause, Detail: map[string]any{"by": approver}})
+				}
+				if status.Terminal() {
+					v.DecidedAt = &now
+				}
+				return v
+			}
+			// A vote that leaves the approval pending: its event, its decision, version+1.
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.DecisionInsertIfPending(ctx, vote("alice", approval.StatusPending, nil, approval.EventVoted))
+			})
+			got := mustApproval(t, f.store, a.ID)
+			if got.Status != approval.StatusPending || got.Version != a.Version+1 || got.DecidedAt != nil || len(got.Decisions) != 1 || got.Decisions[0].Comment != "ok alice" {
+				t.Fatalf("after alice: got %s v%d decided %v, decisions %+v; want pending v%d, alice's vote", got.Status, got.Version, got.DecidedAt, got.Decisions, a.Version+1)
+			}
+			// The deciding vote: three events in order, the status, the execution.
+			x := &approval.ExecutionRecord{ID: approval.NewID("exe"), ApprovalID: a.ID, OperationKey: a.OperationKey,
+				DownstreamKey: approval.DownstreamKey(a.Requester, a.OperationKey), Action: a.Action,
+				Targeted: true, Status: approval.ExecutionQueued, NextAttemptAt: &now}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.DecisionInsertIfPending(ctx, vote("bob", approval.StatusApproved, x, approval.EventVoted, approval.EventApproved, approval.EventExecutionQueued))
+			})
+			got = mustApproval(t, f.store, a.ID)
+			if got.Status != approval.StatusApproved || got.Version != a.Version+2 || got.DecidedAt == nil || !got.DecidedAt.Equal(now) {
+				t.Fatalf("after bob: got %s v%d decided %v; want approved v%d at %v", got.Status, got.Version, got.DecidedAt, a.Version+2, now)
+			}
+			if len(got.Decisions) != 2 || got.Decisions[0].Approver != "alice" || got.Decisions[1].Approver != "bob" {
+				t.Fatalf("decisions: got %+v, want alice's then bob's", got.Decisions)
+			}
+			if got.Execution == nil || got.Execution.ID != x.ID || got.Execution.Status != approval.ExecutionQueued {
+				t.Fatalf("execution: got %+v, want %s queued", got.Execution, x.ID)
+			}
+			events := wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventVoted, approval.EventVoted,
+				approval.EventApproved, approval.EventExecutionQueued)
+			for i, e := range events {
+				if e.Seq != int64(i+1) {
+					t.Fatalf("event %d: got seq %d, want %d", i, e.Seq, i+1)
+				}
+			}
+			if e := events[4]; e.Actor != "bob" || e.Detail["by"] != "bob" || !e.At.Equal(now) {
+				t.Fatalf("last event: got actor %s, detail %v, at %v; want bob's, at %v", e.Actor, e.Detail, e.At, now)
+			}
+			// No longer pending: refused, nothing written, neither the events nor the vote.
+			txFails(t, f, "vote on an approved approval", func(ctx context.Context, tx approval.Tx) error {
+				return tx.DecisionInsertIfPending(ctx, vote("carol", approval.StatusPending, nil, approval.EventVoted))
+			})
+			// A second vote of one approver: refused.
+			b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			a = b
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.DecisionInsertIfPending(ctx, vote("alice", approval.StatusPending, nil, approval.EventVoted))
+			})
+			txFails(t, f, "second vote of alice", func(ctx context.Context, tx approval.Tx) error {
+				return tx.DecisionInsertIfPending(ctx, vote("alice", approval.StatusPending, nil, approval.EventVoted))
+			})
+			// Pending but past its expiry: refused.
+			f.clock.Advance(b.ExpiresAt.Sub(f.clock.Now()))
+			txFails(t, f, "vote on a due approval", func(ctx context.Context, tx approval.Tx) error {
+				return tx.DecisionInsertIfPending(ctx, vote("bob", approval.StatusPending, nil, approval.EventVoted))
+			})
+			if got := mustApproval(t, f.store, b.ID); got.Status != approval.StatusPending || got.Version != b.Version+1 || len(got.Decisions) != 1 {
+				t.Fatalf("after the refused votes: got %s v%d, %d decisions; want pending v%d, alice's vote alone", got.Status, got.Version, len(got.Decisions), b.Version+1)
+			}
+			wantEventTypes(t, f.store, b.ID, approval.EventCreated, approval.EventVoted)
+			wantEventTypes(t, f.store, x.ApprovalID, approval.EventCreated, approval.EventVoted, approval.EventVoted,
+				approval.EventApproved, approval.EventExecutionQueued)
+		}},
 		{"EventInsert", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {

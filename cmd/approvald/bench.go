@@ -32,6 +32,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/loadtest"
+	"github.com/approvald/approval/policy"
 )
 
 // Defaults of bench's flags.
@@ -63,7 +64,40 @@ var benchSeeder = approval.Principal{Subject: "approvald bench", Role: approval.
 const (
 	benchSource = "bench"      // the webhook source intake delivers to
 	benchAction = "bench-exec" // the action whose target execute waits on
+	// benchPolicyAction is the action of create-policy and decide-policy, under a policy of
+	// two rules: one vote of benchSRE, one of benchSecurity.
+	benchPolicyAction = "bench-policy"
+	benchSRE          = "bench-sre"      // bench-alice and bench-carol
+	benchSecurity     = "bench-security" // bench-bob and bench-dave
 )
+
+// withBenchPolicy returns cfg with the policy of create-policy and decide-policy ahead of
+// cfg's own, and its two groups; with no policy in cfg, every other action keeps letting
+// the request name its approvers, as the other scenarios do.
+func withBenchPolicy(cfg Config) Config {
+	groups := map[string]policy.Group{
+		benchSRE:      {Members: []string{benchApprover, "bench-carol"}},
+		benchSecurity: {Members: []string{benchOther, "bench-dave"}},
+	}
+	for name, g := range cfg.Groups {
+		groups[name] = g
+	}
+	policies := []policy.Policy{{
+		Name:  "bench-two-rules",
+		Match: policy.Match{Action: benchPolicyAction, When: `context.environment == "prod"`},
+		Rules: []policy.Rule{{Group: benchSRE, Approvals: 1}, {Group: benchSecurity, Approvals: 1}},
+	}}
+	if len(cfg.Policies) == 0 {
+		policies = append(policies, policy.Policy{Name: "bench-anything-else", Match: policy.Match{Action: "*"}, Approvers: policy.FromRequest})
+	}
+	cfg.Groups, cfg.Policies = groups, append(policies, cfg.Policies...)
+	return cfg
+}
+
+// policyScenario reports whether name runs under the bench's policy.
+func policyScenario(name string) bool {
+	return name == loadtest.CreatePolicy || name == loadtest.DecidePolicy
+}
 
 var _ command = (*BenchCommand)(nil)
 
@@ -205,7 +239,7 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 		// By default, against --server, what it can run: execute needs bench's own target,
 		// intake a source.
 		c.scenarios = slices.DeleteFunc(c.scenarios, func(name string) bool {
-			return name == loadtest.Execute || name == loadtest.Intake && c.source.Name == ""
+			return name == loadtest.Execute || name == loadtest.Intake && c.source.Name == "" || policyScenario(name)
 		})
 	}
 
@@ -229,6 +263,9 @@ func (c *BenchCommand) ParseFlags(ctx context.Context, args []string) error {
 	}
 	if slices.Contains(c.scenarios, loadtest.Intake) && (c.source.Name == "" || c.source.Secret == "") {
 		return errors.New("the intake scenario against --server needs --source and --source-secret")
+	}
+	if slices.ContainsFunc(c.scenarios, policyScenario) {
+		return errors.New("create-policy and decide-policy run in process only: they need the bench's policy; leave them out with --scenarios")
 	}
 	if slices.Contains(c.scenarios, loadtest.Execute) {
 		return errors.New("the execute scenario runs in process only: it needs its own target; leave it out with --scenarios")
@@ -302,8 +339,12 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 		Name: benchAction, URL: "http://" + targetLn.Addr().String() + "/effect", Idempotent: true,
 		Secret: "whsec_" + base64.StdEncoding.EncodeToString(randomBytes(24)),
 	})
+	if slices.ContainsFunc(run.Scenarios, policyScenario) {
+		cfg = withBenchPolicy(cfg)
+		run.PolicyAction = benchPolicyAction
+	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("bench's source and action: %w", err)
+		return nil, fmt.Errorf("bench's source, action and policy: %w", err)
 	}
 	run.Source, run.Target, run.ExecAction = &source, target, benchAction
 
@@ -360,7 +401,7 @@ func (c *BenchCommand) runInProcess(ctx context.Context, run loadtest.Config) (*
 	run.Requester = tokens[benchRequester]
 	run.Lister = tokens[benchAdmin]
 	run.Approver = loadtest.Approver{Name: benchApprover, Token: tokens[benchApprover]}
-	run.OtherApprover = benchOther
+	run.OtherApprover, run.OtherApproverToken = benchOther, tokens[benchOther]
 	run.Store = kind
 	if c.serverProcess {
 		base, pid, stop, err := c.startServerProcess(ctx, cfg, dsn)
@@ -806,6 +847,10 @@ a baseline on the same database in the same run, at the same concurrency:
 	storm    every client sends the same new key at once: one create,
 	         the others wait for it and replay it                   (baseline insert)
 	decide   approve a pending approval, each once                  (baseline insert)
+	create-policy  POST /v1/approvals of an action under a policy of two
+	         rules, one vote of each of two groups (in process only) (baseline insert)
+	decide-policy  the vote that meets the second rule of such an
+	         approval, the first met (in process only)             (baseline insert)
 	intake   a Standard Webhooks delivery to the inbox, one in ten
 	         a redelivery                                           (baseline insert)
 	execute  approve a pending approval whose action has a target,

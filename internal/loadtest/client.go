@@ -124,11 +124,21 @@ func (c *Client) Get(ctx context.Context, token, id string) error {
 
 // Approve votes approve on an approval, which must answer 200 with the approval approved.
 func (c *Client) Approve(ctx context.Context, token, id string) error {
+	return c.vote(ctx, token, id, true)
+}
+
+// Vote approves the approval id with token's holder; it must answer 200, the approval
+// approved or still pending for other votes.
+func (c *Client) Vote(ctx context.Context, token, id string) error {
+	return c.vote(ctx, token, id, false)
+}
+
+func (c *Client) vote(ctx context.Context, token, id string, deciding bool) error {
 	resp, body, err := c.do(ctx, http.MethodPost, "/v1/approvals/"+id+"/approve", token, "", []byte(`{"comment":"bench"}`))
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"approved"`)) {
+	if resp.StatusCode != http.StatusOK || deciding && !bytes.Contains(body, []byte(`"status":"approved"`)) {
 		return statusError("approve", resp, body)
 	}
 	return nil

@@ -117,7 +117,7 @@ func (r *Report) finish() {
 	if r.LongPolls > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d long-polls were held open on the server through every step", r.LongPolls))
 	}
-	r.Notes = append(r.Notes, "ratio: the scenario's requests/s over its baseline's (insert for the writes: create, replay, storm, decide, intake, execute; select for get, list, list-deep) at the same clients, on the same database, in the same run")
+	r.Notes = append(r.Notes, "ratio: the scenario's requests/s over its baseline's (insert for the writes: create, create-policy, replay, storm, decide, decide-policy, intake, execute; select for get, list, list-deep) at the same clients, on the same database, in the same run")
 	switch {
 	case r.ServerPID != 0:
 		r.Notes = append(r.Notes, fmt.Sprintf("server RSS: VmHWM of the server process (pid %d) alone, read after each step; peak RSS: the load generator's", r.ServerPID))

@@ -33,6 +33,14 @@ const (
 	Storm = "storm"
 	// Decide approves pending approvals prepared before the step, each once.
 	Decide = "decide"
+	// CreatePolicy posts an approval of PolicyAction, which a two-rule policy (two groups,
+	// one vote each) governs: the server picks the policy, evaluates its CEL condition and
+	// resolves its rules at the create.
+	CreatePolicy = "create-policy"
+	// DecidePolicy approves, each once, approvals of PolicyAction on which the other
+	// approver's vote already met one rule: the vote meets the other, the tally over the
+	// rules approves it.
+	DecidePolicy = "decide-policy"
 	// Intake delivers Standard Webhooks-signed events to the inbox, one in ten a redelivery
 	// of an event sent a little earlier.
 	Intake = "intake"
@@ -56,12 +64,12 @@ const (
 // Scenarios lists every scenario and baseline in the order a sweep step runs them: each
 // baseline just before the scenarios compared with it, so that they run under the same load
 // from the rest of the machine.
-var Scenarios = []string{Insert, Create, Replay, Storm, Decide, Intake, Execute, Select, Get, List, ListDeep}
+var Scenarios = []string{Insert, Create, CreatePolicy, Replay, Storm, Decide, DecidePolicy, Intake, Execute, Select, Get, List, ListDeep}
 
 // BaselineOf returns the baseline a scenario is compared with, or "" for a baseline.
 func BaselineOf(scenario string) string {
 	switch scenario {
-	case Create, Replay, Storm, Decide, Intake, Execute:
+	case Create, CreatePolicy, Replay, Storm, Decide, DecidePolicy, Intake, Execute:
 		return Insert
 	case Get, List, ListDeep:
 		return Select
@@ -99,6 +107,12 @@ type Config struct {
 	Lister        string
 	Approver      Approver // listed first in every approval; decides in the decide scenario
 	OtherApprover string   // listed second
+	// OtherApproverToken is OtherApprover's token: decide-policy's approvals get their
+	// first vote with it.
+	OtherApproverToken string
+	// PolicyAction is the action a two-rule policy governs, one rule met by Approver, the
+	// other by OtherApprover: create-policy and decide-policy need it.
+	PolicyAction string
 
 	Rows Rows // the baseline table on the server's database; nil runs no baseline
 
@@ -270,7 +284,25 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 			}
 			return nil
 		}
-	case Decide, Execute:
+	case CreatePolicy:
+		if r.cfg.PolicyAction == "" {
+			return Result{}, errors.New("create-policy needs an action under a policy")
+		}
+		prefix := r.prefix + "create-policy-c" + strconv.Itoa(clients) + "-"
+		op = func(ctx context.Context, i int) error {
+			c, err := api.Create(ctx, requester, prefix+strconv.Itoa(i), r.body(i, r.cfg.PolicyAction))
+			if err == nil && c.replayed {
+				err = errors.New("create-policy: a new key was answered as a replay")
+			}
+			return err
+		}
+	case Decide, DecidePolicy, Execute:
+		if name == DecidePolicy {
+			if r.cfg.PolicyAction == "" || r.cfg.OtherApproverToken == "" {
+				return Result{}, errors.New("decide-policy needs an action under a policy and the other approver's token")
+			}
+			action = r.cfg.PolicyAction
+		}
 		if name == Execute {
 			if r.cfg.Target == nil || r.cfg.ExecAction == "" {
 				return Result{}, errors.New("execute needs a downstream target")
@@ -336,7 +368,7 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 	}
 	m := Measure(ctx, s, op)
 	var err error
-	if m.Exhausted && (name == Decide || name == Execute) && ctx.Err() == nil {
+	if m.Exhausted && (name == Decide || name == DecidePolicy || name == Execute) && ctx.Err() == nil {
 		// Decides outran the estimate: measure again, once, with enough for the rate seen.
 		fmt.Fprintf(r.progress, "bench: %s %s clients=%d ran out of its %d pending approvals after %.2fs; preparing more to measure again\n",
 			r.cfg.Store, name, clients, s.Limit, m.Elapsed.Seconds())
@@ -400,7 +432,7 @@ func (r *runner) step(ctx context.Context, name string, clients int) (Result, er
 // pointer, so that a second measurement sees the approvals prepared for it.
 func (r *runner) decideOp(name string, pending *[]pooled) Op {
 	api, approver := r.cfg.API, r.cfg.Approver.Token
-	if name == Decide {
+	if name == Decide || name == DecidePolicy {
 		return func(ctx context.Context, i int) error {
 			return api.Approve(ctx, approver, (*pending)[i].id)
 		}
@@ -473,9 +505,15 @@ func (r *runner) preparePending(ctx context.Context, clients, need int, scenario
 			if err != nil {
 				return err
 			}
-			p.id, err = approvalID(c.body)
+			if p.id, err = approvalID(c.body); err != nil {
+				return err
+			}
 			batch[i] = p
-			return err
+			if scenario == DecidePolicy {
+				// The other rule's vote, so that the timed one decides.
+				return r.cfg.API.Vote(ctx, r.cfg.OtherApproverToken, p.id)
+			}
+			return nil
 		})
 		ids = append(ids, batch...)
 		return err
@@ -543,13 +581,19 @@ func (r *runner) prepare(ctx context.Context, n, workers int, op Op) error {
 }
 
 // approvalBody is the body of a create: a realistic approval, with a context of about 200
-// bytes and two approvers. n varies the title and the context.
-func approvalBody(n int, action, approver, other string) []byte {
+// bytes and the approvers given (none: the policy names them). n varies the title and the
+// context.
+func approvalBody(n int, action string, approvers ...string) []byte {
 	commit := sha1.Sum(strconv.AppendInt(nil, int64(n), 10))
-	return fmt.Appendf(nil, `{"action":%q,"title":"Deploy api v1.%d to prod",`+
+	b := fmt.Appendf(nil, `{"action":%q,"title":"Deploy api v1.%d to prod",`+
 		`"context":{"commit":"%x","service":"api","environment":"prod",`+
-		`"pipeline":"https://ci.example.com/api/pipelines/%d","change":"Bump the payment client and rotate the read replica pool"},`+
-		`"approvers":[%q,%q]}`, action, n, commit, 100000+n, approver, other)
+		`"pipeline":"https://ci.example.com/api/pipelines/%d","change":"Bump the payment client and rotate the read replica pool"}`,
+		action, n, commit, 100000+n)
+	if len(approvers) > 0 {
+		list, _ := json.Marshal(approvers)
+		b = append(append(b, `,"approvers":`...), list...)
+	}
+	return append(b, '}')
 }
 
 // defaultAction is the action of the approvals of every scenario but execute: one without a
@@ -557,7 +601,11 @@ func approvalBody(n int, action, approver, other string) []byte {
 const defaultAction = "deploy"
 
 // body is approvalBody with the run's approvers.
+// An approval of PolicyAction names no approvers: its policy does.
 func (r *runner) body(n int, action string) []byte {
+	if action != "" && action == r.cfg.PolicyAction {
+		return approvalBody(n, action)
+	}
 	return approvalBody(n, action, r.cfg.Approver.Name, r.cfg.OtherApprover)
 }
 
