@@ -22,8 +22,11 @@ import (
 // are due; then queued ones that are due, oldest due first. A running execution without a
 // lease is an accepted async call waiting for its report and is never claimed. An expired
 // claim whose call had been started (see RecordAttempts) may have reached the target: it is
-// Recovered, and the execution becomes Uncertain. One whose call never started is Abandoned:
-// its attempt sent nothing, and the new one is an ordinary attempt. Each becomes running,
+// Recovered, and the execution becomes Uncertain. One with no start on record is Abandoned:
+// the new attempt is an ordinary one. The runner records the start of every call to a target
+// that does not honour the Idempotency-Key, so for those an abandoned attempt sent nothing;
+// a target that honours the key is called without that record, since a second call under
+// the same key is safe whether or not the first arrived. Each becomes running,
 // attempts+1, leased until now+lease, with an EventExecutionAttempt whose cause is {kind:
 // worker, attempt}, and comes with its approval, the body of the call. The new attempt
 // number is the claim's fencing token, and the attempt is on record before any call is made.

@@ -105,8 +105,9 @@ func TestRunner_StopWaitsForTheBatch(t *testing.T) {
 // A batch of outcomes that never commits (the process dies before it does, or the database
 // stays out of reach for as long as the claims' lease) has acknowledged none of them: each
 // execution is still claimed by its attempt, and once the lease runs out the next claim
-// recovers it as uncertain, exactly as if the attempt had died before recording alone. An
-// idempotent target is sent the call again under the same key, with no second effect. The
+// takes it over, exactly as if the attempt had died before recording alone. The target
+// honours the key, so no start of its calls was recorded: the next attempt is an ordinary
+// one, sent again under the same key, with no second effect. The
 // dying runner's lease is short, since it tries its records again for as long as that lasts.
 func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
@@ -142,8 +143,8 @@ func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
 		mustRun(t, env.runner(), executions)
 		for i, a := range approvals {
 			rec := env.want(t, a, approval.ExecutionSucceeded, 2)
-			if !rec.Uncertain {
-				t.Errorf("execution of %s: got certain, want uncertain (attempt 1 was interrupted)", a.OperationKey)
+			if rec.Uncertain {
+				t.Errorf("execution of %s: got uncertain, want certain: the target honours the key", a.OperationKey)
 			}
 			if got := env.ds.Effects(approval.DownstreamKey(requester, fmt.Sprintf("deploy-%d", i))); got != 1 {
 				t.Errorf("downstream: got %d effects under deploy-%d, want 1", got, i)

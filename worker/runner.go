@@ -386,7 +386,7 @@ func (a *attempt) send(t Target, policy Policy) (approval.AttemptOutcome, bool) 
 	var res callResult
 	if err := a.r.Failpoints.Inject(fpBeforeSend); err != nil {
 		res = callResult{err: err} // nothing has left the process: safe to retry anywhere
-	} else if err := a.startCall(); err != nil {
+	} else if err := a.beforeSend(t); err != nil {
 		res = callResult{err: err} // not sent, as above; a lost claim returns below
 	} else {
 		ctx, release := a.deadline.bind(a.work)
@@ -877,6 +877,41 @@ func (a *attempt) keepLease() (stop func()) {
 		end()
 		wg.Wait()
 	}
+}
+
+// beforeSend readies the call of t. For a target that does not honour the Idempotency-Key it
+// records that the call starts (startCall), so that a crash never leaves a call that was not
+// sent looking uncertain. A target that honours the key needs no such record: a crash leaves
+// its claim looking unsent, and sending the call again under the same key is safe whether or
+// not the first one arrived. Its calls skip that commit, which keeps claiming ahead as quick
+// as before for them; only the lease is renewed, and only when little of it is left
+// (renewBeforeSend).
+func (a *attempt) beforeSend(t Target) error {
+	if !t.Idempotent {
+		return a.startCall()
+	}
+	return a.renewBeforeSend(t)
+}
+
+// renewBeforeSend renews the lease right before the call of t is sent, unless enough of it is
+// left: while more than the margin is left of the lease as last confirmed, no newer attempt
+// can hold the execution, and the call, cut short at the deadline, cannot outlive the lease.
+// The renewal is skipped when what is left, less the margin, covers the call's timeout, or
+// the next renewal of keepLease (due within Lease/3) comes before the deadline does. An
+// error means the call must not be sent.
+func (a *attempt) renewBeforeSend(t Target) error {
+	a.mu.Lock()
+	left := a.held.Add(a.r.lease()).Sub(a.r.now())
+	a.mu.Unlock()
+	if left-a.r.margin() >= min(orDefault(t.Timeout, DefaultTimeout), a.r.lease()/3) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(a.work, a.r.lease())
+	defer cancel()
+	if err := a.renew(ctx); err != nil {
+		return fmt.Errorf("renew the claim before sending: %w", err)
+	}
+	return nil
 }
 
 // startCall records, in a write that commits before the call is sent, that the attempt's

@@ -568,6 +568,42 @@ func TestRunner_MarksEveryCallStarted(t *testing.T) {
 	})
 }
 
+// A target that honours the Idempotency-Key needs no record that its call starts: sending
+// the call again under the same key is safe, so its calls skip that commit and go right after
+// their claim, and a claim that died before or after its call is simply sent again.
+func TestRunner_IdempotentCallsNeedNoStartMark(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		env := newRunnerEnv(t, kind, idempotentTarget)
+		store := observe(env.s)
+		r := env.runner()
+		r.Store, r.Ledger, r.Lease = store, store, time.Hour
+
+		a := env.approved(t, "deploy-1")
+		mustRun(t, r, 1)
+		env.want(t, a, approval.ExecutionSucceeded, 1)
+		if n, m := store.renewals(), store.starts(); n != 0 || m != 0 {
+			t.Fatalf("call sent right after its claim: got %d renewals and %d starts, want 0 and 0", n, m)
+		}
+
+		// A runner died holding a claim it made no record of sending: the next is an
+		// ordinary attempt under the same key.
+		b := env.approved(t, "deploy-2")
+		if claims, err := deployRules(env.s).ClaimExecutions(context.Background(), lease, 10); err != nil || len(claims) != 1 {
+			t.Fatalf("claim: got %d claims, %v; want 1", len(claims), err)
+		}
+		env.clk.Advance(lease)
+		mustRun(t, r, 1)
+		if rec := env.want(t, b, approval.ExecutionSucceeded, 2); rec.Uncertain {
+			t.Error("uncertain: got true, want false: the target honours the key")
+		}
+		env.wantEffects(t, "deploy-2", 1, 2)
+		if n := store.starts(); n != 0 {
+			t.Errorf("got %d starts recorded, want 0", n)
+		}
+	})
+}
+
 // Run works off a backlog larger than its slots with each execution called once, and never
 // claims more than it has free slots.
 func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
