@@ -88,10 +88,11 @@ func exerciseClock(t *testing.T, s suite) {
 		}
 
 		// Without the watch the same clock takes the live claim over: what the watch prevents.
+		// The first claim never marked its call started, so the takeover is Abandoned.
 		svc.Clock = nil
 		claims := mustClaimExecutions(t, svc, 1)
-		if len(claims) != 1 || !claims[0].Recovered {
-			t.Fatalf("claim with the clock ahead and no watch: got %d claims, want the execution taken over", len(claims))
+		if len(claims) != 1 || claims[0].Record.ID != rec.ID || !claims[0].Abandoned || claims[0].Attempt != 2 {
+			t.Fatalf("claim with the clock ahead and no watch: got %+v, want %s taken over as attempt 2", claims, rec.ID)
 		}
 	})
 }
