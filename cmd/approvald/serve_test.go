@@ -51,7 +51,18 @@ func TestServe_ShutdownEndsLongPolls(t *testing.T) {
 	created.decode(t, &a)
 
 	// The long-poll goes on a connection of its own, whose address tells its request apart
-	// from the create's in connState.
+	// from the create's in connState. The events of the requests above are all in active by
+	// now (the hook runs before a request is handled): dropped, so that one of an earlier,
+	// closed connection whose port the long-poll's dial reuses cannot pass for the long-poll
+	// (cancelling then would close the listener with the long-poll's connection not yet
+	// accepted, and the client would read EOF).
+	for drained := false; !drained; {
+		select {
+		case <-active:
+		default:
+			drained = true
+		}
+	}
 	dialed := make(chan string, 1)
 	client := &http.Client{Transport: &http.Transport{
 		DisableKeepAlives: true,
