@@ -218,8 +218,15 @@ func (s *Server) Handler(api http.Handler) http.Handler {
 func ApprovalPath(id string) string { return Prefix + "approvals/" + url.PathEscape(id) }
 
 // SigninLinkPath is the page an e-mailed sign-in link opens: it asks to confirm, and only
-// the confirming POST uses the token.
-func SigninLinkPath(token string) string { return Prefix + "signin/link?t=" + url.QueryEscape(token) }
+// the confirming POST uses the token; once signed in, the browser goes to next, when it is
+// a page under Prefix, and to the default page otherwise.
+func SigninLinkPath(token, next string) string {
+	q := url.Values{"t": {token}}
+	if next = safeNext(next); next != Prefix {
+		q.Set("next", next)
+	}
+	return Prefix + "signin/link?" + q.Encode()
+}
 
 func (s *Server) routes() {
 	m := s.mux
