@@ -477,3 +477,11 @@ func (m *submitted) claim(nonce string, expires, now time.Time) (f *flight, firs
 	}
 	return f, true
 }
+
+// forget lets the form of nonce be submitted again, as a first submission: its vote failed
+// without being recorded. Submissions already waiting get the first one's answer.
+func (m *submitted) forget(nonce string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.flights, nonce)
+}
