@@ -339,7 +339,7 @@ func (s *Server) logRequest(r *http.Request, info *pageRequest, status int, d ti
 
 // causeSource is the Source of the causes of changes made on the pages, so that the audit
 // trail tells a vote in the browser from one through the API.
-const causeSource = "web"
+const causeSource = approval.SourceWeb
 
 // cause is the audit trail's cause of a change made by r: an HTTP request, by its id, made on
 // the pages.
