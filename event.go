@@ -52,6 +52,13 @@ type Cause struct {
 	Note            string `json:"note,omitempty"`
 }
 
+// The Source of an http or operator cause says which door the change came through. A cause
+// without one was recorded before the doors were told apart, and names neither.
+const (
+	SourceAPI = "api" // the JSON API
+	SourceWeb = "web" // the approver's pages
+)
+
 // HTTPCause is the cause of a change made by an API request.
 func HTTPCause(requestID string) Cause { return Cause{Kind: CauseHTTP, RequestID: requestID} }
 

@@ -129,10 +129,13 @@ type Notice struct {
 }
 
 // Signin is the payload of a sign-in link: the token in the clear until the mail is sent
-// (the store keeps only its hash in signin_tokens), and its expiry.
+// (the store keeps only its hash in signin_tokens), its expiry, and the page it returns to.
 type Signin struct {
 	Token     string    `json:"token,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Next is the page the link returns to once used, as RequestSignin was given it; ""
+	// for the pages' default.
+	Next string `json:"next,omitempty"`
 }
 
 // The notification events besides the approval's own events.

@@ -32,6 +32,8 @@ const (
 	// made, used or not: past the link's expiry, and past the window of the limits, which
 	// count them. The sweeper deletes older ones (Service.PurgeSigninTokens).
 	SigninKeep = max(SigninTTL, SigninWindow)
+	// MaxSigninNext bounds, in characters, the page a sign-in link returns to.
+	MaxSigninNext = 2000
 	// SigninTokenPrefix starts every sign-in token.
 	SigninTokenPrefix = "lnk_"
 	// EventSignin is the outbox event of a sign-in link.
@@ -66,7 +68,9 @@ type SigninCounts struct {
 
 // RequestSignin makes a sign-in link for the person named by who (their name in the
 // configuration, or their e-mail address there), asked for by client (the requesting
-// client as the caller counts it, such as its address; "" when unknown), and queues its mail
+// client as the caller counts it, such as its address; "" when unknown), to return to next
+// once used (the page the person was on, which the caller vouches for as one of its own; ""
+// for the caller's default; at most MaxSigninNext characters), and queues its mail
 // in the same transaction, unless nobody with an e-mail address matches or the limits hold
 // it back (SigninLimit). Neither of those is an error: the caller must answer the same
 // whatever happened, so that the answer tells nobody who has an account.
@@ -76,10 +80,15 @@ type SigninCounts struct {
 // made adds its two inserts (the link, its mail) to that transaction, so that how long the
 // answer takes tells little about whether the name exists (docs/security.md, "Sign-in
 // links").
-func (s *Service) RequestSignin(ctx context.Context, who, client string) (SigninRequest, error) {
+func (s *Service) RequestSignin(ctx context.Context, who, client, next string) (SigninRequest, error) {
 	who = strings.TrimSpace(who)
 	if err := CheckName("name or e-mail address", who, 254); err != nil {
 		return SigninRequest{}, err
+	}
+	if next != "" {
+		if err := CheckName("the page to return to", next, MaxSigninNext); err != nil {
+			return SigninRequest{}, err
+		}
 	}
 	// Only the configuration's addresses: a person known by the address an identity provider
 	// verified signs in through that provider, so that removing them there ends their access
@@ -107,7 +116,7 @@ func (s *Service) RequestSignin(ctx context.Context, who, client string) (Signin
 	case person == "":
 		// Nobody: the request is recorded, as any, and nothing more.
 	case c.ClientAsks < SigninPerClient && c.Links < SigninLimit, c.RecentUnused == 0:
-		if err := s.queueSignin(ctx, tx, person, token, hash); err != nil {
+		if err := s.queueSignin(ctx, tx, person, token, hash, next); err != nil {
 			return SigninRequest{}, err
 		}
 		res.Queued = true
@@ -120,14 +129,14 @@ func (s *Service) RequestSignin(ctx context.Context, who, client string) (Signin
 	return res, nil
 }
 
-// queueSignin stores a sign-in link for person and queues its mail in tx.
-func (s *Service) queueSignin(ctx context.Context, tx Tx, person, token string, hash []byte) error {
+// queueSignin stores a sign-in link for person, returning to next, and queues its mail in tx.
+func (s *Service) queueSignin(ctx context.Context, tx Tx, person, token string, hash []byte, next string) error {
 	now := tx.Now()
 	expires := now.Add(SigninTTL)
 	if err := tx.SigninTokenInsert(ctx, hash, person, expires); err != nil {
 		return err
 	}
-	payload, err := json.Marshal(Signin{Token: token, ExpiresAt: expires})
+	payload, err := json.Marshal(Signin{Token: token, ExpiresAt: expires, Next: next})
 	if err != nil {
 		return Errorf(EINTERNAL, "encode sign-in link: %v", err)
 	}

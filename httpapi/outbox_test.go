@@ -77,7 +77,7 @@ func TestOutboxHidesSigninTokens(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		olga := f.token("olga", approval.RoleOperator)
-		if res, err := f.service().RequestSignin(t.Context(), "alice", ""); err != nil || !res.Queued {
+		if res, err := f.service().RequestSignin(t.Context(), "alice", "", ""); err != nil || !res.Queued {
 			t.Fatalf("request a link: %+v, %v", res, err)
 		}
 		msgs, _, err := f.store.OutboxMessages(t.Context(), approval.OutboxFilter{Kind: approval.OutboxSignin})

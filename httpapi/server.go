@@ -453,11 +453,12 @@ func (s *Server) info(r *http.Request) *requestInfo {
 }
 
 // cause is the audit cause of a change made by the request r: the server's request id, with
-// the client's X-Request-Id beside it.
+// the client's X-Request-Id beside it, through the API (approval.SourceAPI).
 func (s *Server) cause(r *http.Request) approval.Cause {
 	info := s.info(r)
 	c := approval.HTTPCause(info.id)
 	c.ClientRequestID = info.clientID
+	c.Source = approval.SourceAPI
 	return c
 }
 

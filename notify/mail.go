@@ -236,7 +236,7 @@ func (ml *Mail) view(m *approval.OutboxMessage) (mailView, error) {
 		}
 		return mailView{
 			Template: "signin", Subject: "Your approvald sign-in link", Expires: sg.ExpiresAt,
-			Link: base + web.SigninLinkPath(sg.Token),
+			Link: base + web.SigninLinkPath(sg.Token, sg.Next),
 		}, nil
 	}
 	if m.Kind != approval.OutboxNotification {

@@ -581,7 +581,7 @@ func TestMail_SigninLink(t *testing.T) {
 			Channels: map[string][]string{"alice": {approval.ChannelEmail}},
 			Emails:   map[string]string{"alice": "alice@example.com"},
 		})
-		res, err := h.service().RequestSignin(t.Context(), "alice@example.com", "")
+		res, err := h.service().RequestSignin(t.Context(), "alice@example.com", "", "")
 		if err != nil || !res.Queued {
 			t.Fatalf("request a link: got %+v, %v", res, err)
 		}
@@ -601,7 +601,7 @@ func TestMail_SigninLink(t *testing.T) {
 			t.Fatalf("mails: got %d (%v), want 1 to alice@example.com", len(got), got)
 		}
 		m := parseMail(t, got[0].Data)
-		link := publicURL + web.SigninLinkPath(p.Token)
+		link := publicURL + web.SigninLinkPath(p.Token, "")
 		if !strings.Contains(m.text, link) || !strings.Contains(m.html, `href="`+strings.ReplaceAll(link, "&", "&amp;")+`"`) {
 			t.Fatalf("mail does not hold the link %s:\n%s\n%s", link, m.text, m.html)
 		}

@@ -96,7 +96,7 @@ func exerciseAddresses(t *testing.T, s suite) {
 		// her identity provider verified, signs in there, so that removing her there ends her
 		// access; alice's stored address is not hers while the configuration names another.
 		for who, want := range map[string]string{"carol": "", "CAROL@idp.example": "", "alice@idp.example": "", "alice": "alice", "Alice": "alice"} {
-			r, err := svc.RequestSignin(ctx, who, "")
+			r, err := svc.RequestSignin(ctx, who, "", "")
 			if err != nil || r.Person != want || r.Queued != (want != "") {
 				t.Fatalf("sign-in link asked by %q: got %+v, %v; want one for %q", who, r, err, want)
 			}
@@ -115,7 +115,7 @@ func exerciseAddresses(t *testing.T, s suite) {
 		if got := recipients(mustOutbox(t, f.store, approval.OutboxFilter{})); !slices.Equal(got, want) {
 			t.Fatalf("messages: got %v, want %v", got, want)
 		}
-		if r, err := svc.RequestSignin(ctx, "carol@idp.example", ""); err != nil || r.Queued {
+		if r, err := svc.RequestSignin(ctx, "carol@idp.example", "", ""); err != nil || r.Queued {
 			t.Fatalf("sign-in link for carol: got %+v, %v; want none", r, err)
 		}
 	})

@@ -19,7 +19,7 @@ func exerciseSignin(t *testing.T, s suite) {
 		t.Helper()
 		f.clock.Advance(time.Second) // so that the newest message is this one
 		// A client of its own: no allowance of another's is spent.
-		res, err := f.service().RequestSignin(t.Context(), who, approval.NewID("client"))
+		res, err := f.service().RequestSignin(t.Context(), who, approval.NewID("client"), "")
 		if err != nil || !res.Queued {
 			t.Fatalf("request a link for %s: got %+v, %v; want one queued", who, res, err)
 		}
@@ -43,12 +43,12 @@ func exerciseSignin(t *testing.T, s suite) {
 			}
 		}
 		for _, who := range []string{"mallory", "mallory@example.com"} {
-			res, err := svc.RequestSignin(t.Context(), who, "")
+			res, err := svc.RequestSignin(t.Context(), who, "", "")
 			if err != nil || res.Queued {
 				t.Fatalf("link for unknown %q: got %+v, %v; want nothing queued and no error", who, res, err)
 			}
 		}
-		if _, err := svc.RequestSignin(t.Context(), "a\nb", ""); approval.ErrorCode(err) != approval.EINVALID {
+		if _, err := svc.RequestSignin(t.Context(), "a\nb", "", ""); approval.ErrorCode(err) != approval.EINVALID {
 			t.Fatalf("link for a name with a newline: got %v, want EINVALID", err)
 		}
 		if got := len(mustOutbox(t, f.store, approval.OutboxFilter{Kind: approval.OutboxSignin})); got != 2 {
@@ -101,7 +101,7 @@ func exerciseSignin(t *testing.T, s suite) {
 			t.Helper()
 			results := make([]approval.SigninRequest, racers)
 			errs := make([]error, racers)
-			race(racers, func(i int) { results[i], errs[i] = f.service().RequestSignin(t.Context(), who, client(i)) })
+			race(racers, func(i int) { results[i], errs[i] = f.service().RequestSignin(t.Context(), who, client(i), "") })
 			for i := range racers {
 				if errs[i] != nil {
 					t.Fatalf("racer %d: %v", i, errs[i])
@@ -129,7 +129,7 @@ func exerciseSignin(t *testing.T, s suite) {
 		}
 		// Alice may ask again once the window has passed.
 		f.clock.Advance(approval.SigninWindow + time.Second)
-		if res, err := f.service().RequestSignin(t.Context(), "alice", "client-0"); err != nil || !res.Queued {
+		if res, err := f.service().RequestSignin(t.Context(), "alice", "client-0", ""); err != nil || !res.Queued {
 			t.Fatalf("after the window: got %+v, %v; want a link queued", res, err)
 		}
 	})
@@ -143,7 +143,7 @@ func exerciseSignin(t *testing.T, s suite) {
 		ctx := t.Context()
 		request := func(client string) approval.SigninRequest {
 			t.Helper()
-			res, err := f.service().RequestSignin(ctx, "alice", client)
+			res, err := f.service().RequestSignin(ctx, "alice", client, "")
 			if err != nil {
 				t.Fatalf("request from %s: %v", client, err)
 			}
@@ -199,12 +199,12 @@ func exerciseSignin(t *testing.T, s suite) {
 	s.run(t, "AskCounts", func(t *testing.T, f *fixture) {
 		ctx := t.Context()
 		for _, who := range []string{"alice", "alice", "ALICE@example.com", "mallory"} {
-			if _, err := f.service().RequestSignin(ctx, who, "c1"); err != nil {
+			if _, err := f.service().RequestSignin(ctx, who, "c1", ""); err != nil {
 				t.Fatal(err)
 			}
 			f.clock.Advance(time.Minute)
 		}
-		if _, err := f.service().RequestSignin(ctx, "alice", "c2"); err != nil {
+		if _, err := f.service().RequestSignin(ctx, "alice", "c2", ""); err != nil {
 			t.Fatal(err)
 		}
 		count := func(subject, client string, since, recentSince time.Time) approval.SigninCounts {
@@ -264,7 +264,7 @@ func exerciseSignin(t *testing.T, s suite) {
 		}
 		// Past her limit, with no recent link: one link, and then none for SigninSpacing.
 		link(t, f, "alice")
-		if res, err := f.service().RequestSignin(ctx, "alice", "another"); err != nil || !res.Limited {
+		if res, err := f.service().RequestSignin(ctx, "alice", "another", ""); err != nil || !res.Limited {
 			t.Fatalf("alice's seventh link in the window after a purge: got %+v, %v; want limited", res, err)
 		}
 

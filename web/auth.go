@@ -528,9 +528,12 @@ func (c *oidcClient) userinfo(ctx context.Context, ts oauth2.TokenSource, sub st
 }
 
 // safeNext returns next when it is a path under /ui/ on this site, and /ui/ otherwise, so
-// that a sign-in link cannot send the browser elsewhere.
+// that no sign-in can send the browser elsewhere: an absolute URL ("https://evil.example"),
+// a scheme-relative one ("//evil.example"), a backslash that browsers read as a slash, and
+// control characters are refused, as is anything longer than a link can carry.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if !strings.HasPrefix(next, Prefix) || len(next) > approval.MaxSigninNext ||
+		strings.ContainsFunc(next, func(r rune) bool { return r == '\\' || r < 0x20 || r == 0x7f }) {
 		return Prefix
 	}
 	return next

@@ -417,7 +417,7 @@ func TestBrowser_SigninLinkUsedTwice(t *testing.T) {
 		if len(tokens) != 1 {
 			t.Fatalf("sign-in mails queued: %d, want 1", len(tokens))
 		}
-		link := f.srv.URL + web.SigninLinkPath(tokens[0])
+		link := f.srv.URL + web.SigninLinkPath(tokens[0], "")
 		alice.do(
 			chromedp.Navigate(link),
 			chromedp.Click(chromedp.CSS(`#use-link button`)),

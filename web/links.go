@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 
@@ -64,7 +65,13 @@ func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
 	}
 	// The rules count a person's links per client too, by the same address, so that a
 	// stranger asking for someone does not spend the allowance of that person's own client.
-	res, err := s.svc.RequestSignin(r.Context(), r.PostFormValue("who"), client)
+	// The link returns to the page the sign-in started from, such as the approval whose
+	// page lost its session; anything but a page of ours is dropped (safeNext).
+	next := safeNext(r.PostFormValue("next"))
+	if next == Prefix {
+		next = ""
+	}
+	res, err := s.svc.RequestSignin(r.Context(), r.PostFormValue("who"), client, next)
 	if approval.ErrorCode(err) == approval.EINVALID {
 		s.renderSignIn(w, r, http.StatusBadRequest, "Enter your name or e-mail address, on one line.")
 		return
@@ -76,8 +83,8 @@ func (s *Server) handleSignInEmail(w http.ResponseWriter, r *http.Request) {
 	s.renderSignInPage(w, r, http.StatusOK, signInPage{Sent: true})
 }
 
-// handleSignInLinkPage is GET /ui/signin/link?t=TOKEN, the page an e-mailed link opens. It
-// changes nothing: mail scanners fetch the links in mails, so only the confirming POST of
+// handleSignInLinkPage is GET /ui/signin/link?t=TOKEN&next=PAGE, the page an e-mailed link
+// opens. It changes nothing: mail scanners fetch the links in mails, so only the confirming POST of
 // this page uses the token.
 func (s *Server) handleSignInLinkPage(w http.ResponseWriter, r *http.Request) {
 	if s.links == nil {
@@ -93,7 +100,7 @@ func (s *Server) handleSignInLinkPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleSignInLink is POST /ui/signin/link: the link's token is used, once, and becomes a
-// session for the person it was made for.
+// session for the person it was made for, who is sent on to the link's page to return to.
 func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
 	if s.links == nil {
 		s.fail(w, r, approval.Errorf(approval.ENOTFOUND, "sign-in links are not enabled"))
@@ -103,10 +110,16 @@ func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	next := safeNext(r.PostFormValue("next"))
 	person, err := s.svc.UseSignin(r.Context(), r.PostFormValue("t"))
 	if approval.ErrorCode(err) == approval.EUNAUTHORIZED {
-		// Post, redirect, get: the sign-in page says why, and a reload posts nothing again.
-		http.Redirect(w, r, Prefix+"signin?link=refused", http.StatusSeeOther)
+		// Post, redirect, get: the sign-in page says why, and a reload posts nothing again;
+		// signing in there still returns to next.
+		q := url.Values{"link": {"refused"}}
+		if next != Prefix {
+			q.Set("next", next)
+		}
+		http.Redirect(w, r, Prefix+"signin?"+q.Encode(), http.StatusSeeOther)
 		return
 	} else if err != nil {
 		s.fail(w, r, err)
@@ -117,5 +130,5 @@ func (s *Server) handleSignInLink(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.setCookie(w, r, preCookie, "", 0)
-	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }

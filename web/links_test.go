@@ -84,9 +84,9 @@ func TestSignInLink(t *testing.T) {
 		must(t, len(f.linkTokens()) == 2, "refused asks queued mail")
 
 		// Opening the link (as a mail scanner would) only shows the confirmation.
-		confirm := a.get(web.SigninLinkPath(aliceToken))
+		confirm := a.get(web.SigninLinkPath(aliceToken, ""))
 		must(t, confirm.status == http.StatusOK && strings.Contains(confirm.body, `id="use-link"`), "link page: status %d", confirm.status)
-		again := a.get(web.SigninLinkPath(aliceToken))
+		again := a.get(web.SigninLinkPath(aliceToken, ""))
 		must(t, a.get("/ui/").status == http.StatusSeeOther, "opening the link signed in")
 		// A post without the page's form token is refused and does not use the link.
 		forged := a.do(http.MethodPost, "/ui/signin/link", url.Values{"t": {aliceToken}})
@@ -100,7 +100,7 @@ func TestSignInLink(t *testing.T) {
 
 		// The same link in another browser: refused, and no session.
 		b := f.browser()
-		p := b.get(web.SigninLinkPath(aliceToken))
+		p := b.get(web.SigninLinkPath(aliceToken, ""))
 		second := b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, p.body, "csrf")}, "t": {aliceToken}})
 		must(t, second.status == http.StatusSeeOther && second.header.Get("Location") == "/ui/signin?link=refused",
 			"second use: status %d to %q, want 303 to the sign-in page", second.status, second.header.Get("Location"))
@@ -109,7 +109,7 @@ func TestSignInLink(t *testing.T) {
 		must(t, b.get("/ui/").status == http.StatusSeeOther, "a refused link signed in")
 
 		// olga's link makes an operator's session, as the links configuration says.
-		p = b.get(web.SigninLinkPath(olgaToken))
+		p = b.get(web.SigninLinkPath(olgaToken, ""))
 		must(t, b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(t, p.body, "csrf")}, "t": {olgaToken}}).status == http.StatusSeeOther, "olga's link refused")
 		must(t, b.get("/ui/operations").status == http.StatusOK, "olga by link is not an operator")
 	})
@@ -307,7 +307,7 @@ func TestSignInLinkStrangerCannotLockOut(t *testing.T) {
 // is person's.
 func (b *browser) useLink(token, person string) {
 	b.f.tb.Helper()
-	p := b.get(web.SigninLinkPath(token))
+	p := b.get(web.SigninLinkPath(token, ""))
 	used := b.do(http.MethodPost, "/ui/signin/link", url.Values{"csrf": {field(b.f.tb, p.body, "csrf")}, "t": {token}})
 	must(b.f.tb, used.status == http.StatusSeeOther && used.header.Get("Location") == "/ui/", "use %s's link: status %d to %q", person, used.status, used.header.Get("Location"))
 	home := b.get("/ui/")

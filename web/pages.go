@@ -6,8 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -264,13 +266,16 @@ func shownURL(raw string) string {
 // A vote refused before anything is read or written, because its session is refused (ended,
 // expired, unknown, signed with another key) or its form's token is not this session's, is
 // answered with a page that says the vote was not recorded, keeps the comment in a form and
-// links to signing in again, or to the approval (voteNotRecorded).
+// links to signing in again, or to the approval (voteNotRecorded). So is a vote that failed
+// because the database could not be used (EUNAVAILABLE, a deadline passed included), whose
+// page offers to send it again.
 func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
 		sess, err := s.session(r)
 		if err != nil {
-			if approval.ErrorCode(err) != approval.EUNAUTHORIZED {
+			err = approval.Unfinished(r.Context(), err)
+			if code := approval.ErrorCode(err); code != approval.EUNAUTHORIZED && code != approval.EUNAVAILABLE {
 				s.fail(w, r, err)
 				return
 			}
@@ -314,6 +319,18 @@ func (s *Server) handleDecide(verdict approval.Verdict) http.HandlerFunc {
 		_, err = s.svc.Decide(r.Context(), p, approval.DecideRequest{
 			ApprovalID: id, Verdict: verdict, Comment: comment, Cause: cause(r),
 		})
+		if err = approval.Unfinished(r.Context(), err); approval.ErrorCode(err) == approval.EUNAVAILABLE {
+			// The form may be sent again: this one did not get through.
+			s.forms.forget(nonce)
+			// A commit whose answer was lost may have recorded the vote: when the approval
+			// can be read and shows it, the vote's answer is the truth.
+			if s.voteOnRecord(r.Context(), sess, id, verdict) {
+				http.Redirect(w, r, answerURL, http.StatusSeeOther)
+				return
+			}
+			s.voteNotRecorded(w, r, sess, id, verdict, err)
+			return
+		}
 		if approval.ErrorCode(err) == approval.EFORBIDDEN {
 			s.voteRefused(w, r, sess, id, verdict, comment, err)
 			return
@@ -344,8 +361,19 @@ func (s *Server) voteRefused(w http.ResponseWriter, r *http.Request, sess *sessi
 	s.render(w, r, http.StatusForbidden, "approval", sess, page)
 }
 
-// notRecordedPage is the data of the page that answers a vote refused before it was read:
-// what was not recorded and why, the comment kept, and where to go next.
+// voteOnRecord reports whether the approval id can be read and holds sess's verdict.
+func (s *Server) voteOnRecord(ctx context.Context, sess *session, id string, verdict approval.Verdict) bool {
+	a, err := s.svc.Approval(ctx, sess.principal(), id)
+	if err != nil {
+		return false
+	}
+	d, ok := a.DecisionBy(sess.Subject)
+	return ok && d.Verdict == verdict
+}
+
+// notRecordedPage is the data of the page that answers a vote refused before it was read,
+// or failed for want of the database: what was not recorded and why, the comment kept, and
+// where to go next.
 type notRecordedPage struct {
 	ApprovalID string
 	Noun       string // "approval" or "rejection"
@@ -353,12 +381,19 @@ type notRecordedPage struct {
 	Comment    string
 	// SignIn is set when the session was refused: the sign-in link returns to the approval.
 	SignIn string
+	// Unavailable is set when the database could not be used: the page's form sends the same
+	// vote (Verdict, with the form's decision Token) again.
+	Unavailable bool
+	Verdict     approval.Verdict
+	Token       string
 }
 
-// voteNotRecorded answers a vote refused for err before anything was read or written: a
-// browser gets a page saying plainly that the vote was not recorded, with the comment kept in
-// a form and a link to sign in again (the session was refused; sess is nil) or to the
-// approval (its form was refused), with err's status; anyone else gets err as problem+json.
+// voteNotRecorded answers a vote refused for err before anything was read or written, or
+// failed because the database could not be used: a browser gets a page saying plainly that
+// the vote was not recorded, with the comment kept in a form and a link to sign in again (the
+// session was refused), to the approval (its form was refused), or a button to send the same
+// vote again (EUNAVAILABLE: 503 with Retry-After), with err's status; anyone else gets err as
+// problem+json.
 func (s *Server) voteNotRecorded(w http.ResponseWriter, r *http.Request, sess *session, id string, verdict approval.Verdict, err error) {
 	if !strings.Contains(r.Header.Get("Accept"), "text/html") {
 		s.fail(w, r, err)
@@ -373,12 +408,20 @@ func (s *Server) voteNotRecorded(w http.ResponseWriter, r *http.Request, sess *s
 	if page.Noun == "" {
 		page.Noun = "vote"
 	}
-	if sess == nil {
-		page.SignIn = Prefix + "signin?" + url.Values{"next": {ApprovalPath(id)}}.Encode()
-	}
 	status := http.StatusForbidden
-	if code := approval.ErrorCode(err); code == approval.EUNAUTHORIZED {
+	switch approval.ErrorCode(err) {
+	case approval.EUNAUTHORIZED:
 		status = http.StatusUnauthorized
+		page.SignIn = Prefix + "signin?" + url.Values{"next": {ApprovalPath(id)}}.Encode()
+	case approval.EUNAVAILABLE:
+		s.log.Error("web: a vote was not recorded: the database is unavailable", "request_id", requestID(r), "approval_id", id, "error", err)
+		status = http.StatusServiceUnavailable
+		page.Unavailable, page.Verdict, page.Token = true, verdict, r.PostFormValue("token")
+		retry := time.Second
+		if e := approval.AsError(err); e != nil && e.RetryAfter > retry {
+			retry = e.RetryAfter
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
 	}
 	s.render(w, r, status, "notrecorded", sess, page)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/approvald/approval"
@@ -22,9 +23,10 @@ var screenWidths = []int64{390, 768, 1280}
 // and a decided approval, operations) at 390, 768 and 1280 px with enough rows to page, and
 // checks that nothing overflows sideways (document.documentElement.scrollWidth is at most
 // clientWidth), that the lists page by 25 with a Next link (27 decided and 28 pending
-// approvals, 26 failed executions), and that on a phone the filter form is folded. Each page's screenshot is written under a temporary directory; with
-// APPROVALD_DOC_IMAGES set to a directory, those at 390 and 1280 px of the SQLite run are
-// written there too (docs/images).
+// approvals, 26 failed executions), and that on a phone the filter form is folded. Each
+// page's screenshot is written under a temporary directory, with the README's two
+// (readmeImages); with APPROVALD_DOC_IMAGES set to a directory, those at 390 and 1280 px
+// of the SQLite run, and the README's, are written there too (docs/images).
 func TestBrowser_Responsive(t *testing.T) {
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
@@ -123,5 +125,66 @@ func TestBrowser_Responsive(t *testing.T) {
 				}
 			}
 		}
+		readmeImages(t, f, dir, docs)
 	})
+}
+
+// readmeImages writes the README's two images at 1280 px into dir, and into docs when it is
+// not "": approval-page.png, a pending approval as an approver sees it, and
+// already-decided.png, the answer to a vote sent after someone else decided.
+func readmeImages(t *testing.T, f *fixture, dir, docs string) {
+	t.Helper()
+	write := func(tb *tab, name string) {
+		png, err := chromedp.Run(tb.ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		for _, d := range []string{dir, docs} {
+			if d == "" {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a := f.create("Deploy api v2.14 to production", []string{"alice", "bob", "carol"}, 2,
+		`{"service": "api", "commit": "9f2c1e7", "ticket": "OPS-1042", "regions": ["eu-west-1", "us-east-1"]}`)
+	if code := f.api(http.MethodPost, "/v1/approvals/"+a.ID+"/approve", f.token("bob", approval.RoleApprover), `{"comment": "Canary is green; migration checked."}`, nil); code != http.StatusOK {
+		t.Fatalf("bob approves: %d", code)
+	}
+	alice := f.newTab(t)
+	alice.signIn(f.token("alice", approval.RoleApprover))
+	alice.do(chromedp.EmulateViewport(1280, 900))
+	alice.open("/ui/approvals/" + a.ID)
+	alice.do(chromedp.WaitVisible(chromedp.CSS("#live.waiting")))
+	write(alice, "approval-page.png")
+
+	// bob's form is sent after alice decided: without the script, so that the page's live
+	// update does not show her decision first.
+	d := f.create("Delete the staging database", []string{"alice", "bob"}, 1, `{"database": "staging-main"}`)
+	bob := f.newTab(t)
+	bob.signIn(f.token("bob", approval.RoleApprover))
+	scripts := func(off bool) {
+		if _, err := chromedp.Call(bob.ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: off}); err != nil {
+			t.Fatalf("scripts off %v: %v", off, err)
+		}
+	}
+	bob.do(chromedp.EmulateViewport(1280, 900))
+	scripts(true)
+	bob.open("/ui/approvals/" + d.ID)
+	if code := f.api(http.MethodPost, "/v1/approvals/"+d.ID+"/approve", f.token("alice", approval.RoleApprover), `{"comment": "The backup of Monday is verified."}`, nil); code != http.StatusOK {
+		t.Fatalf("alice approves: %d", code)
+	}
+	bob.do(
+		chromedp.SendKeys(chromedp.CSS("#comment"), "Wait: the analytics team still reads it."),
+		chromedp.Click(chromedp.CSS("#reject")),
+		chromedp.WaitVisible(chromedp.CSS("#answer")),
+	)
+	scripts(false) // the times in the viewer's zone, as people see the page
+	bob.do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#answer")))
+	if got := bob.text("#answer"); !strings.Contains(got, "Already approved by alice") || !strings.Contains(got, "your rejection was not recorded") {
+		t.Fatalf("bob's answer says %q, want that alice approved first", got)
+	}
+	write(bob, "already-decided.png")
 }

@@ -98,16 +98,21 @@ func eventText(e approval.Event) string {
 
 // eventVia says where a change was made, from its cause: "in the browser" (a request of the
 // pages), "from the API", "from Slack" (an inbox delivery of the source slack), "by the
-// sweeper".
+// sweeper"; nothing when the cause does not say (one recorded before its source was stored),
+// so that the event reads "alice approved".
 func eventVia(c approval.Cause) string {
 	switch c.Kind {
 	case approval.CauseHTTP, approval.CauseOperator:
-		if c.Source == causeSource {
+		switch c.Source {
+		case approval.SourceWeb:
 			return "in the browser"
+		case approval.SourceAPI:
+			return "from the API"
 		}
-		return "from the API"
 	case approval.CauseInbox:
-		return "from " + sourceName(c.Source)
+		if c.Source != "" {
+			return "from " + sourceName(c.Source)
+		}
 	case approval.CauseSweeper:
 		return "by the sweeper"
 	}

@@ -218,8 +218,15 @@ func (s *Server) Handler(api http.Handler) http.Handler {
 func ApprovalPath(id string) string { return Prefix + "approvals/" + url.PathEscape(id) }
 
 // SigninLinkPath is the page an e-mailed sign-in link opens: it asks to confirm, and only
-// the confirming POST uses the token.
-func SigninLinkPath(token string) string { return Prefix + "signin/link?t=" + url.QueryEscape(token) }
+// the confirming POST uses the token; once signed in, the browser goes to next, when it is
+// a page under Prefix, and to the default page otherwise.
+func SigninLinkPath(token, next string) string {
+	q := url.Values{"t": {token}}
+	if next = safeNext(next); next != Prefix {
+		q.Set("next", next)
+	}
+	return Prefix + "signin/link?" + q.Encode()
+}
 
 func (s *Server) routes() {
 	m := s.mux
@@ -332,7 +339,7 @@ func (s *Server) logRequest(r *http.Request, info *pageRequest, status int, d ti
 
 // causeSource is the Source of the causes of changes made on the pages, so that the audit
 // trail tells a vote in the browser from one through the API.
-const causeSource = "web"
+const causeSource = approval.SourceWeb
 
 // cause is the audit trail's cause of a change made by r: an HTTP request, by its id, made on
 // the pages.
@@ -469,4 +476,12 @@ func (m *submitted) claim(nonce string, expires, now time.Time) (f *flight, firs
 		m.flights[nonce] = f
 	}
 	return f, true
+}
+
+// forget lets the form of nonce be submitted again, as a first submission: its vote failed
+// without being recorded. Submissions already waiting get the first one's answer.
+func (m *submitted) forget(nonce string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.flights, nonce)
 }
