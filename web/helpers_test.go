@@ -17,8 +17,11 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
+	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
+	"github.com/approvald/approval/worker"
 )
 
 // testKey is the session key of the test servers.
@@ -330,3 +333,17 @@ func payoutTargeted(action string) bool { return action == "payout" }
 
 // tokenIssuer is the admin the tests make their tokens as.
 var tokenIssuer = approval.Principal{Subject: "test-admin", Role: approval.RoleAdmin}
+
+// mailOutbox returns an outbox of f's store that mails through a real SMTP server started
+// for the test, with links to f's pages, and that server.
+func (f *fixture) mailOutbox(t *testing.T) (*worker.Outbox, *mailtest.Server) {
+	t.Helper()
+	smtp := mailtest.Start(t)
+	svc := f.rules(f.store)
+	return &worker.Outbox{Store: f.store, Mailbox: svc, Senders: map[string]worker.Sender{
+		approval.ChannelEmail: &notify.Mail{
+			Host: "127.0.0.1", Port: smtp.Port, StartTLS: notify.StartTLSNone,
+			From: "approvald <approvals@example.com>", PublicURL: f.srv.URL, Address: svc.EmailAddress,
+		},
+	}}, smtp
+}

@@ -15,12 +15,9 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/approvald/approval"
-	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/internal/workerhook"
-	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
-	"github.com/approvald/approval/worker"
 )
 
 // offSite are values of next that would send a browser away from the pages after signing
@@ -66,14 +63,7 @@ func TestSignInReturnsToThePage(t *testing.T) {
 		t.Run("e-mailed link", func(t *testing.T) {
 			f := setupLinks(t, kind)
 			a := f.create("Rotate the signing keys", []string{"alice"}, 1, "")
-			smtp := mailtest.Start(t)
-			svc := f.rules(f.store)
-			outbox := &worker.Outbox{Store: f.store, Mailbox: svc, Senders: map[string]worker.Sender{
-				approval.ChannelEmail: &notify.Mail{
-					Host: "127.0.0.1", Port: smtp.Port, StartTLS: notify.StartTLSNone,
-					From: "approvald <approvals@example.com>", PublicURL: f.srv.URL, Address: svc.EmailAddress,
-				},
-			}}
+			outbox, smtp := f.mailOutbox(t)
 			// The notice of the approval goes first.
 			_, err := workerhook.OutboxRunOnce(t.Context(), outbox)
 			must(t, err == nil, "outbox round: %v", err)

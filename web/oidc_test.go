@@ -15,12 +15,9 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/approvald/approval"
-	"github.com/approvald/approval/internal/mailtest"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/internal/workerhook"
-	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
-	"github.com/approvald/approval/worker"
 )
 
 // oidcSetup starts a real OpenID Connect provider on loopback and the pages configured for it.
@@ -205,14 +202,7 @@ func TestOIDC_ProviderAddress(t *testing.T) {
 		}), "stored addresses: %v, %v", stored, err)
 
 		a := f.create("Deploy api", []string{"u-alice", "u-carol", "u-dana", "u-eve"}, 1, "")
-		srv := mailtest.Start(t)
-		svc := f.rules(f.store)
-		outbox := &worker.Outbox{Store: f.store, Mailbox: svc, Senders: map[string]worker.Sender{
-			approval.ChannelEmail: &notify.Mail{
-				Host: "127.0.0.1", Port: srv.Port, StartTLS: notify.StartTLSNone,
-				From: "approvald <approvals@example.com>", PublicURL: f.srv.URL, Address: svc.EmailAddress,
-			},
-		}}
+		outbox, srv := f.mailOutbox(t)
 		n, err := workerhook.OutboxRunOnce(t.Context(), outbox)
 		must(t, err == nil && n == 3, "outbox round: %d sent, %v; want 3", n, err)
 		got := srv.Recipients()
