@@ -179,3 +179,26 @@ func (s *Store) TokenBatch(hashes [][]byte) ([]*approval.Token, error) {
 	}
 	return out, nil
 }
+
+// SettleSignals sends at once the inbox signal the store's gate owes, if any, and waits for
+// a send under way, so that no signal of an earlier intake lands in a later count.
+func (s *Store) SettleSignals() {
+	g := s.inboxSignals
+	g.mu.Lock()
+	if g.armed {
+		g.stop()
+		g.armed = false
+	}
+	owed := g.owed
+	g.owed = false
+	if owed {
+		g.last = g.now()
+		g.sending.Add(1)
+	}
+	g.mu.Unlock()
+	if owed {
+		g.send()
+		g.sending.Done()
+	}
+	g.sending.Wait()
+}
