@@ -424,7 +424,8 @@ func (s *Slack) call(ctx context.Context, method string, fn func() error) error 
 		s.mu.Unlock()
 		return worker.RetryAt(fmt.Errorf("%s: %w", method, err), until)
 	case errors.As(err, &se) && !retryableSlackError(se.Err):
-		return worker.Permanent(fmt.Errorf("%s: Slack answered %s", method, se.Err))
+		// Wrapped, not quoted: the callers tell the answers apart (message_not_found).
+		return worker.Permanent(fmt.Errorf("%s: Slack answered %w", method, err))
 	}
 	return fmt.Errorf("%s: %w", method, err)
 }

@@ -90,3 +90,52 @@ func TestSlack_RetryAfterPerMethod(t *testing.T) {
 		}
 	})
 }
+
+// A message deleted in Slack has nothing left to update: the update that finds it gone
+// (chat.update's message_not_found) is sent, not failed for an operator.
+func TestSlack_UpdateOfDeletedMessage(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch strings.TrimPrefix(r.URL.Path, "/api/") {
+			case "conversations.open":
+				w.Write([]byte(`{"ok": true, "channel": {"id": "D0ALICE"}}`))
+			case "chat.postMessage":
+				w.Write([]byte(`{"ok": true, "channel": "D0ALICE", "ts": "1.000001"}`))
+			case "chat.update":
+				w.Write([]byte(`{"ok": false, "error": "message_not_found"}`))
+			default:
+				w.Write([]byte(`{"ok": false, "error": "unknown_method"}`))
+			}
+		}))
+		t.Cleanup(srv.Close)
+		h := newHarness(t, kind, approval.Routing{
+			Channels: map[string][]string{"alice": {approval.ChannelSlack}},
+			Slack:    &approval.SlackRouting{Users: map[string]string{"alice": "U0ALICE"}},
+		})
+		rules := h.service()
+		o := outboxT{&worker.Outbox{
+			Store: h.store, Mailbox: rules, Lease: lease, Now: h.clock.Now, Rand: func() float64 { return 0.5 },
+			Senders: map[string]worker.Sender{approval.ChannelSlack: &notify.Slack{
+				Client: slack.New("xoxb-test", slack.OptionAPIURL(srv.URL+"/api/")), Rules: rules,
+				PublicURL: "https://approvals.example.com", Now: h.clock.Now,
+			}},
+		}}
+		id := h.create(t, "k", 1)
+		if n := o.RunOnceT(t); n != 1 {
+			t.Fatalf("first round: claimed %d, want alice's message", n)
+		}
+		if _, err := rules.Cancel(t.Context(), approval.Principal{Subject: "ci-bot", Role: approval.RoleRequester}, id, approval.HTTPCause("cancel")); err != nil {
+			t.Fatal(err)
+		}
+		if n := o.RunOnceT(t); n != 1 {
+			t.Fatalf("second round: claimed %d, want the update", n)
+		}
+		for _, m := range h.list(t, approval.OutboxNotification) {
+			if m.Status != approval.OutboxSent {
+				t.Errorf("%s to %s: got %s (%s), want sent", m.Event, m.Recipient, m.Status, m.LastError)
+			}
+		}
+	})
+}
