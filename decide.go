@@ -325,6 +325,9 @@ func (s *Service) recordVote(ctx context.Context, tx Tx, a *Approval, d DecideRe
 		if err := queueNotices(ctx, tx, s.Routing, decisionNotice(a, event, d.Approver, now), decisionRecipients(a)); err != nil {
 			return decided{}, err
 		}
+	} else if err := queueSlackProgress(ctx, tx, s.Routing, a); err != nil {
+		// A vote that leaves it pending changes the progress every Slack message shows.
+		return decided{}, err
 	}
 	if err := tx.Notify(ctx, TopicApproval(a.ID)); err != nil {
 		return decided{}, err

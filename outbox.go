@@ -284,6 +284,32 @@ func (r Routing) slackUpdate(n Notice) *OutboxMessage {
 	}
 }
 
+// queueSlackProgress queues, in tx, the update of every Slack message of a after a vote that
+// left it pending, when Slack is configured: one per vote (its key names the number of
+// votes), which shows the approval as it is when it is sent (notify.Slack keeps an older
+// progress from overwriting a newer one or the outcome).
+func queueSlackProgress(ctx context.Context, tx Tx, r Routing, a *Approval) error {
+	if r.Slack == nil {
+		return nil
+	}
+	n := Notice{Event: EventVoted, ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action, Title: a.Title,
+		Requester: a.Requester, Status: a.Status, ExpiresAt: a.ExpiresAt, At: tx.Now()}
+	payload, err := json.Marshal(n)
+	if err != nil {
+		return Errorf(EINTERNAL, "encode notice: %v", err)
+	}
+	now := tx.Now()
+	m := &OutboxMessage{
+		ID: NewID("ntf"), NaturalKey: NotificationKey(a.ID, SlackEveryMessage, ChannelSlack, EventVoted+"/"+strconv.Itoa(len(a.Decisions))),
+		Kind: OutboxNotification, ApprovalID: a.ID, Recipient: SlackEveryMessage, Channel: ChannelSlack, Event: EventVoted,
+		Payload: payload, Status: OutboxPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := tx.OutboxInsert(ctx, m); err != nil {
+		return err
+	}
+	return tx.Notify(ctx, TopicOutbox)
+}
+
 // NotificationKey is the natural key of a notification.
 func NotificationKey(approvalID, recipient, channel, event string) string {
 	return strings.Join([]string{"notification", approvalID, recipient, channel, event}, "\x1f")

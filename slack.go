@@ -115,22 +115,29 @@ func (s *Service) RecordSlackMessage(ctx context.Context, m SlackMessage) error 
 	return err
 }
 
-// SlackThread returns the approval id and every message posted for it, read in one
+// SlackThread is an approval as its Slack messages show it, and those messages.
+type SlackThread struct {
+	Approval *Approval
+	// Policy is the approval's progress under its policy, with the groups as they are now;
+	// nil for an approval that keeps none.
+	Policy   *PolicyStatus
+	Messages []SlackMessage
+}
+
+// SlackThread returns the approval approvalID and every message posted for it, read in one
 // transaction: what an update must change, and into what.
-func (s *Service) SlackThread(ctx context.Context, approvalID string) (*Approval, []SlackMessage, error) {
-	type thread struct {
-		a    *Approval
-		msgs []SlackMessage
-	}
-	t, err := inTx(ctx, s, func(tx Tx) (thread, error) {
+func (s *Service) SlackThread(ctx context.Context, approvalID string) (SlackThread, error) {
+	return inTx(ctx, s, func(tx Tx) (SlackThread, error) {
 		msgs, err := tx.SlackMessageGetMany(ctx, approvalID)
 		if err != nil {
-			return thread{}, err
+			return SlackThread{}, err
 		}
 		a, err := s.Store.Approval(ctx, approvalID)
-		return thread{a, msgs}, err
+		if err != nil {
+			return SlackThread{}, err
+		}
+		return SlackThread{Approval: a, Policy: a.PolicyStatus(s.Members), Messages: msgs}, nil
 	})
-	return t.a, t.msgs, err
 }
 
 // SlackMessages returns the messages posted for an approval, for operators.

@@ -60,6 +60,10 @@ type Slack struct {
 	limited map[string]time.Time // method -> until when Slack asked not to call it
 }
 
+// maxFollowRounds bounds the rounds of follow: each round after the first is one more change
+// of the approval while its messages were being updated.
+const maxFollowRounds = 5
+
 // SlackRules is what Slack needs of the Service.
 type SlackRules interface {
 	SlackUser(ctx context.Context, person string) (string, error)
@@ -67,7 +71,7 @@ type SlackRules interface {
 	RecordSlackUser(ctx context.Context, person, userID string) error
 	SlackMessage(ctx context.Context, outboxID string) (approval.SlackMessage, error)
 	RecordSlackMessage(ctx context.Context, m approval.SlackMessage) error
-	SlackThread(ctx context.Context, approvalID string) (*approval.Approval, []approval.SlackMessage, error)
+	SlackThread(ctx context.Context, approvalID string) (approval.SlackThread, error)
 }
 
 // Send sends m; see worker.Sender.
@@ -110,14 +114,14 @@ func (s *Slack) post(ctx context.Context, m *approval.OutboxMessage, n approval.
 			return err
 		}
 		if found != nil {
-			return s.record(ctx, m, n, *found)
+			return s.record(ctx, m, n, *found, "")
 		}
 	}
-	a, _, err := s.Rules.SlackThread(ctx, n.ApprovalID)
+	t, err := s.Rules.SlackThread(ctx, n.ApprovalID)
 	if err != nil {
 		return err
 	}
-	text, blocks := s.message(a, n)
+	text, blocks := s.message(t, n)
 	var posted approval.SlackMessage
 	err = s.call(ctx, "chat.postMessage", func() error {
 		ch, ts, err := s.Client.PostMessageContext(ctx, channel,
@@ -133,21 +137,19 @@ func (s *Slack) post(ctx context.Context, m *approval.OutboxMessage, n approval.
 	if err := s.Failpoints.Inject(FailpointSlackAfterPost); err != nil {
 		return err
 	}
-	return s.record(ctx, m, n, posted)
+	return s.record(ctx, m, n, posted, shown(text, blocks))
 }
 
-// record records the post of m, and updates it at once if the approval ended meanwhile:
-// the update that its end queued may have read the messages before this one was recorded.
-func (s *Slack) record(ctx context.Context, m *approval.OutboxMessage, n approval.Notice, posted approval.SlackMessage) error {
+// record records the post of m, which showed what (shown; "" when unknown: a post an
+// earlier attempt made), then makes it follow the approval: a vote or the end that came
+// meanwhile queued an update that may have read the messages before this one was recorded.
+func (s *Slack) record(ctx context.Context, m *approval.OutboxMessage, n approval.Notice, posted approval.SlackMessage, what string) error {
 	posted.OutboxID, posted.ApprovalID, posted.Recipient = m.ID, n.ApprovalID, m.Recipient
 	if err := s.Rules.RecordSlackMessage(ctx, posted); err != nil {
 		return err
 	}
-	a, _, err := s.Rules.SlackThread(ctx, n.ApprovalID)
-	if err != nil || !a.Status.Terminal() {
-		return err
-	}
-	return s.update(ctx, a, posted)
+	return s.follow(ctx, n.ApprovalID, what, func(*approval.Approval) approval.Notice { return n },
+		func(approval.SlackThread) []approval.SlackMessage { return []approval.SlackMessage{posted} })
 }
 
 // conversation returns the conversation a notification to recipient goes to: the channel of
@@ -222,24 +224,65 @@ func (s *Slack) findPost(ctx context.Context, channel string, m *approval.Outbox
 	}
 }
 
-// updateAll updates every message of an approval to show how it ended.
+// updateAll updates every message of an approval to show it as it is: its progress after a
+// vote, how it ended after its end.
 func (s *Slack) updateAll(ctx context.Context, approvalID string) error {
-	a, msgs, err := s.Rules.SlackThread(ctx, approvalID)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, m := range msgs {
-		if err := s.update(ctx, a, m); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return s.follow(ctx, approvalID, "", noticeOf, func(t approval.SlackThread) []approval.SlackMessage { return t.Messages })
 }
 
-// update makes one message show a as it is, without buttons once it has ended.
-func (s *Slack) update(ctx context.Context, a *approval.Approval, m approval.SlackMessage) error {
-	text, blocks := s.message(a, approval.Notice{ApprovalID: a.ID, Title: a.Title, Requester: a.Requester, Action: a.Action})
+// follow makes the messages that which picks show the approval as it is (rendered from the
+// notice that notice makes of it), and then reads it
+// again: when it changed meanwhile, what was written may be older than what another update
+// wrote before it (the outbox sends messages concurrently, and Slack keeps the last update),
+// so it writes again, until what it read before writing is what it reads after. So the last
+// write to a message is followed by a read that shows the same, and no older progress stays
+// over a newer one or over the outcome. what is what the messages show already ("" when
+// unknown): the first round writes only when the approval differs from it.
+func (s *Slack) follow(ctx context.Context, approvalID, what string, notice func(*approval.Approval) approval.Notice,
+	which func(approval.SlackThread) []approval.SlackMessage) error {
+	for round := 0; ; round++ {
+		t, err := s.Rules.SlackThread(ctx, approvalID)
+		if err != nil {
+			return err
+		}
+		text, blocks := s.message(t, notice(t.Approval))
+		now := shown(text, blocks)
+		if now == what {
+			return nil
+		}
+		if round == maxFollowRounds {
+			return fmt.Errorf("approval %s changed %d times while its Slack messages were updated; trying again", approvalID, round)
+		}
+		var errs []error
+		for _, m := range which(t) {
+			if err := s.update(ctx, m, text, blocks); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		what = now
+	}
+}
+
+// noticeOf is the notice a message about a is rendered from when no notice asks for it.
+func noticeOf(a *approval.Approval) approval.Notice {
+	n := approval.Notice{ApprovalID: a.ID, Title: a.Title, Requester: a.Requester, Action: a.Action, Status: a.Status, ExpiresAt: a.ExpiresAt}
+	if a.Resolved != nil {
+		n.LinkOnly = a.Resolved.NoChatDecisions
+	}
+	return n
+}
+
+// shown is what a message of text and blocks shows, to compare with another.
+func shown(text string, blocks []slack.Block) string {
+	b, _ := json.Marshal(blocks)
+	return text + "\x00" + string(b)
+}
+
+// update makes one message show text and blocks.
+func (s *Slack) update(ctx context.Context, m approval.SlackMessage, text string, blocks []slack.Block) error {
 	err := s.call(ctx, "chat.update", func() error {
 		_, _, _, err := s.Client.UpdateMessageContext(ctx, m.Channel, m.TS, slack.MsgOptionText(text, false), slack.MsgOptionBlocks(blocks...))
 		return err
@@ -251,10 +294,12 @@ func (s *Slack) update(ctx context.Context, a *approval.Approval, m approval.Sla
 	return err
 }
 
-// message is the text and blocks of a message about a, asked by n: the title, the requester,
-// the action, the context, the progress and the expiry with the link and, while a waits and
-// its policy lets chat decide, the buttons; once a has ended, its outcome instead.
-func (s *Slack) message(a *approval.Approval, n approval.Notice) (string, []slack.Block) {
+// message is the text and blocks of a message about t's approval, asked by n: the title, the
+// requester, the action, the context, the progress and the expiry with the link and, while it
+// waits and its policy lets chat decide, the buttons; once it has ended, its outcome instead.
+// The progress is the approval's as t read it, not as n was queued with.
+func (s *Slack) message(t approval.SlackThread, n approval.Notice) (string, []slack.Block) {
+	a := t.Approval
 	link := strings.TrimSuffix(s.PublicURL, "/") + web.ApprovalPath(a.ID)
 	md := func(t string) *slack.TextBlockObject {
 		return slack.NewTextBlockObject(slack.MarkdownType, t, false, false)
@@ -272,8 +317,11 @@ func (s *Slack) message(a *approval.Approval, n approval.Notice) (string, []slac
 		status = fmt.Sprintf("*%s*", outcomeLine(a))
 	} else {
 		text = Subject(n)
-		if n.Policy != nil {
-			lines = append(lines, slackEscape(n.Policy.StageLine()+": "+n.Policy.ProgressLine()))
+		switch {
+		case t.Policy != nil:
+			lines = append(lines, slackEscape(t.Policy.StageLine()+": "+t.Policy.ProgressLine()))
+		case a.Resolved == nil:
+			lines = append(lines, slackEscape(progressLine(a)))
 		}
 		status = "Expires " + a.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC")
 	}
@@ -289,6 +337,22 @@ func (s *Slack) message(a *approval.Approval, n approval.Notice) (string, []slac
 		blocks = append(blocks, slack.NewActionBlock("approvald_vote", approve, reject))
 	}
 	return text, blocks
+}
+
+// progressLine is the progress of a pending approval that keeps no policy: "1 of 2
+// approvals (alice)".
+func progressLine(a *approval.Approval) string {
+	var by []string
+	for _, d := range a.Decisions {
+		if d.Verdict == approval.VerdictApprove {
+			by = append(by, d.Approver)
+		}
+	}
+	line := fmt.Sprintf("%d of %d approvals", a.Approvals(), a.RequiredApprovals)
+	if len(by) > 0 {
+		line += " (" + strings.Join(by, ", ") + ")"
+	}
+	return line
 }
 
 // outcomeLine says how a ended: who, when.

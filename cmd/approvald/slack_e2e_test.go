@@ -27,17 +27,26 @@ const slackSecret = "8f742231b10e8888abcd99yyyzzz85a5"
 
 // fakeSlack is Slack's Web API as approvald calls it, on loopback: it keeps the messages
 // posted (with their metadata), their updates, the forms opened and the answers to
-// response_url, and finds users by address.
+// response_url, finds users by address and shows their addresses (users.info).
 type fakeSlack struct {
 	srv *httptest.Server
+	// held, when set before the first call, holds every users.lookupByEmail until it is
+	// closed (release): a direct message that has not reached its person yet.
+	held     chan struct{}
+	released sync.Once
 
 	mu       sync.Mutex
 	messages []*fakeMessage
-	forms    []string // the JSON body of each views.open
-	answers  []string // the text of each answer to a response_url
-	calls    map[string]int
+	forms    []string       // the JSON body of each views.open
+	answers  []string       // the text of each answer to a response_url
+	calls    map[string]int // by method, and users.info also by "users.info:" and the user
 	limit    map[string]int // method -> how many next calls answer 429
+	fail     map[string]int // method -> how many next calls answer 500
 }
+
+// slackUsers are the users of the fake workspace and their addresses, as users.info shows
+// them (dave's in capitals where approvald's configuration has it in lower case).
+var slackUsers = map[string]string{"U0ALICE": "alice@example.com", "U0BOB": "bob@example.com", "U0CAROL": "carol@example.com", "U0DAVE": "Dave@Example.com"}
 
 // fakeMessage is one posted message.
 type fakeMessage struct {
@@ -48,22 +57,49 @@ type fakeMessage struct {
 }
 
 func newFakeSlack(t *testing.T) *fakeSlack {
-	f := &fakeSlack{calls: map[string]int{}, limit: map[string]int{}}
+	f := &fakeSlack{calls: map[string]int{}, limit: map[string]int{}, fail: map[string]int{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
+// hold makes users.lookupByEmail wait until release (or the test's end).
+func (f *fakeSlack) hold(t *testing.T) {
+	f.held = make(chan struct{})
+	t.Cleanup(f.release) // before the server's Close, which waits for the held calls
+}
+
+// release lets the held users.lookupByEmail calls answer.
+func (f *fakeSlack) release() { f.released.Do(func() { close(f.held) }) }
+
+// called returns how many times method (or "users.info:" and a user) was called.
+func (f *fakeSlack) called(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[method]
+}
+
 func (f *fakeSlack) serve(w http.ResponseWriter, r *http.Request) {
 	r.ParseForm()
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	if method == "users.lookupByEmail" && f.held != nil {
+		<-f.held
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[method]++
+	if method == "users.info" {
+		f.calls[method+":"+r.FormValue("user")]++
+	}
 	if f.limit[method] > 0 {
 		f.limit[method]--
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	if f.fail[method] > 0 {
+		f.fail[method]--
+		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
 	if strings.HasPrefix(r.URL.Path, "/response/") {
@@ -80,11 +116,17 @@ func (f *fakeSlack) serve(w http.ResponseWriter, r *http.Request) {
 	case "conversations.open":
 		answer["channel"] = map[string]any{"id": "D" + strings.TrimPrefix(r.FormValue("users"), "U")}
 	case "users.lookupByEmail":
-		users := map[string]string{"bob@example.com": "U0BOB"}
+		users := map[string]string{"bob@example.com": "U0BOB", "dave@example.com": "U0DAVE"}
 		if id, ok := users[r.FormValue("email")]; ok {
 			answer["user"] = map[string]any{"id": id}
 		} else {
 			answer = map[string]any{"ok": false, "error": "users_not_found"}
+		}
+	case "users.info":
+		if email, ok := slackUsers[r.FormValue("user")]; ok {
+			answer["user"] = map[string]any{"id": r.FormValue("user"), "profile": map[string]any{"email": email}}
+		} else {
+			answer = map[string]any{"ok": false, "error": "user_not_found"}
 		}
 	case "chat.postMessage":
 		var md struct {
@@ -163,6 +205,7 @@ people:
   - {name: alice, slack: U0ALICE}
   - {name: bob, email: bob@example.com}
   - {name: carol, slack: U0CAROL}
+  - {name: dave, email: dave@example.com}
 `, slackSecret, fake.srv.URL+"/api/")
 }
 
@@ -681,5 +724,75 @@ policies:
 			}
 			return len(msgs) == 3
 		})
+	})
+}
+
+// Under a rule of two approvals of four people, every message shows the progress: after
+// alice's vote each is updated to "1 of 2" and keeps its buttons; after bob's, the last
+// update of each is the outcome without buttons, and no progress comes after it.
+func TestSlack_MessagesFollowProgress(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		fake := newFakeSlack(t)
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+
+		created := srv.do(t, "POST", "/v1/approvals", requester, "progress-1",
+			`{"action": "deploy", "title": "Deploy api v1.53", "approvers": ["alice", "bob", "carol", "dave"], "required_approvals": 2}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "five posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 5 })
+		msgs, _, _ := fake.snapshot()
+		for _, m := range msgs {
+			if !strings.Contains(m.Blocks, "0 of 2 approvals") {
+				t.Errorf("%s: posted %s, want the progress 0 of 2", m.Channel, m.Blocks)
+			}
+		}
+
+		interact(t, srv, click(fake, "U0ALICE", "approvald_approve", a.ID, "T-alice"))
+		wait.Until(t, "every message showing 1 of 2", func() bool {
+			msgs, _, _ := fake.snapshot()
+			for _, m := range msgs {
+				if len(m.Updates) == 0 || !strings.Contains(m.Updates[len(m.Updates)-1], "1 of 2 approvals (alice)") {
+					return false
+				}
+			}
+			return true
+		})
+		msgs, _, _ = fake.snapshot()
+		for _, m := range msgs {
+			if last := m.Updates[len(m.Updates)-1]; !strings.Contains(last, "approvald_approve") {
+				t.Errorf("%s: updated to %s, want the buttons kept while it waits", m.Channel, last)
+			}
+		}
+
+		interact(t, srv, click(fake, "U0BOB", "approvald_approve", a.ID, "T-bob"))
+		waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return a.Status == "approved" })
+		wait.Until(t, "every message showing the outcome", func() bool {
+			msgs, _, _ := fake.snapshot()
+			for _, m := range msgs {
+				if !strings.Contains(m.Updates[len(m.Updates)-1], "Approved by bob") {
+					return false
+				}
+			}
+			return true
+		})
+		msgs, _, _ = fake.snapshot()
+		for _, m := range msgs {
+			final := false
+			for i, u := range m.Updates {
+				switch {
+				case strings.Contains(u, "Approved by bob"):
+					final = true
+					if strings.Contains(u, "approvald_approve") {
+						t.Errorf("%s: update %d is the outcome with buttons: %s", m.Channel, i, u)
+					}
+				case final:
+					t.Errorf("%s: update %d shows %s after the outcome", m.Channel, i, u)
+				}
+			}
+		}
 	})
 }
