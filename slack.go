@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -67,6 +68,21 @@ type SlackInteraction struct {
 	AskComment  bool
 	ResponseURL string // where the answer to the click goes
 	TriggerID   string // opens the form, for three seconds
+	// LookedUp says the inbox worker already asked Slack who User is (SlackLookupError):
+	// a user still no person's is answered as unknown rather than looked up again.
+	LookedUp bool
+}
+
+// SlackLookupError is what applying an interaction returns when its Slack user is nobody's
+// that approvald knows yet, and a person's address may still name them: the worker asks Slack
+// for the user's address outside any transaction (users.info), remembers whose it is
+// (Service.RecordSlackUserByEmail), and applies the interaction again with LookedUp set.
+type SlackLookupError struct {
+	User string
+}
+
+func (e *SlackLookupError) Error() string {
+	return fmt.Sprintf("slack user %s is not known yet: look up their address", e.User)
 }
 
 // SlackReply is the payload of an EventSlackReply message.
@@ -101,6 +117,30 @@ func (s *Service) SlackEmail(person string) string {
 func (s *Service) RecordSlackUser(ctx context.Context, person, userID string) error {
 	_, err := inTx(ctx, s, func(tx Tx) (struct{}, error) { return struct{}{}, tx.SlackUserUpsert(ctx, person, userID) })
 	return err
+}
+
+// RecordSlackUserByEmail remembers userID, whose Slack profile has the address email, as the
+// Slack user of the person whose configured address it is (compared without case, as
+// addresses are everywhere) and who has no configured Slack user, and returns that person;
+// "" when no person, or several, have that address, and nothing is stored then.
+func (s *Service) RecordSlackUserByEmail(ctx context.Context, userID, email string) (string, error) {
+	sr := s.Routing.Slack
+	if sr == nil || userID == "" || email == "" {
+		return "", nil
+	}
+	if err := CheckText("slack user", userID); err != nil {
+		return "", err
+	}
+	var persons []string
+	for p, addr := range sr.Emails {
+		if sr.Users[p] == "" && strings.EqualFold(addr, email) {
+			persons = append(persons, p)
+		}
+	}
+	if len(persons) != 1 {
+		return "", nil
+	}
+	return persons[0], s.RecordSlackUser(ctx, persons[0], userID)
 }
 
 // SlackMessage returns the message recorded for the notification outboxID, or ENOTFOUND.
@@ -174,6 +214,21 @@ func (s *Service) slackPerson(ctx context.Context, tx Tx, userID string) (string
 	return persons[0], nil
 }
 
+// slackLookupMayFind reports whether an unknown Slack user may still be found by address: a
+// person has a configured address and no configured Slack user.
+func (s *Service) slackLookupMayFind() bool {
+	sr := s.Routing.Slack
+	if sr == nil {
+		return false
+	}
+	for p := range sr.Emails {
+		if sr.Users[p] == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // applySlack applies an interaction of the inbox event cur, locked in tx, and queues its
 // answer to the person who clicked: the vote goes through decide, the one path of a vote,
 // for the person the Slack user is; an unknown user, an approval decided only on its page,
@@ -191,7 +246,10 @@ func (s *Service) applySlack(ctx context.Context, tx Tx, cur *InboxEvent, in Sla
 		return InboxProcessed, outcome, in.ApprovalID, nil
 	}
 	if person == "" {
-		reply.Text = "approvald does not know your Slack account, so your click changed nothing. Ask an operator to add your Slack user id to people[].slack."
+		if !in.LookedUp && in.User != "" && s.slackLookupMayFind() {
+			return "", "", "", &SlackLookupError{User: in.User}
+		}
+		reply.Text = "approvald does not know your Slack account, so your click changed nothing: no person has your Slack user id or your Slack address. Ask an operator to add your Slack user id to people[].slack."
 		return finish(fmt.Sprintf("refused: Slack user %s is not a known person", in.User))
 	}
 	a, err := tx.ApprovalGetForUpdate(ctx, in.ApprovalID)

@@ -58,7 +58,15 @@ type Slack struct {
 
 	mu      sync.Mutex
 	limited map[string]time.Time // method -> until when Slack asked not to call it
+	unknown map[string]time.Time // Slack user -> until when "no person" stands (LookupSlackUser)
 }
+
+// unknownUserFor is how long LookupSlackUser's answer that a Slack user is no person's
+// stands, and maxUnknownUsers how many such answers are kept at once.
+const (
+	unknownUserFor  = 10 * time.Minute
+	maxUnknownUsers = 10000
+)
 
 // maxFollowRounds bounds the rounds of follow: each round after the first is one more change
 // of the approval while its messages were being updated.
@@ -72,6 +80,7 @@ type SlackRules interface {
 	SlackMessage(ctx context.Context, outboxID string) (approval.SlackMessage, error)
 	RecordSlackMessage(ctx context.Context, m approval.SlackMessage) error
 	SlackThread(ctx context.Context, approvalID string) (approval.SlackThread, error)
+	RecordSlackUserByEmail(ctx context.Context, userID, email string) (string, error)
 }
 
 // Send sends m; see worker.Sender.
@@ -195,6 +204,67 @@ func (s *Slack) user(ctx context.Context, person string) (string, error) {
 		return "", err
 	}
 	return user, s.Rules.RecordSlackUser(ctx, person, user)
+}
+
+// LookupSlackUser finds the person whose Slack user a click came from, when no person is
+// known as that user (approval.SlackLookupError): it asks Slack for the user's address
+// (users.info, which shows it with the scope users:read.email) outside any transaction, and
+// remembers the person with that address as that user (Rules.RecordSlackUserByEmail). found
+// is false when no person has it, or Slack knows no such user or shows no address; that
+// answer stands for unknownUserFor (SlackUserUnknown), so that more clicks of the same user
+// do not ask Slack again. An error is Slack failing (unreachable, a 5xx, a 429, a refusal
+// such as missing_scope): the click is then applied later, never answered as unknown for it.
+func (s *Slack) LookupSlackUser(ctx context.Context, userID string) (found bool, err error) {
+	var email string
+	err = s.call(ctx, "users.info", func() error {
+		u, err := s.Client.GetUserInfoContext(ctx, userID)
+		if u != nil {
+			email = u.Profile.Email
+		}
+		return err
+	})
+	var se slack.SlackErrorResponse
+	switch {
+	case errors.As(err, &se) && (se.Err == "user_not_found" || se.Err == "users_not_found"):
+	case err != nil:
+		return false, err
+	}
+	person := ""
+	if email != "" {
+		if person, err = s.Rules.RecordSlackUserByEmail(ctx, userID, email); err != nil {
+			return false, err
+		}
+	}
+	if person == "" {
+		s.rememberUnknown(userID)
+	}
+	return person != "", nil
+}
+
+// SlackUserUnknown reports whether LookupSlackUser found no person for userID less than
+// unknownUserFor ago.
+func (s *Slack) SlackUserUnknown(userID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unknown[userID].After(s.now())
+}
+
+// rememberUnknown remembers for unknownUserFor that userID is no person's, keeping at most
+// maxUnknownUsers such answers: the ones that have run out go first, then all of them.
+func (s *Slack) rememberUnknown(userID string) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.unknown) >= maxUnknownUsers {
+		maps.DeleteFunc(s.unknown, func(_ string, until time.Time) bool { return !until.After(now) })
+		if len(s.unknown) >= maxUnknownUsers {
+			clear(s.unknown)
+		}
+	}
+	if s.unknown == nil {
+		s.unknown = map[string]time.Time{}
+	}
+	s.unknown[userID] = now.Add(unknownUserFor)
 }
 
 // findPost looks for the post of m in channel's history since m was queued.

@@ -61,6 +61,21 @@ type InboxProcessor struct {
 
 	Now  func() time.Time // time.Now when nil; for the next attempt's due time
 	Rand func() float64   // jitter source; nil means math/rand/v2
+
+	// SlackUsers finds the person of a Slack user who clicked and whom no person is known as
+	// yet, by the user's address in Slack (a *notify.Slack). Nil: such a click is answered
+	// as unknown.
+	SlackUsers SlackUsers
+}
+
+// SlackUsers asks Slack who a user is, outside any transaction: LookupSlackUser remembers the
+// person whose address the user has and reports whether there is one, or fails when Slack
+// does (a 5xx, a timeout, a 429 through RetryAt, a refusal through Permanent);
+// SlackUserUnknown reports whether a recent lookup found no person, so that a click of that
+// user is answered at once.
+type SlackUsers interface {
+	LookupSlackUser(ctx context.Context, userID string) (found bool, err error)
+	SlackUserUnknown(userID string) bool
 }
 
 // InboxStore is what an InboxProcessor needs of the store: the inbox signal.
@@ -159,7 +174,7 @@ func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
 	// is bounded by the lease as a claimed event's work is.
 	batch, cancelBatch := context.WithTimeout(ctx, orDefault(p.Lease, DefaultLease))
 	done, err := p.Rules.ClaimApplyInbox(batch, limit, func(e *approval.InboxEvent) approval.InboxAction {
-		return Handle(e, p.Sources[e.Source])
+		return p.action(e)
 	})
 	cancelBatch()
 	if err == nil {
@@ -183,11 +198,23 @@ func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
 	defer cancel()
 	var errs []error
 	for _, e := range events {
-		if err := p.handle(work, e, Handle(e, p.Sources[e.Source])); err != nil {
+		if err := p.handle(work, e, p.action(e)); err != nil {
 			errs = append(errs, fmt.Errorf("inbox event %s (%s/%s): %w", e.ID, e.Source, e.EventID, err))
 		}
 	}
 	return len(events), errors.Join(errs...)
+}
+
+// action is what e asks for (Handle); a click of a Slack user whom a recent lookup found to
+// be no person's is answered as unknown without asking Slack again.
+func (p *InboxProcessor) action(e *approval.InboxEvent) approval.InboxAction {
+	a := Handle(e, p.Sources[e.Source])
+	if a.Kind == approval.ActionSlack && p.SlackUsers != nil && p.SlackUsers.SlackUserUnknown(a.Slack.User) {
+		in := *a.Slack
+		in.LookedUp = true
+		a.Slack = &in
+	}
+	return a
 }
 
 // handled logs an event applied.
@@ -197,10 +224,17 @@ func (p *InboxProcessor) handled(ctx context.Context, e *approval.InboxEvent) {
 }
 
 // handle applies one claimed event by its action alone, and records a failed attempt when the
-// store could not apply it. It returns an error only when that record failed too.
+// store could not apply it. It returns an error only when that record failed too. A click of
+// a Slack user whom no person is known as yet is looked up in Slack here, between two
+// transactions (lookupSlack), and applied again.
 func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent, action approval.InboxAction) error {
 	log := p.logger().With("inbox_event", e.ID, "source", e.Source, "event_id", e.EventID, "type", e.Type, "attempt", e.Attempts)
 	done, err := p.Rules.ApplyInbox(ctx, e, action)
+	if lookup, ok := errors.AsType[*approval.SlackLookupError](err); ok && action.Kind == approval.ActionSlack {
+		if action, err = p.lookupSlack(ctx, action, lookup.User); err == nil {
+			done, err = p.Rules.ApplyInbox(ctx, e, action)
+		}
+	}
 	switch {
 	case err == nil:
 		p.handled(ctx, done)
@@ -212,13 +246,18 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent, act
 	}
 
 	// The rules never fail an event (a refused decision is a processed one), so this is the
-	// store itself failing: the database down, a transaction aborted. Trying again later may
-	// work; an event that keeps failing is parked as failed for an operator. An event the
-	// operator re-queued keeps its attempts, so it gets one more try.
+	// store itself failing (the database down, a transaction aborted) or Slack, asked who
+	// clicked. Trying again later may work, no sooner than a 429's Retry-After; an event that
+	// keeps failing, or that Slack refused for good (missing_scope), is parked as failed for
+	// an operator. An event the operator re-queued keeps its attempts, so it gets one more
+	// try.
 	var retryAt *time.Time
-	if e.Attempts < p.maxAttempts() {
+	if e.Attempts < p.maxAttempts() && !IsPermanent(err) {
 		delay := Policy{Backoff: p.backoff()}.Delay(e.Attempts, 0, p.Rand)
 		at := p.now().Add(delay)
+		if ra, ok := errors.AsType[retryAtError](err); ok && ra.at.After(at) {
+			at = ra.at
+		}
 		retryAt = &at
 	}
 	msg := fmt.Sprintf("attempt %d of %d: apply: %v", e.Attempts, p.maxAttempts(), err)
@@ -235,6 +274,25 @@ func (p *InboxProcessor) handle(ctx context.Context, e *approval.InboxEvent, act
 		log.ErrorContext(ctx, "inbox event failed for good", "error", err)
 	}
 	return nil
+}
+
+// lookupSlack asks Slack who user is (SlackUsers), which remembers the person they are, and
+// returns action marked as looked up, so that applying it again answers a user who is still
+// no person's as unknown. The lookup has a third of the lease, so that a slow Slack leaves
+// the claim the time to record the failed attempt.
+func (p *InboxProcessor) lookupSlack(ctx context.Context, action approval.InboxAction, user string) (approval.InboxAction, error) {
+	if p.SlackUsers != nil {
+		lookupCtx, cancel := context.WithTimeout(ctx, orDefault(p.Lease, DefaultLease)/3)
+		_, err := p.SlackUsers.LookupSlackUser(lookupCtx, user)
+		cancel()
+		if err != nil {
+			return action, fmt.Errorf("look up Slack user %s: %w", user, err)
+		}
+	}
+	in := *action.Slack
+	in.LookedUp = true
+	action.Slack = &in
+	return action, nil
 }
 
 // validate reports a misconfigured processor.

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/approvald/approval"
-	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -180,9 +179,10 @@ func (c *Config) routing() approval.Routing {
 	return r
 }
 
-// senders are the outbox's channels. A mail's address is resolved by rules
-// (approval.Service.EmailAddress): the configured one, else the provider's.
-func (c *Config) senders(rules *approval.Service, fp *failpoint.Set) map[string]worker.Sender {
+// senders are the outbox's channels, with Slack's (nil without the slack section). A mail's
+// address is resolved by rules (approval.Service.EmailAddress): the configured one, else the
+// provider's.
+func (c *Config) senders(rules *approval.Service, slackSender *notify.Slack) map[string]worker.Sender {
 	people := map[string]PersonConfig{}
 	for _, p := range c.People {
 		people[p.Name] = p
@@ -201,8 +201,8 @@ func (c *Config) senders(rules *approval.Service, fp *failpoint.Set) map[string]
 			return c.Callbacks.Secret
 		}},
 	}
-	if c.Slack != nil {
-		senders[approval.ChannelSlack] = c.slackSender(rules, fp)
+	if slackSender != nil {
+		senders[approval.ChannelSlack] = slackSender
 	}
 	if s := c.SMTP; s != nil {
 		port := s.Port

@@ -20,6 +20,7 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/failpoint"
 	"github.com/approvald/approval/httpapi"
+	"github.com/approvald/approval/notify"
 	"github.com/approvald/approval/web"
 	"github.com/approvald/approval/webhook"
 	"github.com/approvald/approval/worker"
@@ -396,6 +397,13 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		InboxIDs:    svc.config.Retention.InboxIDs,
 		InboxBodies: svc.config.Retention.InboxBodyRetention(),
 	}).Run)
+	// One Slack client for the outbox and the inbox: a 429 holds a method back for both.
+	var slackSender *notify.Slack
+	var slackUsers worker.SlackUsers
+	if svc.config.Slack != nil {
+		slackSender = svc.config.slackSender(rules, svc.failpoints)
+		slackUsers = slackSender
+	}
 	startWorker("inbox processor", (&worker.InboxProcessor{
 		Store:   st,
 		Rules:   rules,
@@ -403,6 +411,8 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Sources: svc.sourceHandlers(),
 		Lease:   svc.config.Workers.Lease,
 		Poll:    svc.config.Workers.Poll,
+		// A click of a Slack user nobody is known as is looked up by the user's address.
+		SlackUsers: slackUsers,
 		// Batch, Backoff and MaxAttempts: the worker's defaults. An event whose store work
 		// keeps failing is retried with backoff, then marked failed for an operator.
 	}).Run)
@@ -424,7 +434,7 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 		Store:      st,
 		Mailbox:    rules,
 		Logger:     svc.logger.With("worker", "outbox"),
-		Senders:    svc.config.senders(rules, svc.failpoints),
+		Senders:    svc.config.senders(rules, slackSender),
 		Lease:      svc.config.Workers.Lease,
 		Poll:       svc.config.Workers.Poll,
 		Failpoints: svc.failpoints,

@@ -31,7 +31,7 @@ var (
 // (docs/slack.md).
 type SlackConfig struct {
 	// BotToken is the app's bot token (xoxb-...), with the scopes chat:write, im:write,
-	// users:read.email, im:history and channels:history.
+	// users:read, users:read.email, im:history and channels:history (docs/slack.md).
 	BotToken string `yaml:"bot_token"`
 	// SigningSecret verifies the interactions Slack posts to /v1/slack/interactions.
 	SigningSecret string `yaml:"signing_secret"`

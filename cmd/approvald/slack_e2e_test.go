@@ -727,6 +727,219 @@ policies:
 	})
 }
 
+// inboxView is an inbox event as the operators' list shows it.
+type inboxView struct {
+	EventID   string `json:"event_id"`
+	Status    string `json:"status"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last_error"`
+	Outcome   string `json:"outcome"`
+}
+
+// waitSlackProcessed waits until the inbox holds want interactions, all processed, and returns
+// them.
+func waitSlackProcessed(t *testing.T, srv *server, operator string, want int) []inboxView {
+	t.Helper()
+	var list struct {
+		Events []inboxView `json:"events"`
+	}
+	wait.For(t, "the interactions processed", func() error {
+		list.Events = nil
+		srv.do(t, "GET", "/v1/inbox?source=slack&limit=200", operator, "", "").decode(t, &list)
+		done := 0
+		for _, e := range list.Events {
+			if e.Status == "processed" {
+				done++
+			}
+		}
+		if len(list.Events) != want || done != want {
+			return fmt.Errorf("got %d of %d processed: %+v\nstderr:\n%s", done, want, list.Events, srv.stderr)
+		}
+		return nil
+	})
+	return list.Events
+}
+
+// dave has no people[].slack, and his direct message has not reached him (users.lookupByEmail
+// is held): his click in the channel is applied by finding his Slack user's address
+// (users.info, "Dave@Example.com" against the configured "dave@example.com") and his vote
+// counts. A Slack user with no person's address is answered as unknown, and the answer is
+// remembered: a second click of theirs does not ask Slack again.
+func TestSlack_ClickerFoundByEmail(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		operator := createToken(t, dsn, "ops", "operator")
+		fake := newFakeSlack(t)
+		fake.hold(t)
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+
+		created := srv.do(t, "POST", "/v1/approvals", requester, "email-1",
+			`{"action": "deploy", "title": "Deploy api v1.50", "approvers": ["alice", "dave"], "required_approvals": 2}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+
+		interact(t, srv, click(fake, "U0DAVE", "approvald_approve", a.ID, "T-dave"))
+		a = waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return len(a.Decisions) == 1 })
+		if a.Decisions[0].Approver != "dave" || a.Status != "pending" {
+			t.Fatalf("after dave's click: got %+v, want dave's vote, still pending", a)
+		}
+		if n := fake.called("users.info:U0DAVE"); n != 1 {
+			t.Errorf("users.info for U0DAVE: called %d times, want 1", n)
+		}
+		fake.release()
+		wait.Until(t, "dave's direct message and his answer", func() bool {
+			msgs, _, ans := fake.snapshot()
+			return len(in(msgs, "D0DAVE")) == 1 && len(ans) == 1
+		})
+		if _, _, ans := fake.snapshot(); !strings.Contains(ans[0], "You approved") {
+			t.Errorf("dave's answer: got %q, want his vote counted", ans[0])
+		}
+
+		for i := range 2 {
+			interact(t, srv, click(fake, "U0NOBODY", "approvald_approve", a.ID, fmt.Sprintf("T-nobody-%d", i)))
+			wait.Until(t, "the answer to nobody", func() bool { _, _, ans := fake.snapshot(); return len(ans) == 2+i })
+			if _, _, ans := fake.snapshot(); !strings.Contains(ans[1+i], "does not know your Slack account") {
+				t.Errorf("click %d of U0NOBODY: got %q, want them told approvald does not know them", i, ans[1+i])
+			}
+		}
+		if n := fake.called("users.info:U0NOBODY"); n != 1 {
+			t.Errorf("users.info for U0NOBODY: called %d times, want 1 (the answer remembered)", n)
+		}
+		if got := waitApproval(t, srv, requester, a.ID, func(approvalView) bool { return true }); len(got.Decisions) != 1 {
+			t.Errorf("after the unknown clicks: got %+v, want dave's vote only", got.Decisions)
+		}
+		for _, e := range waitSlackProcessed(t, srv, operator, 3) {
+			if strings.Contains(e.EventID, "nobody") != strings.HasPrefix(e.Outcome, "refused: Slack user U0NOBODY is not a known person") {
+				t.Errorf("interaction %s: outcome %q", e.EventID, e.Outcome)
+			}
+		}
+	})
+}
+
+// Thirty clicks of dave, whom no person is known as yet, released at once by a barrier: his
+// vote is recorded once, Slack is asked who he is once (the answer remembered for the other
+// clicks), and every click is answered: the first that counted, the others that nothing
+// changed.
+func TestSlack_ConcurrentClicksFoundByEmail(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		operator := createToken(t, dsn, "ops", "operator")
+		fake := newFakeSlack(t)
+		fake.hold(t)
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+
+		created := srv.do(t, "POST", "/v1/approvals", requester, "email-2",
+			`{"action": "deploy", "title": "Deploy api v1.51", "approvers": ["alice", "dave"], "required_approvals": 2}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+
+		const clicks = 30
+		bodies := make([]string, clicks)
+		headers := make([]http.Header, clicks)
+		for i := range clicks {
+			bodies[i] = click(fake, "U0DAVE", "approvald_approve", a.ID, fmt.Sprintf("T-dave-%d", i))
+			headers[i] = signSlack(slackSecret, bodies[i], time.Now())
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make([]error, clicks)
+		for i := range clicks {
+			wg.Go(func() {
+				<-start
+				r, err := srv.try("POST", "/v1/slack/interactions", "", "", bodies[i], headers[i])
+				if err == nil && r.status != http.StatusOK {
+					err = fmt.Errorf("got %d %s", r.status, r.body)
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("click %d: %v", i, err)
+			}
+		}
+		waitSlackProcessed(t, srv, operator, clicks)
+		a = waitApproval(t, srv, requester, a.ID, func(approvalView) bool { return true })
+		if len(a.Decisions) != 1 || a.Decisions[0].Approver != "dave" || a.Status != "pending" {
+			t.Fatalf("after %d clicks: got %+v, want dave's vote once, still pending", clicks, a)
+		}
+		// One inbox processor: the first click that needs him looks him up and remembers him
+		// before the next is applied.
+		if n := fake.called("users.info"); n != 1 {
+			t.Errorf("users.info: called %d times, want 1", n)
+		}
+		fake.release()
+		wait.Until(t, "an answer to every click", func() bool { _, _, ans := fake.snapshot(); return len(ans) == clicks })
+		_, _, answers := fake.snapshot()
+		counted, already := 0, 0
+		for _, ans := range answers {
+			switch {
+			case strings.HasPrefix(ans, "You approved"):
+				counted++
+			case strings.HasPrefix(ans, "You already approved"):
+				already++
+			default:
+				t.Errorf("answer %q: want the vote counted or already counted", ans)
+			}
+		}
+		if counted != 1 || already != clicks-1 {
+			t.Errorf("answers: %d counted and %d already, want 1 and %d", counted, already, clicks-1)
+		}
+	})
+}
+
+// Slack fails while approvald asks who dave is (a 500, then a 429 with Retry-After): the
+// click is neither dropped nor answered as unknown; it is applied again later, and his vote
+// counts once.
+func TestSlack_LookupFailsThenCounts(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		operator := createToken(t, dsn, "ops", "operator")
+		fake := newFakeSlack(t)
+		fake.hold(t)
+		fake.fail["users.info"] = 1
+		fake.limit["users.info"] = 1
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+
+		created := srv.do(t, "POST", "/v1/approvals", requester, "email-3",
+			`{"action": "deploy", "title": "Deploy api v1.52", "approvers": ["alice", "dave"], "required_approvals": 2}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+
+		interact(t, srv, click(fake, "U0DAVE", "approvald_approve", a.ID, "T-dave"))
+		events := waitSlackProcessed(t, srv, operator, 1)
+		if e := events[0]; e.Attempts != 3 || !strings.HasPrefix(e.Outcome, "approval "+a.ID+": dave voted approve") {
+			t.Errorf("the click: got %+v, want it applied at its third attempt, dave's vote", e)
+		}
+		if n := fake.called("users.info"); n != 3 {
+			t.Errorf("users.info: called %d times, want 3: the 429, the 500 and the answer", n)
+		}
+		a = waitApproval(t, srv, requester, a.ID, func(approvalView) bool { return true })
+		if len(a.Decisions) != 1 || a.Decisions[0].Approver != "dave" {
+			t.Fatalf("decisions: got %+v, want dave's once", a.Decisions)
+		}
+		fake.release()
+		wait.Until(t, "dave's answer", func() bool { _, _, ans := fake.snapshot(); return len(ans) == 1 })
+		if _, _, ans := fake.snapshot(); !strings.HasPrefix(ans[0], "You approved") {
+			t.Errorf("dave's answer: got %q, want his vote counted", ans[0])
+		}
+	})
+}
+
 // Under a rule of two approvals of four people, every message shows the progress: after
 // alice's vote each is updated to "1 of 2" and keeps its buttons; after bob's, the last
 // update of each is the outcome without buttons, and no progress comes after it.
