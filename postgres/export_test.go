@@ -202,3 +202,7 @@ func (s *Store) SettleSignals() {
 	}
 	g.sending.Wait()
 }
+
+// SetIncarnation overwrites the incarnation the store keeps, as if its newest connection had
+// reached another server, so that a test can see the next connection read it again.
+func (s *Store) SetIncarnation(inc string) { s.incarnation.Store(&inc) }
