@@ -86,6 +86,7 @@ const maxKeySharers = 100
 // create was (docs/http-api.md, "Idempotent create"), a different request under the key with
 // EMISMATCH. ok is false when the key holds no approval of the requester; the refusal stands.
 func (s *Service) replayHeld(ctx context.Context, c CreateCommand, fingerprint string, sum [sha256.Size]byte) (CreateResult, bool, error) {
+	at := s.Store.Incarnation()
 	tx, err := s.Store.Begin(ctx)
 	if err != nil {
 		return CreateResult{}, false, err
@@ -105,7 +106,7 @@ func (s *Service) replayHeld(ctx context.Context, c CreateCommand, fingerprint s
 		case a.Fingerprint != fingerprint:
 			return CreateResult{}, true, Errorf(EMISMATCH, "the Idempotency-Key was already used for a different request")
 		default:
-			res, err := s.replayRemembered(c, a, fingerprint, sum)
+			res, err := s.replayRemembered(c, a, fingerprint, sum, at)
 			return res, true, err
 		}
 	}

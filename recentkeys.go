@@ -37,11 +37,19 @@ const (
 //
 // A key forgotten and then remembered again may be forgotten early, when its first place
 // in the ring comes round, and so may its answer: a hint lost, nothing more.
+//
+// All of it holds only while the store talks to the server the approvals were written to: a
+// failover to a server that lacks acknowledged commits (an asynchronous standby, a restore)
+// would have it replay approvals that database does not hold. So every key is remembered
+// with the incarnation of the store's server it was put at (Store.Incarnation), the memory
+// holds one incarnation's keys only, and it is dropped whole as soon as get or put sees
+// another.
 type recentKeys struct {
-	mu   sync.Mutex
-	ids  map[operationKey]recentKey
-	ring []operationKey // the keys in ids, the oldest at next once the ring is full
-	next int
+	mu          sync.Mutex
+	incarnation string // the incarnation every key in ids was put at
+	ids         map[operationKey]recentKey
+	ring        []operationKey // the keys in ids, the oldest at next once the ring is full
+	next        int
 
 	// answers are the keys put with an answer, the oldest at answerNext once full, each
 	// with the answer it was put with: the oldest answer is dropped from ids when the ring
@@ -64,25 +72,37 @@ type operationKey struct{ requester, key string }
 type recentKey struct {
 	id, fingerprint string
 	body            [sha256.Size]byte
+	// incarnation is the store's incarnation (Store.Incarnation) before the round trip that
+	// wrote or found the approval.
+	incarnation string
 	// answer is the answer to the create, replayed as it is until expires (the create's
 	// time plus the Service's Retention); nil when not kept.
 	answer  *StoredResponse
 	expires time.Time
 }
 
-// get returns what is remembered of the key, if anything.
-func (r *recentKeys) get(requester, key string) (recentKey, bool) {
+// get returns what is remembered of the key at the store's incarnation, if anything; the
+// memory is dropped when the incarnation is not the memory's.
+func (r *recentKeys) get(requester, key, incarnation string) (recentKey, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if incarnation != r.incarnation {
+		r.drop(incarnation)
+		return recentKey{}, false
+	}
 	k, ok := r.ids[operationKey{requester, key}]
 	return k, ok
 }
 
-// put remembers k for the key, forgetting the oldest key remembered when the memory is full.
+// put remembers k for the key, forgetting the oldest key remembered when the memory is full,
+// and everything remembered when k's incarnation is not the memory's.
 func (r *recentKeys) put(requester, key string, known recentKey) {
 	k := operationKey{requester, key}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if known.incarnation != r.incarnation {
+		r.drop(known.incarnation)
+	}
 	if r.ids == nil {
 		r.ids = make(map[operationKey]recentKey)
 	}
@@ -125,6 +145,17 @@ func (r *recentKeys) keepAnswer(k operationKey, answer *StoredResponse) {
 	}
 	r.answers[r.answerNext] = place
 	r.answerNext = (r.answerNext + 1) % maxRecentAnswers
+}
+
+// drop forgets every key and answer, and holds the keys of incarnation from now on. r.mu is
+// held.
+func (r *recentKeys) drop(incarnation string) {
+	r.incarnation = incarnation
+	clear(r.ids)
+	clear(r.ring)
+	r.ring, r.next = r.ring[:0], 0
+	clear(r.answers)
+	r.answers, r.answerNext = r.answers[:0], 0
 }
 
 // forget drops the key, when what it named no longer holds it.

@@ -147,7 +147,7 @@ func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (Cre
 	// token stored with its subject in capitals holds the same keys as its normalised twin.
 	c.requester = NameKey(p.Subject)
 	sum := sha256.Sum256(c.Body)
-	known, remembered := s.recent.get(c.requester, c.Key)
+	known, remembered := s.recent.get(c.requester, c.Key, s.Store.Incarnation())
 	if remembered && known.body == sum {
 		// The very bytes this process accepted under the key: valid, and of the fingerprint
 		// it remembers.
@@ -201,12 +201,13 @@ func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (Cre
 	if err != nil {
 		return CreateResult{}, err
 	}
+	at := s.Store.Incarnation()
 	holder, err := s.Store.InsertApproval(ctx, a, c.Cause, outbox)
 	switch {
 	case err != nil:
 		return CreateResult{}, err
 	case holder == nil:
-		s.recent.put(c.requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
+		s.rememberKey(c, recentKey{id: a.ID, fingerprint: fingerprint, body: sum, incarnation: at,
 			answer: &resp, expires: a.CreatedAt.Add(s.retention())})
 		return CreateResult{Response: &resp, Approval: a}, nil
 	case holder.Approval == nil:
@@ -214,13 +215,15 @@ func (s *Service) Create(ctx context.Context, p Principal, c CreateCommand) (Cre
 	case holder.Fingerprint != fingerprint:
 		return CreateResult{}, Errorf(EMISMATCH, "the Idempotency-Key was already used for a different request")
 	}
-	return s.replayRemembered(c, holder.Approval, fingerprint, sum)
+	return s.replayRemembered(c, holder.Approval, fingerprint, sum, at)
 }
 
 // replayRecent answers a create whose key this process remembers (see recentKeys) under
 // fingerprint, the create's: from the answer remembered while it is replayed as it was given,
-// after nothing but the request's token check (ConfirmToken, a lookup of the token);
-// otherwise from one read of the approval remembered, when that approval holds the key under
+// after nothing but the request's token check (ConfirmToken, a lookup of the token), provided
+// the store's incarnation is still the one the key was remembered at once the check is done
+// (its round trip may be the first to a server that took the old one's place); otherwise
+// from one read of the approval remembered, when that approval holds the key under
 // fingerprint; ok reports that it did. Otherwise (the approval gone, or the key used for
 // another request) the create goes on by the write path, which answers it as if nothing were
 // remembered. The read runs the request's token check, as the write would have.
@@ -231,10 +234,13 @@ func (s *Service) replayRecent(ctx context.Context, c CreateCommand, known recen
 				return CreateResult{}, false, err
 			}
 		}
-		again := *known.answer
-		again.Body = bytes.Clone(again.Body) // the caller's to keep; the memory's stays as it is
-		return CreateResult{Replayed: true, Response: &again}, true, nil
+		if s.Store.Incarnation() == known.incarnation {
+			again := *known.answer
+			again.Body = bytes.Clone(again.Body) // the caller's to keep; the memory's stays as it is
+			return CreateResult{Replayed: true, Response: &again}, true, nil
+		}
 	}
+	at := s.Store.Incarnation()
 	a, err := s.Store.Approval(ctx, known.id)
 	switch {
 	case ErrorCode(err) == ENOTFOUND:
@@ -246,20 +252,30 @@ func (s *Service) replayRecent(ctx context.Context, c CreateCommand, known recen
 		s.recent.forget(c.requester, c.Key)
 		return CreateResult{}, false, nil
 	}
-	res, err := s.replayRemembered(c, a, fingerprint, sha256.Sum256(c.Body))
+	res, err := s.replayRemembered(c, a, fingerprint, sha256.Sum256(c.Body), at)
 	return res, err == nil, err
 }
 
 // replayRemembered replays a, which holds c's key under fingerprint, and remembers the key
-// with the answer, whose body has the SHA-256 sum.
-func (s *Service) replayRemembered(c CreateCommand, a *Approval, fingerprint string, sum [sha256.Size]byte) (CreateResult, error) {
+// with the answer, whose body has the SHA-256 sum; at is the store's incarnation before a was
+// read.
+func (s *Service) replayRemembered(c CreateCommand, a *Approval, fingerprint string, sum [sha256.Size]byte, at string) (CreateResult, error) {
 	res, err := s.replay(c, a)
 	if err != nil {
 		return res, err
 	}
-	s.recent.put(c.requester, c.Key, recentKey{id: a.ID, fingerprint: fingerprint, body: sum,
+	s.rememberKey(c, recentKey{id: a.ID, fingerprint: fingerprint, body: sum, incarnation: at,
 		answer: res.Response, expires: a.CreatedAt.Add(s.retention())})
 	return res, nil
+}
+
+// rememberKey puts what c's key holds in the memory of recent keys, unless the store's
+// incarnation moved since known's, read before the round trip that wrote or found the
+// approval: that approval may be on the server the store no longer talks to.
+func (s *Service) rememberKey(c CreateCommand, known recentKey) {
+	if s.Store.Incarnation() == known.incarnation {
+		s.recent.put(c.requester, c.Key, known)
+	}
 }
 
 // replay answers a retry of the create that made a: the original answer when a was created

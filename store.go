@@ -97,6 +97,13 @@ type Store interface {
 	// replica agreed with it (ClockWatch). SQLite, which runs inside this process, answers
 	// this machine's clock (time.Now, not the store's Now).
 	DatabaseTime(ctx context.Context) (time.Time, error)
+	// Incarnation names the database server incarnation the store talks to, read without a
+	// round trip of its own: a change means that the store may now talk to another server,
+	// one that lacks commits acknowledged before (a PostgreSQL failover to an asynchronous
+	// standby, a restore from a backup). The Service replays a create from its memory only
+	// while it does not change (see recentKeys). PostgreSQL: read by each new connection as
+	// it opens, "" before the first. SQLite, one file opened by one process: a constant.
+	Incarnation() string
 	// Close releases the store's connections.
 	Close() error
 }

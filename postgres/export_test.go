@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/approvald/approval"
@@ -201,4 +202,49 @@ func (s *Store) SettleSignals() {
 		g.sending.Done()
 	}
 	g.sending.Wait()
+}
+
+// SetIncarnation overwrites the incarnation the store keeps, as if its newest connection had
+// reached another server, so that a test can see the next connection read it again.
+func (s *Store) SetIncarnation(inc string) { s.incarnation.Store(&inc) }
+
+// Failover moves a store opened by OpenFailover to another schema of the same server, as a
+// failover would move it to another server: one that lacks what the first one held, and
+// whose incarnation differs. (A server's real incarnation cannot be changed by a test: the
+// fake one is the real one with the schema's name after it.)
+type Failover struct {
+	store  *Store
+	schema atomic.Pointer[string] // the schema new connections use; nil: the URL's
+}
+
+// OpenFailover opens a store on url whose connections can be moved by the Failover.
+func OpenFailover(ctx context.Context, url string) (*Store, *Failover, error) {
+	cfg, err := parseConfig(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	f := &Failover{}
+	cfg.BeforeConnect = func(_ context.Context, c *pgx.ConnConfig) error {
+		if schema := f.schema.Load(); schema != nil {
+			c.RuntimeParams["search_path"] = *schema
+		}
+		return nil
+	}
+	cfg.AfterConnect = func(context.Context, *pgx.Conn) error {
+		if schema := f.schema.Load(); schema != nil {
+			f.store.SetIncarnation(f.store.Incarnation() + " " + *schema)
+		}
+		return nil
+	}
+	s, err := openConfig(ctx, cfg)
+	f.store = s
+	return s, f, err
+}
+
+// To moves the store's new connections to schema, and closes its connections to the other:
+// idle ones at once, those in use when they are released.
+func (f *Failover) To(schema string) {
+	f.schema.Store(&schema)
+	f.store.pool.Reset()
+	f.store.batchPool.Reset()
 }

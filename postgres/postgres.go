@@ -22,8 +22,10 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -66,6 +68,9 @@ type Store struct {
 	tokens    *batch.Batcher[[]byte, *approval.Token]        // TokenByHash's batches
 	// inboxSignals coalesces the intake batches' signals to the inbox processors.
 	inboxSignals *signalGate
+	// incarnation is the server incarnation the newest connection reached (Incarnation),
+	// nil until the first.
+	incarnation atomic.Pointer[string]
 }
 
 // Open returns a store on the database named by a postgres:// URL. It does not connect or
@@ -130,6 +135,20 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 	if _, set := params["jit"]; !set && !strings.Contains(params["options"], "jit") {
 		params["jit"] = "off"
 	}
+	s := &Store{Now: time.Now}
+	// Every new connection of both pools reads the incarnation of the server it reached, in
+	// its own round trip before any statement runs on it; a hook the configuration already
+	// has (a test's) runs after.
+	then := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := s.connected(ctx, conn); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(ctx, conn)
+		}
+		return nil
+	}
 	pool, err := newPool(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -146,7 +165,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{Now: time.Now, pool: pool, batchPool: batchPool}
+	s.pool, s.batchPool = pool, batchPool
 	s.shared = sqldb.Reads{DB: querier{pool}, Dialect: dialect, Clock: s.instant, Translate: translate}
 	s.notifier = newNotifier(pool.Config().ConnConfig, s.logger)
 	s.creates = batch.New(writeBatches, writeBatchMax, eachAlone(s.insertBatch))
@@ -197,6 +216,36 @@ func (s *Store) DatabaseTime(ctx context.Context) (time.Time, error) {
 	var at time.Time
 	err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at)
 	return at, translate("read the database's clock", err)
+}
+
+// Incarnation names the server incarnation the newest connection reached, "SYSTEM@START":
+// PostgreSQL's system identifier (pg_control_system(), shared by a primary and the standbys
+// made from its base backup) and the server's start in microseconds since 1970
+// (pg_postmaster_start_time(), which tells those apart, and a server from itself restarted).
+// Each new connection reads it as it opens, so reading it costs no round trip; it is "" until
+// the first connection. A change means the store may now talk to another server, one that
+// lacks commits the previous one acknowledged (a failover to an asynchronous standby, a
+// restore from a backup).
+func (s *Store) Incarnation() string {
+	if inc := s.incarnation.Load(); inc != nil {
+		return *inc
+	}
+	return ""
+}
+
+// incarnationSQL reads what Incarnation names, in one statement of the simple protocol: one
+// round trip, and nothing prepared in the connection's statement cache.
+const incarnationSQL = `SELECT system_identifier, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint FROM pg_control_system()`
+
+// connected reads the incarnation of the server conn reached and keeps it (Incarnation).
+func (s *Store) connected(ctx context.Context, conn *pgx.Conn) error {
+	var system, started int64
+	if err := conn.QueryRow(ctx, incarnationSQL, pgx.QueryExecModeSimpleProtocol).Scan(&system, &started); err != nil {
+		return fmt.Errorf("read the server's incarnation: %w", err)
+	}
+	inc := fmt.Sprintf("%d@%d", system, started)
+	s.incarnation.Store(&inc)
+	return nil
 }
 
 // Migrate applies the embedded migrations not yet recorded in schema_migrations, in name

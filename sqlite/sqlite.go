@@ -322,6 +322,10 @@ func (s *Store) DatabaseTime(ctx context.Context) (time.Time, error) {
 	return time.Now(), nil
 }
 
+// Incarnation is a constant: the store is one file that this process opens and no other
+// server can take its place while it is open.
+func (s *Store) Incarnation() string { return "sqlite" }
+
 // Close ends every subscription and closes both pools.
 func (s *Store) Close() error {
 	s.hub.Close()

@@ -61,6 +61,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Sessions", exerciseSessions},
 		{"Tx", exerciseTx},
 		{"Clock", exerciseClock},
+		{"Incarnation", exerciseIncarnation},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			t.Parallel()
