@@ -237,11 +237,24 @@ func (s *Store) Incarnation() string {
 // round trip, and nothing prepared in the connection's statement cache.
 const incarnationSQL = `SELECT system_identifier, (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint FROM pg_control_system()`
 
+// startedSQL is the server's start time alone, for a role that may not read its system
+// identifier.
+const startedSQL = `SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint`
+
 // connected reads the incarnation of the server conn reached and keeps it (Incarnation).
 func (s *Store) connected(ctx context.Context, conn *pgx.Conn) error {
 	var system, started int64
 	if err := conn.QueryRow(ctx, incarnationSQL, pgx.QueryExecModeSimpleProtocol).Scan(&system, &started); err != nil {
-		return fmt.Errorf("read the server's incarnation: %w", err)
+		// A server that refuses pg_control_system() to this role (a managed service may
+		// revoke it) is known by its start time alone: a promoted standby started at its own.
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+			return fmt.Errorf("read the server's incarnation: %w", err)
+		}
+		system = 0
+		if err := conn.QueryRow(ctx, startedSQL, pgx.QueryExecModeSimpleProtocol).Scan(&started); err != nil {
+			return fmt.Errorf("read the server's start time: %w", err)
+		}
 	}
 	inc := fmt.Sprintf("%d@%d", system, started)
 	s.incarnation.Store(&inc)
