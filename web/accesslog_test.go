@@ -36,6 +36,7 @@ func logLines(t *testing.T, logs *lockedBuffer) map[string][]map[string]any {
 // (method, route, path, status, duration, request id, subject), found by the X-Request-Id
 // the page answered, and no line holds a cookie, a token, a query or a form's contents.
 func TestPages_AccessLog(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		var logs lockedBuffer

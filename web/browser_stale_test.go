@@ -30,6 +30,7 @@ func (tb *tab) value(sel string) string {
 // it was not recorded and keeps the comment; its sign-in link returns to the approval with
 // the comment still in the form, and the vote is recorded with it.
 func TestBrowser_RestartLosesSession(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -119,6 +120,7 @@ func TestBrowser_RestartLosesSession(t *testing.T) {
 // page does not reload: each new outcome is shown beside the form, the textarea keeps its
 // text, and once the approval is decided the buttons are disabled.
 func TestBrowser_TypedCommentSurvivesUpdate(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)

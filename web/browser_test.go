@@ -97,7 +97,7 @@ type tab struct {
 func (f *fixture) newTab(t *testing.T) *tab {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext())
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
 	tb := &tab{t: t, ctx: ctx, f: f}
 	if err := chromedp.Listen(ctx, tb.observe); err != nil {
 		t.Fatalf("listen: %v", err)
@@ -204,6 +204,7 @@ func (tb *tab) screenshot(name string) {
 // TestBrowser_DoubleClickApprove: a double click on Approve records one vote, and the
 // answer page says so; no console error, and the CSP header is on the page.
 func TestBrowser_DoubleClickApprove(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -249,6 +250,7 @@ func TestBrowser_DoubleClickApprove(t *testing.T) {
 // TestBrowser_TwoTabs: alice approves and bob rejects at the same moment, each in a browser of
 // their own: one outcome, and the other tab says what it was.
 func TestBrowser_TwoTabs(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -305,6 +307,7 @@ func TestBrowser_TwoTabs(t *testing.T) {
 // TestBrowser_ScriptTitleIsText: a title holding a script tag is shown as text and runs
 // nothing (a dialog or a console error would fail the tab).
 func TestBrowser_ScriptTitleIsText(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -326,6 +329,7 @@ func TestBrowser_ScriptTitleIsText(t *testing.T) {
 // TestBrowser_Search: a search typed into the waiting page's form lists the matching
 // approvals only, and the title's markup stays text.
 func TestBrowser_Search(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -354,6 +358,7 @@ func TestBrowser_Search(t *testing.T) {
 // TestBrowser_PendingPageUpdates: the page of a pending approval shows the outcome by itself
 // when someone else decides through the API.
 func TestBrowser_PendingPageUpdates(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -375,6 +380,7 @@ func TestBrowser_PendingPageUpdates(t *testing.T) {
 // TestBrowser_Operations: an operator sees an execution that needs review and retries it
 // from the page.
 func TestBrowser_Operations(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
@@ -403,6 +409,7 @@ func TestBrowser_Operations(t *testing.T) {
 // and confirms, and is signed in; the same link, used again in another browser, is refused
 // the second time.
 func TestBrowser_SigninLinkUsedTwice(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setupLinks(t, kind)

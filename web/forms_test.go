@@ -20,6 +20,7 @@ import (
 // 413 with a reason, and one the budget of unauthenticated bodies has no room for is answered
 // 503 with Retry-After. None of them signs anyone in or asks for a link.
 func TestSignInFormLimits(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		budget := httpapi.NewBodyBudget(64 << 10)
@@ -101,6 +102,7 @@ func TestSignInFormLimits(t *testing.T) {
 // characters of four bytes each, and one declaring more than its limit is answered 413
 // without a vote.
 func TestDecisionFormLimit(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		f := setup(t, kind)

@@ -61,6 +61,7 @@ func (f *fixture) linkTokens() []string {
 // TestSignInLink: asking for a link answers the same whoever asks; opening the link changes
 // nothing; confirming it signs in once, and a second use, in another browser, is refused.
 func TestSignInLink(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		f := setupLinks(t, kind)
@@ -272,6 +273,7 @@ func setupProxied(tb testing.TB, kind string, opts ...func(cfg *web.Config, base
 // sign in, by a link made for her request or, when strangers have just had one made, by that
 // fresh one in her mailbox. Every answer is the same.
 func TestSignInLinkStrangerCannotLockOut(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		f := setupProxied(t, kind)
@@ -386,6 +388,7 @@ func (t *txCalls) Commit(ctx context.Context) error {
 // that how long the answer takes does not tell whether the name exists. A request a limit
 // holds back does the same as one for nobody.
 func TestSignInLinkSameWork(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		var rec *storeCalls

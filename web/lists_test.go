@@ -28,6 +28,7 @@ func link(body, rel string) string {
 // action, requester, approver, title) narrow it; an approver sees only the approvals listing
 // them; an unknown status is a 400 page.
 func TestPages_AllApprovals(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		bob := f.token("bob", approval.RoleApprover)
@@ -84,6 +85,7 @@ func TestPages_AllApprovals(t *testing.T) {
 // decided: every decided approval for an operator, 25 a page; the approvals listing an
 // approver for them.
 func TestPages_DecidedForEveryRole(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		alice := f.token("alice", approval.RoleApprover)
@@ -113,6 +115,7 @@ func TestPages_DecidedForEveryRole(t *testing.T) {
 // TestPages_TrailInWords: the audit trail says who did what and where: a vote in the browser,
 // one through the API; the request ids are behind a toggle.
 func TestPages_TrailInWords(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Deploy api v1.42 to prod", []string{"alice", "bob"}, 2, "")
@@ -138,6 +141,7 @@ func TestPages_TrailInWords(t *testing.T) {
 // TestPages_ApprovingSays: an approval's page says what approving does: the call to the
 // action's target, shown without its query, or that the requester runs it.
 func TestPages_ApprovingSays(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind, func(cfg *web.Config, base string) {
 			cfg.Targets = map[string]string{"payout": "https://payments.internal:8443/v1/payouts?api_key=secret"}
@@ -157,6 +161,7 @@ func TestPages_ApprovingSays(t *testing.T) {
 // TestPages_OperationsShowTitles: the operators' page names an execution by its approval's
 // title.
 func TestPages_OperationsShowTitles(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		rec := f.needsReview()

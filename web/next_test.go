@@ -29,6 +29,7 @@ var offSite = []string{"//evil.example", "https://evil.example", "https://evil.e
 // page the sign-in started from, such as the approval whose page lost its session; a next
 // that is not a page under /ui/ (absolute, scheme-relative) lands on the default page.
 func TestSignInReturnsToThePage(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		t.Run("token", func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 // keeps the comment in the form, and links to signing in again, which returns to the
 // approval. Nothing is written.
 func TestDecide_SessionRefusedNotRecorded(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Rotate the signing keys", []string{"alice", "bob"}, 1, "")
@@ -82,6 +83,7 @@ func TestDecide_SessionRefusedNotRecorded(t *testing.T) {
 // been replaced by a new sign-in is refused (403) with the same page: not recorded, the
 // comment kept, and a link back to the approval.
 func TestDecide_FormOfEndedSessionNotRecorded(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Rotate the signing keys", []string{"alice"}, 1, "")
@@ -106,6 +108,7 @@ func TestDecide_FormOfEndedSessionNotRecorded(t *testing.T) {
 // refused, apart from any other failure, and otherwise says what changed, with the badge
 // and whether the viewer may still vote.
 func TestWait_SessionLostAndOutcome(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Scale down the batch cluster", []string{"alice", "bob", "carol"}, 2, "")
@@ -158,6 +161,7 @@ func newJar() (http.CookieJar, error) { return cookiejar.New(nil) }
 // from someone not known, so it is read only with room in the budget of such bodies (503
 // with Retry-After without it), and gives its room back.
 func TestDecide_RefusedSessionBodyBudgeted(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		budget := httpapi.NewBodyBudget(64 << 10)
 		f := setup(t, kind, func(cfg *web.Config, _ string) { cfg.Bodies = budget })

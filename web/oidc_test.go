@@ -48,6 +48,7 @@ func followingBrowser() *http.Client {
 }
 
 func TestOIDC_SignIn(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) {
 			c.SubjectClaim = "email"
@@ -107,6 +108,7 @@ func TestOIDC_SignIn(t *testing.T) {
 // TestOIDC_StateAndReplay: a callback whose state is not the one this browser started is
 // refused, and a callback works once.
 func TestOIDC_StateAndReplay(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, nil)
 		m.QueueUser(&mockoidc.MockUser{Subject: "u-alice", Email: "alice@example.com", EmailVerified: true})
@@ -162,6 +164,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 // address the provider did not verify is not stored and gets no mail. The mails go through
 // the outbox worker to a real SMTP server in the test.
 func TestOIDC_ProviderAddress(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		routing := approval.Routing{
 			Channels:       map[string][]string{"u-alice": {approval.ChannelEmail}},
@@ -221,6 +224,7 @@ func TestOIDC_ProviderAddress(t *testing.T) {
 
 // TestOIDC_TrustEmail: with TrustEmail an address without email_verified is stored.
 func TestOIDC_TrustEmail(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) { c.SubjectClaim, c.TrustEmail = "sub", true })
 		m.QueueUser(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@idp.example"})
@@ -281,6 +285,7 @@ func oidcSignIn(t *testing.T, f *fixture, m *mockoidc.MockOIDC, u mockoidc.User,
 // that says why, and nobody is signed in; a verified one signs in, as the operator the
 // configuration names.
 func TestOIDC_UnverifiedEmailSubject(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) {
 			c.SubjectClaim = "email"
@@ -310,6 +315,7 @@ func TestOIDC_UnverifiedEmailSubject(t *testing.T) {
 // that is an e-mail address matches only an address the provider verified; other entries
 // match the subject.
 func TestOIDC_EmailRoleNeedsVerification(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, func(c *web.OIDCConfig) {
 			c.Operators = []string{"olga@example.com"}
@@ -341,6 +347,7 @@ func TestOIDC_EmailRoleNeedsVerification(t *testing.T) {
 // TestOIDC_SubDefault: without subject_claim the subject is the provider's sub, whatever
 // address the ID token carries.
 func TestOIDC_SubDefault(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, nil)
 		a := f.create("Deploy api", []string{"u-alice"}, 1, "")
@@ -357,6 +364,7 @@ func TestOIDC_SubDefault(t *testing.T) {
 // TestOIDC_Groups: a sign-in stores the provider's groups claim, replacing the groups the
 // person's earlier sign-in stored; a sign-in whose token has no groups claim stores none.
 func TestOIDC_Groups(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		m, err := mockoidc.Run()
 		if err != nil {
@@ -411,6 +419,7 @@ func TestOIDC_Groups(t *testing.T) {
 // TestOIDC_GroupsScopeNotAsked: a provider that sends no groups claim (mockoidc sends it only
 // for the groups scope) leaves the person in no group.
 func TestOIDC_GroupsScopeNotAsked(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, m := oidcSetup(t, kind, nil)
 		if err := f.rules(f.store).RecordIdentityGroups(t.Context(), "carol", []string{"platform-sre"}); err != nil {

@@ -10,6 +10,7 @@ import (
 // TestOIDCGroupsClaim: the groups are the configured claim's list of strings, from the ID
 // token or else from userinfo; absent is no groups; any other shape fails the sign-in.
 func TestOIDCGroupsClaim(t *testing.T) {
+	t.Parallel()
 	c, err := newOIDCClient(OIDCConfig{Issuer: "https://idp.example", ClientID: "a", RedirectURL: "https://x/cb"})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 // ?done=), and a long walk keeps the last maxBack pages, from where Previous ends on the
 // first page.
 func TestPager(t *testing.T) {
+	t.Parallel()
 	q := func(link string) url.Values {
 		u, err := url.Parse(link)
 		if err != nil {

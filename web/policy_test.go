@@ -54,6 +54,7 @@ func (f *fixture) createRelease(title string) *approval.Approval {
 // their page was rendered) is refused with a page that says so, keeps the comment, and
 // changes nothing.
 func TestPages_PolicyProgress(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setupPolicies(t, kind)
 		a := f.createRelease("Release 2.4.0")
@@ -96,6 +97,7 @@ func TestPages_PolicyProgress(t *testing.T) {
 // page and changes nothing. With APPROVALD_DOC_IMAGES set, the refused page at 1280 px is
 // written there (docs/images).
 func TestBrowser_PolicyRefusedVote(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setupPolicies(t, kind)
@@ -147,6 +149,7 @@ func TestBrowser_PolicyRefusedVote(t *testing.T) {
 // TestPages_WaitSaysPolicyProgress: the page's long-poll answers, under a policy, the stage
 // asked and its rules' progress, and whether the viewer may vote in it now.
 func TestPages_WaitSaysPolicyProgress(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setupPolicies(t, kind)
 		a := f.createRelease("Release 2.4.0")

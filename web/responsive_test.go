@@ -28,6 +28,7 @@ var screenWidths = []int64{390, 768, 1280}
 // (readmeImages); with APPROVALD_DOC_IMAGES set to a directory, those at 390 and 1280 px
 // of the SQLite run, and the README's, are written there too (docs/images).
 func TestBrowser_Responsive(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind, func(cfg *web.Config, base string) {

@@ -31,6 +31,7 @@ func (f *fixture) rawGet(method, path, accept string) (*http.Response, string) {
 // TestRoot: the root URL sends a browser to the pages and tells any other client where the
 // API and its OpenAPI document are, under the pages' security headers.
 func TestRoot(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		f := setup(t, kind)
@@ -76,6 +77,7 @@ func TestRoot(t *testing.T) {
 
 // TestFavicon: /favicon.ico is the pages' SVG icon, and the pages link it.
 func TestFavicon(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		f := setup(t, kind)

@@ -90,6 +90,7 @@ func sharedStores(tb testing.TB, kind string, n int) []approval.Store {
 // token is revoked, rotated or expires: the page asks to sign in again, and a decision form
 // rendered before is refused and records nothing.
 func TestSession_EndsWithItsToken(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		for _, end := range []string{"revoke", "rotate", "expire"} {
 			t.Run(end, func(t *testing.T) {
@@ -133,6 +134,7 @@ func TestSession_EndsWithItsToken(t *testing.T) {
 // TestSession_SignOutEndsCopiedCookie: after sign-out, a copy of the session cookie taken
 // before it no longer works.
 func TestSession_SignOutEndsCopiedCookie(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		alice := f.browser()
@@ -151,6 +153,7 @@ func TestSession_SignOutEndsCopiedCookie(t *testing.T) {
 // TestSession_RevokeBySubject: POST /v1/sessions/revoke ends every page session of a person,
 // for operators and admins only; bad input is a 400 that ends nothing.
 func TestSession_RevokeBySubject(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		alice1, alice2, bob := f.browser(), f.browser(), f.browser()
@@ -190,6 +193,7 @@ func TestSession_RevokeBySubject(t *testing.T) {
 // the configuration loses the session at once (a second server over the same database,
 // without them, is the restart with the new configuration).
 func TestSession_LinkPersonRemoved(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		without := approval.Routing{
 			Channels: map[string][]string{"alice": {approval.ChannelEmail}},
@@ -214,6 +218,7 @@ func TestSession_LinkPersonRemoved(t *testing.T) {
 // TestSession_OIDCRoleFollowsConfiguration: an OIDC session's role is the configuration's at
 // each request: a subject taken out of the operators loses the operators' page at once.
 func TestSession_OIDCRoleFollowsConfiguration(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		m, err := mockoidc.Run()
 		if err != nil {
@@ -275,6 +280,7 @@ func (l *lockedBuffer) String() string {
 // client's address, never the token, and past web.SigninFailures in a window the address is
 // answered 429 with Retry-After, a right token included.
 func TestSignIn_FailuresSlowed(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		var logs lockedBuffer
 		f := setup(t, kind, func(cfg *web.Config, _ string) {

@@ -10,6 +10,7 @@ import (
 // full forgets the oldest count instead of being refused, and a blocked address stays blocked
 // until its window ends.
 func TestFailureLimiter_Bounded(t *testing.T) {
+	t.Parallel()
 	const bound = 100
 	l := newFailureLimiter(3, time.Minute, bound)
 	now := time.Unix(1_700_000_000, 0)

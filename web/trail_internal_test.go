@@ -9,6 +9,7 @@ import (
 // TestEventText: each cause is said in words: the pages, the API, an inbox source (Slack by
 // its own spelling), the runner and the sweeper.
 func TestEventText(t *testing.T) {
+	t.Parallel()
 	vote := func(verdict string, c approval.Cause) approval.Event {
 		return approval.Event{Type: approval.EventVoted, Actor: "alice", Cause: c, Detail: map[string]any{"verdict": verdict}}
 	}

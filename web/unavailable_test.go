@@ -100,6 +100,7 @@ func setupDown(t *testing.T, kind string) (*fixture, *downStore) {
 // that form records the vote with the comment. A commit whose answer was lost is not called
 // unrecorded: the page reads the approval again and shows the vote on record.
 func TestDecide_DatabaseDownNotRecorded(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		comment := "Checked the <b>rollback</b> plan\nwith ops & QA"
@@ -153,6 +154,7 @@ func TestDecide_DatabaseDownNotRecorded(t *testing.T) {
 // down lands on the page that says it was not recorded and why, with the typed comment in
 // its form; once the database is back, "Try again" records the vote with the comment.
 func TestBrowser_VoteWhileDatabaseDown(t *testing.T) {
+	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f, ds := setupDown(t, kind)

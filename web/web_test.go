@@ -18,6 +18,7 @@ import (
 )
 
 func TestPages_SecurityHeaders(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		b := f.browser()
@@ -44,6 +45,7 @@ func TestPages_SecurityHeaders(t *testing.T) {
 // TestDecide_RefusedWithoutValidToken: a decision post with no token, a wrong one, another
 // session's, or from another origin is refused with 403 and records nothing.
 func TestDecide_RefusedWithoutValidToken(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Deploy api", []string{"alice", "bob"}, 1, "")
@@ -100,6 +102,7 @@ func TestDecide_RefusedWithoutValidToken(t *testing.T) {
 // TestDecide_DoubleSubmitIsOneVote: one form submitted many times at once is one vote, and
 // every submit is sent to the same answer.
 func TestDecide_DoubleSubmitIsOneVote(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Refund order 42", []string{"alice", "bob"}, 2, "")
@@ -144,6 +147,7 @@ func TestDecide_DoubleSubmitIsOneVote(t *testing.T) {
 // TestDecide_AlreadyDecided: a form submitted after someone else decided says so, and the
 // vote is not recorded.
 func TestDecide_AlreadyDecided(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create("Rotate keys", []string{"alice", "bob"}, 1, "")
@@ -173,6 +177,7 @@ func TestDecide_AlreadyDecided(t *testing.T) {
 
 // TestPages_EscapeRequesterInput: titles and context are the requester's text, shown as text.
 func TestPages_EscapeRequesterInput(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		a := f.create(`<script>alert(1)</script>`, []string{"alice"}, 1,
@@ -194,6 +199,7 @@ func TestPages_EscapeRequesterInput(t *testing.T) {
 // TestSession_TamperedCookieRefused: a session cookie changed in any byte is refused, and a
 // cookie signed with another key too.
 func TestSession_TamperedCookieRefused(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		alice := f.browser()
@@ -249,6 +255,7 @@ func TestSession_TamperedCookieRefused(t *testing.T) {
 // TestSession_SignOut: sign-out needs the form token, clears the cookie, and the pages then
 // ask to sign in.
 func TestSession_SignOut(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		alice := f.browser()
@@ -278,6 +285,7 @@ func TestSession_SignOut(t *testing.T) {
 // TestSignIn_Token: a wrong token is refused with a reason, and the sign-in form needs the
 // token of the page this browser loaded.
 func TestSignIn_Token(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		b := f.browser()
@@ -297,6 +305,7 @@ func TestSignIn_Token(t *testing.T) {
 // the store's listing, so each page but the last is full; the search form narrows it, is kept
 // in the next page's link, and a search the input policy refuses is a 400 that changes nothing.
 func TestPages_WaitingIsFullAndSearchable(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)
 		aliceAPI := f.token("alice", approval.RoleApprover)
