@@ -35,6 +35,7 @@ func newProcessor(s approval.Store, clk *fakeclock.Clock) *worker.InboxProcessor
 }
 
 func TestInbox_DecisionAppliedOnce(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -73,6 +74,7 @@ func TestInbox_DecisionAppliedOnce(t *testing.T) {
 
 // A decision the rules refuse is a processed event that says why, not a failure to retry.
 func TestInbox_RefusedDecision(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -94,6 +96,7 @@ func TestInbox_RefusedDecision(t *testing.T) {
 }
 
 func TestInbox_Ignored(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -127,6 +130,7 @@ func TestInbox_Ignored(t *testing.T) {
 // Reports delivered newest first: the newer outcome stays, the older is recorded as stale
 // (invariant 4).
 func TestInbox_ExecutionResultsNewestFirst(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		ctx := context.Background()
@@ -169,6 +173,7 @@ func TestInbox_ExecutionResultsNewestFirst(t *testing.T) {
 // A processor killed between its claim and the apply leaves the event to the next one once
 // the lease ends, and the event is still applied exactly once.
 func TestInbox_KilledProcessorTakenOver(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		ctx := context.Background()
@@ -203,6 +208,7 @@ func TestInbox_KilledProcessorTakenOver(t *testing.T) {
 // An event whose apply keeps failing is retried with backoff, then parked as failed, and
 // never holds up the others.
 func TestInbox_PoisonEventFails(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -251,6 +257,7 @@ func TestInbox_PoisonEventFails(t *testing.T) {
 
 // Processors on every replica race for the same events: each is applied exactly once.
 func TestInbox_RacingProcessors(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -311,6 +318,7 @@ func TestInbox_RacingProcessors(t *testing.T) {
 // Run wakes on the store's signal: with a poll interval of an hour, an event stored after
 // Run started is still processed at once.
 func TestInboxProcessor_Run(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -491,6 +499,7 @@ func jsonEqual(got []byte, want string) bool {
 // was not full it claims twice what that one found, at least Batch. Every event is applied
 // once.
 func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -529,6 +538,7 @@ func TestInbox_ClaimGrowsWithBacklog(t *testing.T) {
 // After a pass that found events, Run starts the next no sooner than Pace after it, however
 // many signals come meanwhile; the events stored in between wait for that pass.
 func TestInbox_PacedAfterEvents(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -568,6 +578,7 @@ func TestInbox_PacedAfterEvents(t *testing.T) {
 
 // Run ends when ctx does, also while it waits out the pace.
 func TestInbox_PaceEndsWithContext(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -641,6 +652,7 @@ func (r *passRecorder) next(t *testing.T) pass {
 // an hour): every stored event is followed by a signal, although the store may hold back
 // and coalesce the signals of a burst's batches (PostgreSQL).
 func TestInbox_BurstsAppliedOnSignals(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()

@@ -31,6 +31,7 @@ func (l *batchSizes) RecordAttempts(ctx context.Context, b approval.AttemptBatch
 // Outcomes handed to the recorder while it is busy go together, in one batch, and each
 // attempt gets its own answer back.
 func TestRecorder_BatchesWhatWaits(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		const n = 8
@@ -121,6 +122,7 @@ func (l *ledgerCalls) RecordAttempts(ctx context.Context, b approval.AttemptBatc
 // the two the recorder's loop takes first (select picks at random), it takes the other
 // with it: each case runs several times.
 func TestRecorder_ClaimsWithTheBatch(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		s := testdb.Open(t, kind, nil)

@@ -51,6 +51,7 @@ func (l *heldLedger) RecordAttempts(ctx context.Context, b approval.AttemptBatch
 // committed: every outcome handed over is recorded, each with its own event, and only then
 // acknowledged (the failpoint after the record is reached once per attempt).
 func TestRunner_StopWaitsForTheBatch(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -110,6 +111,7 @@ func TestRunner_StopWaitsForTheBatch(t *testing.T) {
 // one, sent again under the same key, with no second effect. The
 // dying runner's lease is short, since it tries its records again for as long as that lasts.
 func TestRunner_DiesBeforeTheBatchCommits(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -191,6 +193,7 @@ func (l *blipLedger) RecordAttempts(ctx context.Context, b approval.AttemptBatch
 // is never taken over as interrupted (which, for a target that neither honours keys nor can
 // be asked, would hold it for an operator).
 func TestRunner_RecordSurvivesADatabaseBlip(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -319,6 +322,7 @@ func TestRunner_RecordSurvivesTerminatedConnections(t *testing.T) {
 // Run, stopped while a call is in flight, returns only once the call's outcome is recorded,
 // even when the first records fail as the database blips.
 func TestRunner_RunRecordsThroughABlipAtShutdown(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)

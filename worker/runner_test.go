@@ -140,6 +140,7 @@ func mustRun(tb testing.TB, r *worker.Runner, want int) {
 }
 
 func TestRunner_Succeeds(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -173,6 +174,7 @@ func TestRunner_Succeeds(t *testing.T) {
 }
 
 func TestRunner_RetriesWithBackoff(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -202,6 +204,7 @@ func TestRunner_RetriesWithBackoff(t *testing.T) {
 }
 
 func TestRunner_HonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -219,6 +222,7 @@ func TestRunner_HonoursRetryAfter(t *testing.T) {
 }
 
 func TestRunner_RefusalFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -238,6 +242,7 @@ func TestRunner_RefusalFailsAtOnce(t *testing.T) {
 }
 
 func TestRunner_MaxAttempts(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -262,6 +267,7 @@ func TestRunner_MaxAttempts(t *testing.T) {
 // An operator's retry of a failed execution starts a new run with all its attempts: the
 // policy counts from the attempts at the retry, not from the first.
 func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -293,6 +299,7 @@ func TestRunner_OperatorRetryStartsNewRun(t *testing.T) {
 // A call that reached the target but lost its answer (the connection dropped after the
 // effect) is settled the way the target allows, and never becomes a second effect.
 func TestRunner_DropAfterEffect(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		t.Run("idempotent", func(t *testing.T) {
@@ -360,6 +367,7 @@ func TestRunner_DropAfterEffect(t *testing.T) {
 // An attempt whose runner died mid-call (its call started, its lease expired) may have
 // reached the target; the next claim settles it as the target allows.
 func TestRunner_RecoversAbandonedClaim(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		for _, tt := range []struct {
@@ -410,6 +418,7 @@ func TestRunner_RecoversAbandonedClaim(t *testing.T) {
 // out the next claim sends the call as an ordinary attempt, whatever the target, and nothing
 // is uncertain or held for review.
 func TestRunner_RetriesClaimNeverSent(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		for _, tk := range []targetKind{idempotentTarget, lookupTarget, plainTarget} {
@@ -442,6 +451,7 @@ func TestRunner_RetriesClaimNeverSent(t *testing.T) {
 // A runner that stalls past its lease loses the execution to the next one; its own late
 // outcome is refused by the attempt fence.
 func TestRunner_StaleWorkerIsFenced(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -480,6 +490,7 @@ func TestRunner_StaleWorkerIsFenced(t *testing.T) {
 // not send: meanwhile a newer attempt may have claimed the execution, found no effect and sent
 // the call itself. The renewal made right before the call finds the claim lost.
 func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, lookupTarget)
@@ -522,6 +533,7 @@ func TestRunner_LeaseLapsedBeforeSend(t *testing.T) {
 // does one sent when little of the lease is left (TestRunner_LeaseLapsedBeforeSend shows why
 // the lease must be confirmed then).
 func TestRunner_MarksEveryCallStarted(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, lookupTarget)
@@ -572,6 +584,7 @@ func TestRunner_MarksEveryCallStarted(t *testing.T) {
 // the call again under the same key is safe, so its calls skip that commit and go right after
 // their claim, and a claim that died before or after its call is simply sent again.
 func TestRunner_IdempotentCallsNeedNoStartMark(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -607,6 +620,7 @@ func TestRunner_IdempotentCallsNeedNoStartMark(t *testing.T) {
 // Run works off a backlog larger than its slots with each execution called once, and never
 // claims more than it has free slots.
 func TestRunner_RunClaimsForFreeSlots(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -764,6 +778,7 @@ func (s *observedStore) renewals() int {
 // A renewal that finds the claim gone (here: an asynchronous report settled the execution)
 // abandons the call before it is sent, and records nothing.
 func TestRunner_LostClaimAbandonsCall(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -809,6 +824,7 @@ func TestRunner_LostClaimAbandonsCall(t *testing.T) {
 // Run claims the next execution while a call runs, not after it; the claim waiting for its
 // slot keeps its lease, so no other runner takes it over, and it runs once the slot frees.
 func TestRunner_ClaimsAheadWhileCallsRun(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -903,6 +919,7 @@ func TestRunner_ClaimsAheadWhileCallsRun(t *testing.T) {
 }
 
 func TestRunner_LongCallKeepsItsLease(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -976,6 +993,7 @@ func TestRunner_LongCallKeepsItsLease(t *testing.T) {
 }
 
 func TestRunner_Failpoints(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		t.Run("before-send", func(t *testing.T) {
@@ -1031,6 +1049,7 @@ func TestRunner_Failpoints(t *testing.T) {
 // An asynchronous target's 2xx is an acceptance: the execution waits, running and unclaimed,
 // for the target's report.
 func TestRunner_AsyncTarget(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, idempotentTarget)
@@ -1061,6 +1080,7 @@ func TestRunner_AsyncTarget(t *testing.T) {
 // The target honours keys in its configuration but the downstream does not, so any second
 // call would show.
 func TestRunner_RacingRunners(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -1108,6 +1128,7 @@ func TestRunner_RacingRunners(t *testing.T) {
 // At shutdown, claims whose call has not been sent are given back at once, and a call in
 // flight is finished and recorded.
 func TestRunner_ShutdownReleasesUnsentClaims(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -1171,6 +1192,7 @@ func TestRunner_ShutdownReleasesUnsentClaims(t *testing.T) {
 // Run wakes on the store's signal, and at shutdown finishes and records the call in flight
 // before it returns.
 func TestRunner_Run(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		env := newRunnerEnv(t, kind, plainTarget)
@@ -1345,6 +1367,7 @@ func lastReason(tb testing.TB, s approval.Store, approvalID string) string {
 // same key (idempotent) or a lookup of it (lookup): either must find its own operation, never
 // the other requester's.
 func TestRunner_RequestersShareAnOperationKey(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		for _, tk := range []targetKind{idempotentTarget, lookupTarget} {

@@ -25,6 +25,7 @@ const (
 )
 
 func TestSweeper_ExpiresDueApprovals(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		ctx := context.Background()
@@ -75,6 +76,7 @@ func TestSweeper_ExpiresDueApprovals(t *testing.T) {
 // Every replica runs a sweeper, so many of them race for the same approvals: each must still
 // be expired exactly once, with exactly one event.
 func TestSweeper_ConcurrentSweepsExpireOnce(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		ctx := context.Background()
@@ -119,6 +121,7 @@ func TestSweeper_ConcurrentSweepsExpireOnce(t *testing.T) {
 }
 
 func TestSweeper_Run(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		clk := newClock()
@@ -297,6 +300,7 @@ func countEvents(tb testing.TB, s approval.Store, id, typ string) int {
 }
 
 func TestSweeper_PurgesInbox(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		ctx := context.Background()
@@ -368,6 +372,7 @@ func TestSweeper_PurgesInbox(t *testing.T) {
 // TestSweeper_Reminds: a sweep queues the reminders that are due, once per person and round,
 // whatever how many sweeps follow.
 func TestSweeper_Reminds(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
 		ctx := t.Context()

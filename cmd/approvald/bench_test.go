@@ -21,12 +21,13 @@ import (
 
 // benchArgs keeps the tests short: what is checked is that every scenario runs and
 // succeeds, never how fast.
-var benchArgs = []string{"--duration", "200ms", "--warmup", "50ms", "--clients", "1,2", "--pool", "16"}
+var benchArgs = []string{"--duration", "100ms", "--warmup", "20ms", "--clients", "1,2", "--pool", "16"}
 
 // TestBench runs bench in process on a fresh database of each store, once printing the
 // table (at 1 and 2 clients) and once the JSON (at 1): every scenario and baseline, each with
 // requests and no errors, and the database removed at the end.
 func TestBench(t *testing.T) {
+	t.Parallel()
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Run("table", func(t *testing.T) {
 			t.Parallel()
