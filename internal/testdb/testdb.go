@@ -48,7 +48,7 @@ func Each(t *testing.T, fn func(t *testing.T, kind string)) {
 }
 
 // Open returns a new, migrated, empty store of the given kind whose clock is now (time.Now
-// when nil). It is closed, and its PostgreSQL schema dropped, when the test ends.
+// when nil), closed when the test ends (see OpenWith).
 func Open(tb testing.TB, kind string, now func() time.Time) approval.Store {
 	tb.Helper()
 	return OpenWith(tb, kind, Options{Now: now})
@@ -60,13 +60,14 @@ type Options struct {
 }
 
 // OpenWith is Open with every store setting a test may need: a new, migrated, empty store of
-// the given kind, closed (and its PostgreSQL schema dropped) when the test ends.
+// the given kind, closed when the test ends. A PostgreSQL store's schema is then emptied and
+// kept for a later test of the binary (schemas.go), or dropped when the test changed it.
 func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 	tb.Helper()
-	dsn := DSN(tb, kind)
 	ctx := context.Background()
 	switch kind {
 	case SQLite:
+		dsn := DSN(tb, kind)
 		writeMigrated(tb, dsn)
 		s, err := sqlite.Open(ctx, dsn)
 		if err != nil {
@@ -81,6 +82,9 @@ func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 		tb.Cleanup(func() { s.Close() })
 		return s
 	case Postgres:
+		dsn, schema, migrated := keptSchema(tb)
+		// Registered first, so run last: the schema is emptied once the store is closed.
+		tb.Cleanup(func() { keepSchema(tb, schema) })
 		s, err := postgres.Open(ctx, dsn)
 		if err != nil {
 			tb.Fatalf("open postgres: %v", err)
@@ -88,8 +92,11 @@ func OpenWith(tb testing.TB, kind string, o Options) approval.Store {
 		if o.Now != nil {
 			s.Now = o.Now
 		}
-		if err := s.Migrate(ctx); err != nil {
+		if err := s.Migrate(ctx); err != nil { // on a kept schema, finds every migration applied
 			tb.Fatalf("migrate postgres: %v", err)
+		}
+		if !migrated {
+			noteMigrated(tb, schema)
 		}
 		tb.Cleanup(func() { s.Close() })
 		return s
@@ -224,14 +231,7 @@ func freshSchema(tb testing.TB, base string) string {
 			tb.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("parse postgres url: %v", err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return withSearchPath(tb, base, schema)
 }
 
 func redact(u string) string {
