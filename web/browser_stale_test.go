@@ -30,7 +30,8 @@ func (tb *tab) value(sel string) string {
 // it was not recorded and keeps the comment; its sign-in link returns to the approval with
 // the comment still in the form, and the vote is recorded with it.
 func TestBrowser_RestartLosesSession(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: the server listens again on the port it closed, which another test's
+	// server could take in between.
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
 		f := setup(t, kind)

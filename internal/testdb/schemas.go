@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,14 +21,17 @@ import (
 // indexes, triggers, settings and privileges, never analyzed (its fingerprint). Anything
 // else (a test that altered a table, a failed emptying) drops it, as DSN's schemas are.
 //
-// The kept schemas of a binary are named after its process ("tk_<pid>_..."); the first
-// binary to open one drops those of processes that have ended, since nothing runs when a
-// test binary exits.
+// The kept schemas of a test binary are named after it ("tk_<owner>_..."), and the binary
+// holds a session advisory lock keyed by that name for as long as it runs, on a connection
+// of its own: nothing runs when a test binary exits, so the first binary to open a store
+// drops the kept schemas whose owner's lock it can take (their binary has ended, on this
+// machine or another using the same server).
 var kept struct {
 	mu    sync.Mutex
-	swept bool
-	free  []string // emptied schemas, ready for a test
-	print string   // the fingerprint of a schema as the migrations leave it ("" until known)
+	owner string    // this binary's part of the names, "" until its lock is held
+	lock  *pgx.Conn // the connection that holds the owner lock
+	free  []string  // emptied schemas, ready for a test
+	print string    // the fingerprint of a schema as the migrations leave it ("" until known)
 }
 
 // keptSchema returns the URL of an empty schema for tb: a kept one, migrated, or a new one
@@ -39,24 +40,86 @@ func keptSchema(tb testing.TB) (dsn, schema string, migrated bool) {
 	tb.Helper()
 	base := PostgresURL(tb)
 	kept.mu.Lock()
-	if !kept.swept {
-		kept.swept = true
-		sweepKept(tb, base)
-	}
-	if n := len(kept.free); n > 0 {
+	err := own(base)
+	owner := kept.owner
+	if n := len(kept.free); err == nil && n > 0 {
 		schema, kept.free = kept.free[n-1], kept.free[:n-1]
 		migrated = true
 	}
 	kept.mu.Unlock()
+	if err != nil {
+		tb.Fatalf("kept schemas: %v", err)
+	}
 	if schema == "" {
 		var b [6]byte
 		rand.Read(b[:])
-		schema = fmt.Sprintf("tk_%d_%s", os.Getpid(), hex.EncodeToString(b[:]))
+		schema = "tk_" + owner + "_" + hex.EncodeToString(b[:])
 		if err := adminExec(base, "CREATE SCHEMA "+schema); err != nil {
 			tb.Fatalf("create schema: %v", err)
 		}
 	}
 	return withSearchPath(tb, base, schema), schema, migrated
+}
+
+// own takes this binary's owner lock, once, and then drops the kept schemas of owners that
+// have ended. kept.mu is held.
+func own(base string) error {
+	if kept.owner != "" {
+		return nil
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base) // held until the binary exits, with its lock
+	if err != nil {
+		return fmt.Errorf("connect to postgres %s: %w", redact(base), err)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	owner := hex.EncodeToString(b[:])
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('approvald-testdb-' || $1))`, owner).Scan(&locked); err != nil || !locked {
+		conn.Close(ctx)
+		return fmt.Errorf("take the owner lock of %s: %v (taken: %v)", owner, err, locked)
+	}
+	kept.owner, kept.lock = owner, conn
+	rows, err := conn.Query(ctx, `SELECT DISTINCT split_part(nspname, '_', 2) FROM pg_namespace WHERE nspname LIKE 'tk\_%'`)
+	if err != nil {
+		return err
+	}
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, o := range owners {
+		if o == owner {
+			continue
+		}
+		// A lock taken here is an ended owner's; another binary sweeping at the same moment
+		// waits for it, then finds nothing left.
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('approvald-testdb-' || $1))`, o).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked {
+			continue
+		}
+		rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'tk\_' || $1 || '\_%'`, o)
+		if err == nil {
+			var names []string
+			if names, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+				for _, name := range names {
+					if _, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
+						break
+					}
+				}
+			}
+		}
+		if _, uerr := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('approvald-testdb-' || $1))`, o); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return fmt.Errorf("drop the kept schemas of ended owner %s: %w", o, err)
+		}
+	}
+	return nil
 }
 
 // noteMigrated takes the fingerprint of a schema the migrations have just made, once per
@@ -158,21 +221,26 @@ func empty(ctx context.Context, conn *pgx.Conn, schema string) error {
 	return nil
 }
 
-// fingerprint sums up what a schema is made of apart from its rows: relations and their kind,
-// settings, privileges and whether they were ever analyzed or vacuumed (reltuples), columns
-// with their types, defaults and nullability, constraints, indexes, triggers, functions and
-// policies, with the schema's own name left out (an index's definition names it).
+// fingerprint sums up what a schema is made of apart from its rows: its owner and
+// privileges; relations with their kind, persistence, row security, settings, privileges,
+// view definitions and whether they were ever analyzed or vacuumed (reltuples); columns in
+// order with their types, defaults, identity, generation, collation, nullability and
+// privileges; constraints, indexes, triggers, functions, rules, sequences and policies, with the schema's own name left out (an index's definition names it).
 func fingerprint(ctx context.Context, conn *pgx.Conn, schema string) (string, error) {
 	var print string
 	err := conn.QueryRow(ctx, `
 		WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = $1),
 		parts AS (
-			SELECT 'r ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '') || ' ' ||
-				coalesce(c.relacl::text, '') || ' ' || (c.reltuples < 0)::text AS p
+			SELECT 'n ' || coalesce(nspacl::text, '') || ' ' || nspowner::regrole::text AS p FROM pg_namespace WHERE nspname = $1
+			UNION ALL
+			SELECT 'r ' || c.relname || ' ' || c.relkind::text || ' ' || c.relpersistence::text || ' ' || c.relrowsecurity::text || ' ' ||
+				coalesce(array_to_string(c.reloptions, ','), '') || ' ' || coalesce(c.relacl::text, '') || ' ' || (c.reltuples < 0)::text || ' ' ||
+				CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) ELSE '' END
 			FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM ns)
 			UNION ALL
-			SELECT 'a ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' ||
-				a.attnotnull::text || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+			SELECT 'a ' || c.relname || '.' || a.attname || ' ' || a.attnum || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' ||
+				a.attnotnull::text || ' ' || a.attidentity::text || ' ' || a.attgenerated::text || ' ' || a.attcollation::text || ' ' ||
+				coalesce(a.attacl::text, '') || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
 			FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
 			LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 			WHERE c.relnamespace = (SELECT oid FROM ns) AND a.attnum > 0 AND NOT a.attisdropped
@@ -181,48 +249,19 @@ func fingerprint(ctx context.Context, conn *pgx.Conn, schema string) (string, er
 			UNION ALL
 			SELECT 'i ' || indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = $1
 			UNION ALL
-			SELECT 't ' || t.tgname || ' ' || t.tgenabled::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = (SELECT oid FROM ns) AND NOT t.tgisinternal
+			SELECT 't ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = (SELECT oid FROM ns) AND NOT t.tgisinternal
 			UNION ALL
-			SELECT 'f ' || p.proname || ' ' || md5(p.prosrc) FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
+			SELECT 'f ' || pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
+			UNION ALL
+			SELECT 'q ' || rulename || ' ' || definition FROM pg_rules WHERE schemaname = $1
+			UNION ALL
+			SELECT 's ' || s.seqrelid::regclass::text || ' ' || s.seqstart || ' ' || s.seqincrement || ' ' || s.seqmax || ' ' || s.seqmin || ' ' || s.seqcycle::text
+			FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid WHERE c.relnamespace = (SELECT oid FROM ns)
 			UNION ALL
 			SELECT 'p ' || polname FROM pg_policy pol JOIN pg_class c ON c.oid = pol.polrelid WHERE c.relnamespace = (SELECT oid FROM ns)
 		)
 		SELECT md5(replace(coalesce(string_agg(p, E'\n' ORDER BY p), ''), $1 || '.', '')) || ':' || count(*) FROM parts`, schema).Scan(&print)
 	return print, err
-}
-
-// sweepKept drops the kept schemas of test binaries that have ended.
-func sweepKept(tb testing.TB, base string) {
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Fatalf("connect to postgres %s: %v", redact(base), err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'tk\_%'`)
-	if err != nil {
-		tb.Fatalf("list kept schemas: %v", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		tb.Fatalf("list kept schemas: %v", err)
-	}
-	for _, name := range names {
-		parts := strings.SplitN(name, "_", 3)
-		pid, err := strconv.Atoi(parts[1])
-		if err != nil || processRuns(pid) {
-			continue
-		}
-		// Another binary may be sweeping the same schema: IF EXISTS, and an error is no
-		// failure of this test.
-		conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
-	}
-}
-
-// processRuns reports whether a process of that id runs on this machine.
-func processRuns(pid int) bool {
-	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-	return err == nil
 }
 
 // adminExec runs one statement on a connection of its own.
