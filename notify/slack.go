@@ -59,6 +59,50 @@ type Slack struct {
 	mu      sync.Mutex
 	limited map[string]time.Time // method -> until when Slack asked not to call it
 	unknown map[string]time.Time // Slack user -> until when "no person" stands (LookupSlackUser)
+	team    *slackTeam           // the app's own workspace (auth.test), once known
+}
+
+// slackTeam is the workspace the app is installed in, and its Enterprise Grid organisation
+// ("" outside one).
+type slackTeam struct{ id, enterprise string }
+
+// member reports whether u may stand for a person: a user of the app's own workspace or of
+// its organisation, not deleted, not a bot and not a stranger. A user of another
+// organisation reaches the app's messages through a channel shared with it (Slack Connect),
+// and that organisation decides the address its profile shows: it must never make them one
+// of the app's people.
+func (t *slackTeam) member(u *slack.User) bool {
+	if u.Deleted || u.IsBot || u.IsStranger {
+		return false
+	}
+	return u.TeamID == t.id || (t.enterprise != "" && u.Enterprise.EnterpriseID == t.enterprise)
+}
+
+// ownTeam returns the app's own workspace, asking Slack (auth.test) the first time.
+func (s *Slack) ownTeam(ctx context.Context) (*slackTeam, error) {
+	s.mu.Lock()
+	t := s.team
+	s.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	err := s.call(ctx, "auth.test", func() error {
+		r, err := s.Client.AuthTestContext(ctx)
+		if err == nil {
+			t = &slackTeam{id: r.TeamID, enterprise: r.EnterpriseID}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.id == "" {
+		return nil, worker.Permanent(errors.New("auth.test: Slack named no team for the bot token"))
+	}
+	s.mu.Lock()
+	s.team = t
+	s.mu.Unlock()
+	return t, nil
 }
 
 // unknownUserFor is how long LookupSlackUser's answer that a Slack user is no person's
@@ -193,9 +237,13 @@ func (s *Slack) user(ctx context.Context, person string) (string, error) {
 	if email == "" {
 		return "", worker.Permanent(fmt.Errorf("%s has no Slack user: set people[].slack, or an e-mail address to look them up by", person))
 	}
+	team, err := s.ownTeam(ctx)
+	if err != nil {
+		return "", err
+	}
 	err = s.call(ctx, "users.lookupByEmail", func() error {
 		u, err := s.Client.GetUserByEmailContext(ctx, email)
-		if u != nil {
+		if u != nil && team.member(u) {
 			user = u.ID
 		}
 		return err
@@ -203,35 +251,48 @@ func (s *Slack) user(ctx context.Context, person string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if user == "" {
+		return "", worker.Permanent(fmt.Errorf("users.lookupByEmail: the Slack user with %s's address is not of the app's workspace", person))
+	}
 	return user, s.Rules.RecordSlackUser(ctx, person, user)
 }
 
 // LookupSlackUser finds the person whose Slack user a click came from, when no person is
 // known as that user (approval.SlackLookupError): it asks Slack for the user's address
 // (users.info, which shows it with the scope users:read.email) outside any transaction, and
-// remembers the person with that address as that user (Rules.RecordSlackUserByEmail). found
-// is false when no person has it, or Slack knows no such user or shows no address; that
+// remembers the person with that address as that user (Rules.RecordSlackUserByEmail), if the
+// user is a member of the app's own workspace (slackTeam.member). found is false when no
+// person has the address, or Slack knows no such user, or the user is not a member; that
 // answer stands for unknownUserFor (SlackUserUnknown), so that more clicks of the same user
 // do not ask Slack again. An error is Slack failing (unreachable, a 5xx, a 429, a refusal
-// such as missing_scope): the click is then applied later, never answered as unknown for it.
+// such as missing_scope, a member's address not shown for want of users:read.email): the
+// click is then applied later or fails for an operator, never answered as unknown for it.
 func (s *Slack) LookupSlackUser(ctx context.Context, userID string) (found bool, err error) {
-	var email string
+	team, err := s.ownTeam(ctx)
+	if err != nil {
+		return false, err
+	}
+	var u *slack.User
 	err = s.call(ctx, "users.info", func() error {
-		u, err := s.Client.GetUserInfoContext(ctx, userID)
-		if u != nil {
-			email = u.Profile.Email
-		}
+		var err error
+		u, err = s.Client.GetUserInfoContext(ctx, userID)
 		return err
 	})
 	var se slack.SlackErrorResponse
 	switch {
 	case errors.As(err, &se) && (se.Err == "user_not_found" || se.Err == "users_not_found"):
+		u = nil
 	case err != nil:
 		return false, err
 	}
 	person := ""
-	if email != "" {
-		if person, err = s.Rules.RecordSlackUserByEmail(ctx, userID, email); err != nil {
+	if u != nil && team.member(u) {
+		if u.Profile.Email == "" {
+			// Slack shows the address only with users:read.email: without it every clicker
+			// would be nobody, and the click must not be answered so.
+			return false, worker.Permanent(fmt.Errorf("users.info shows no address for Slack user %s: the app needs the users:read.email scope", userID))
+		}
+		if person, err = s.Rules.RecordSlackUserByEmail(ctx, userID, u.Profile.Email); err != nil {
 			return false, err
 		}
 	}

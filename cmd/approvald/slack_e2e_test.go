@@ -46,7 +46,15 @@ type fakeSlack struct {
 
 // slackUsers are the users of the fake workspace and their addresses, as users.info shows
 // them (dave's in capitals where approvald's configuration has it in lower case).
-var slackUsers = map[string]string{"U0ALICE": "alice@example.com", "U0BOB": "bob@example.com", "U0CAROL": "carol@example.com", "U0DAVE": "Dave@Example.com"}
+var slackUsers = map[string]string{"U0ALICE": "alice@example.com", "U0BOB": "bob@example.com", "U0CAROL": "carol@example.com", "U0DAVE": "Dave@Example.com",
+	"U0MALLORY": "dave@example.com", "U0GONE": "dave@example.com", "U0BOT": "dave@example.com", "U0HIDDEN": ""}
+
+// slackTeam is the fake workspace's team, the app's own (auth.test). otherUsers are not of
+// it: mallory clicks through a channel shared with another organisation (Slack Connect),
+// whose profile shows dave's address. U0GONE is deleted and U0BOT is a bot, both in the team.
+const slackTeam = "T0APPROVALD"
+
+var otherUsers = map[string]string{"U0MALLORY": "T0ELSEWHERE"}
 
 // fakeMessage is one posted message.
 type fakeMessage struct {
@@ -118,13 +126,24 @@ func (f *fakeSlack) serve(w http.ResponseWriter, r *http.Request) {
 	case "users.lookupByEmail":
 		users := map[string]string{"bob@example.com": "U0BOB", "dave@example.com": "U0DAVE"}
 		if id, ok := users[r.FormValue("email")]; ok {
-			answer["user"] = map[string]any{"id": id}
+			answer["user"] = map[string]any{"id": id, "team_id": slackTeam}
 		} else {
 			answer = map[string]any{"ok": false, "error": "users_not_found"}
 		}
+	case "auth.test":
+		answer["team_id"], answer["user_id"] = slackTeam, "U0APPROVALD"
 	case "users.info":
 		if email, ok := slackUsers[r.FormValue("user")]; ok {
-			answer["user"] = map[string]any{"id": r.FormValue("user"), "profile": map[string]any{"email": email}}
+			user := r.FormValue("user")
+			team := slackTeam
+			if other, ok := otherUsers[user]; ok {
+				team = other
+			}
+			profile := map[string]any{}
+			if email != "" {
+				profile["email"] = email
+			}
+			answer["user"] = map[string]any{"id": user, "team_id": team, "deleted": user == "U0GONE", "is_bot": user == "U0BOT", "profile": profile}
 		} else {
 			answer = map[string]any{"ok": false, "error": "user_not_found"}
 		}
@@ -816,6 +835,64 @@ func TestSlack_ClickerFoundByEmail(t *testing.T) {
 			if strings.Contains(e.EventID, "nobody") != strings.HasPrefix(e.Outcome, "refused: Slack user U0NOBODY is not a known person") {
 				t.Errorf("interaction %s: outcome %q", e.EventID, e.Outcome)
 			}
+		}
+	})
+}
+
+// A click from a user of another workspace (a channel shared through Slack Connect), from a
+// deleted user or from a bot, whose profile shows dave's address, is not dave's: it is
+// answered as unknown and counts nothing, and dave's own click still does. A user of the
+// team whose address Slack does not show (the app lacks users:read.email) is not answered
+// as unknown: the click fails for an operator, saying what is missing.
+func TestSlack_ClickerOfAnotherTeamIsNobody(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := testdb.DSN(t, kind)
+		requester := createToken(t, dsn, "ci-bot", "requester")
+		operator := createToken(t, dsn, "ops", "operator")
+		fake := newFakeSlack(t)
+		fake.hold(t) // dave's direct message has not reached him: no Slack user is known as dave
+		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+
+		created := srv.do(t, "POST", "/v1/approvals", requester, "other-team-1",
+			`{"action": "deploy", "title": "Deploy api v1.51", "approvers": ["alice", "dave"], "required_approvals": 1}`)
+		created.wantStatus(t, http.StatusCreated)
+		var a approvalView
+		created.decode(t, &a)
+		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+
+		for i, user := range []string{"U0MALLORY", "U0GONE", "U0BOT"} {
+			interact(t, srv, click(fake, user, "approvald_approve", a.ID, "T-"+user))
+			wait.Until(t, "the answer to "+user, func() bool { _, _, ans := fake.snapshot(); return len(ans) == i+1 })
+			if _, _, ans := fake.snapshot(); !strings.Contains(ans[i], "does not know your Slack account") {
+				t.Errorf("%s's click: got %q, want them told approvald does not know them", user, ans[i])
+			}
+		}
+		if got := waitApproval(t, srv, requester, a.ID, func(approvalView) bool { return true }); got.Status != "pending" || len(got.Decisions) != 0 {
+			t.Fatalf("after the clicks of users who are not dave: got %s with %+v, want pending with no vote", got.Status, got.Decisions)
+		}
+
+		interact(t, srv, click(fake, "U0HIDDEN", "approvald_approve", a.ID, "T-hidden"))
+		wait.For(t, "the hidden user's click failed", func() error {
+			var list struct {
+				Events []inboxView `json:"events"`
+			}
+			srv.do(t, "GET", "/v1/inbox?source=slack&limit=200", operator, "", "").decode(t, &list)
+			for _, e := range list.Events {
+				if strings.Contains(e.EventID, "hidden") {
+					if e.Status == "failed" && strings.Contains(e.LastError, "users:read.email") {
+						return nil
+					}
+					return fmt.Errorf("the hidden user's click: %+v", e)
+				}
+			}
+			return fmt.Errorf("no event of the hidden user's click in %+v", list.Events)
+		})
+
+		interact(t, srv, click(fake, "U0DAVE", "approvald_approve", a.ID, "T-dave"))
+		a = waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return len(a.Decisions) == 1 })
+		if a.Decisions[0].Approver != "dave" || a.Status != "approved" {
+			t.Fatalf("after dave's click: got %s with %+v, want approved by dave", a.Status, a.Decisions)
 		}
 	})
 }
