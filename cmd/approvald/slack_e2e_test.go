@@ -779,6 +779,30 @@ func waitSlackProcessed(t *testing.T, srv *server, operator string, want int) []
 	return list.Events
 }
 
+// daveNotYetKnown starts serve on a new database of kind with the fake Slack, whose lookups
+// by address are held (dave's direct message has not reached him: no Slack user is known as
+// dave yet), prepare setting the fake's other answers first (nil: none), and creates an
+// approval asking alice and dave for required votes. It returns once alice's direct message
+// and the channel's post are out.
+func daveNotYetKnown(t *testing.T, kind string, required int, prepare func(*fakeSlack)) (srv *server, fake *fakeSlack, requester, operator string, a approvalView) {
+	t.Helper()
+	dsn := testdb.DSN(t, kind)
+	requester = createToken(t, dsn, "ci-bot", "requester")
+	operator = createToken(t, dsn, "ops", "operator")
+	fake = newFakeSlack(t)
+	fake.hold(t)
+	if prepare != nil {
+		prepare(fake)
+	}
+	srv = startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
+	created := srv.do(t, "POST", "/v1/approvals", requester, "dave-1",
+		fmt.Sprintf(`{"action": "deploy", "title": "Deploy api v1.50", "approvers": ["alice", "dave"], "required_approvals": %d}`, required))
+	created.wantStatus(t, http.StatusCreated)
+	created.decode(t, &a)
+	wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+	return srv, fake, requester, operator, a
+}
+
 // dave has no people[].slack, and his direct message has not reached him (users.lookupByEmail
 // is held): his click in the channel is applied by finding his Slack user's address
 // (users.info, "Dave@Example.com" against the configured "dave@example.com") and his vote
@@ -787,19 +811,7 @@ func waitSlackProcessed(t *testing.T, srv *server, operator string, want int) []
 func TestSlack_ClickerFoundByEmail(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
-		dsn := testdb.DSN(t, kind)
-		requester := createToken(t, dsn, "ci-bot", "requester")
-		operator := createToken(t, dsn, "ops", "operator")
-		fake := newFakeSlack(t)
-		fake.hold(t)
-		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
-
-		created := srv.do(t, "POST", "/v1/approvals", requester, "email-1",
-			`{"action": "deploy", "title": "Deploy api v1.50", "approvers": ["alice", "dave"], "required_approvals": 2}`)
-		created.wantStatus(t, http.StatusCreated)
-		var a approvalView
-		created.decode(t, &a)
-		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+		srv, fake, requester, operator, a := daveNotYetKnown(t, kind, 2, nil)
 
 		interact(t, srv, click(fake, "U0DAVE", "approvald_approve", a.ID, "T-dave"))
 		a = waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return len(a.Decisions) == 1 })
@@ -847,19 +859,7 @@ func TestSlack_ClickerFoundByEmail(t *testing.T) {
 func TestSlack_ClickerOfAnotherTeamIsNobody(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
-		dsn := testdb.DSN(t, kind)
-		requester := createToken(t, dsn, "ci-bot", "requester")
-		operator := createToken(t, dsn, "ops", "operator")
-		fake := newFakeSlack(t)
-		fake.hold(t) // dave's direct message has not reached him: no Slack user is known as dave
-		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
-
-		created := srv.do(t, "POST", "/v1/approvals", requester, "other-team-1",
-			`{"action": "deploy", "title": "Deploy api v1.51", "approvers": ["alice", "dave"], "required_approvals": 1}`)
-		created.wantStatus(t, http.StatusCreated)
-		var a approvalView
-		created.decode(t, &a)
-		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+		srv, fake, requester, operator, a := daveNotYetKnown(t, kind, 1, nil)
 
 		for i, user := range []string{"U0MALLORY", "U0GONE", "U0BOT"} {
 			interact(t, srv, click(fake, user, "approvald_approve", a.ID, "T-"+user))
@@ -904,19 +904,7 @@ func TestSlack_ClickerOfAnotherTeamIsNobody(t *testing.T) {
 func TestSlack_ConcurrentClicksFoundByEmail(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
-		dsn := testdb.DSN(t, kind)
-		requester := createToken(t, dsn, "ci-bot", "requester")
-		operator := createToken(t, dsn, "ops", "operator")
-		fake := newFakeSlack(t)
-		fake.hold(t)
-		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
-
-		created := srv.do(t, "POST", "/v1/approvals", requester, "email-2",
-			`{"action": "deploy", "title": "Deploy api v1.51", "approvers": ["alice", "dave"], "required_approvals": 2}`)
-		created.wantStatus(t, http.StatusCreated)
-		var a approvalView
-		created.decode(t, &a)
-		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+		srv, fake, requester, operator, a := daveNotYetKnown(t, kind, 2, nil)
 
 		const clicks = 30
 		bodies := make([]string, clicks)
@@ -981,21 +969,10 @@ func TestSlack_ConcurrentClicksFoundByEmail(t *testing.T) {
 func TestSlack_LookupFailsThenCounts(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
-		dsn := testdb.DSN(t, kind)
-		requester := createToken(t, dsn, "ci-bot", "requester")
-		operator := createToken(t, dsn, "ops", "operator")
-		fake := newFakeSlack(t)
-		fake.hold(t)
-		fake.fail["users.info"] = 1
-		fake.limit["users.info"] = 1
-		srv := startServeWith(t, dsn, serveOptions{config: slackConfig(fake)})
-
-		created := srv.do(t, "POST", "/v1/approvals", requester, "email-3",
-			`{"action": "deploy", "title": "Deploy api v1.52", "approvers": ["alice", "dave"], "required_approvals": 2}`)
-		created.wantStatus(t, http.StatusCreated)
-		var a approvalView
-		created.decode(t, &a)
-		wait.Until(t, "alice's and the channel's posts", func() bool { msgs, _, _ := fake.snapshot(); return len(msgs) == 2 })
+		srv, fake, requester, operator, a := daveNotYetKnown(t, kind, 2, func(fake *fakeSlack) {
+			fake.fail["users.info"] = 1
+			fake.limit["users.info"] = 1
+		})
 
 		interact(t, srv, click(fake, "U0DAVE", "approvald_approve", a.ID, "T-dave"))
 		events := waitSlackProcessed(t, srv, operator, 1)
