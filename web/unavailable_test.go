@@ -83,12 +83,17 @@ func (t lostCommit) Commit(ctx context.Context) error {
 	return approval.Errorf(approval.EUNAVAILABLE, "the database is unavailable")
 }
 
-// setupDown is setup over a store whose database can be taken down.
-func setupDown(t *testing.T, kind string) (*fixture, *downStore) {
+// hangTimeout is the request deadline of the tests whose writes hang (writesHang waits this
+// long, no more).
+const hangTimeout = 300 * time.Millisecond
+
+// setupDown is setup over a store whose database can be taken down, with requests given
+// timeout (0: the default).
+func setupDown(t *testing.T, kind string, timeout time.Duration) (*fixture, *downStore) {
 	t.Helper()
 	ds := &downStore{Store: testdb.Open(t, kind, nil)}
 	f := setupStore(t, ds, approval.Routing{}, func(cfg *web.Config, _ string) {
-		cfg.RequestTimeout = 300 * time.Millisecond // writesHang waits this long, no more
+		cfg.RequestTimeout = timeout
 	})
 	return f, ds
 }
@@ -106,7 +111,7 @@ func TestDecide_DatabaseDownNotRecorded(t *testing.T) {
 		comment := "Checked the <b>rollback</b> plan\nwith ops & QA"
 		for name, fault := range map[string]outage{"write refused": writesDown, "session unread": allDown, "write timed out": writesHang} {
 			t.Run(name, func(t *testing.T) {
-				f, ds := setupDown(t, kind)
+				f, ds := setupDown(t, kind, hangTimeout)
 				a := f.create("Rotate the signing keys", []string{"alice", "bob"}, 1, "")
 				alice := f.browser()
 				alice.signIn(f.token("alice", approval.RoleApprover))
@@ -135,7 +140,7 @@ func TestDecide_DatabaseDownNotRecorded(t *testing.T) {
 		}
 
 		t.Run("commit answer lost", func(t *testing.T) {
-			f, ds := setupDown(t, kind)
+			f, ds := setupDown(t, kind, hangTimeout)
 			a := f.create("Rotate the signing keys", []string{"alice", "bob"}, 1, "")
 			alice := f.browser()
 			alice.signIn(f.token("alice", approval.RoleApprover))
@@ -157,7 +162,9 @@ func TestBrowser_VoteWhileDatabaseDown(t *testing.T) {
 	t.Parallel()
 	needBrowser(t)
 	testdb.Each(t, func(t *testing.T, kind string) {
-		f, ds := setupDown(t, kind)
+		// The default deadline: a page's live updates on a loaded machine (the race detector,
+		// other tests' browsers) may take longer than hangTimeout, and this test hangs nothing.
+		f, ds := setupDown(t, kind, 0)
 		a := f.create("Migrate the orders table", []string{"alice", "bob"}, 1, "")
 		alice := f.newTab(t)
 		alice.quietNetwork = true // the failed vote's 503
