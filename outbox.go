@@ -267,11 +267,13 @@ func (r Routing) notices(n Notice, keyEvent string, recipients []string, stored 
 	return msgs
 }
 
-// slackUpdate is the message that updates every Slack message of n's approval when n ends it,
-// nil when it does not, or Slack is not configured. Updates are idempotent: one per outcome.
-func (r Routing) slackUpdate(n Notice) *OutboxMessage {
+// slackUpdate is the message that updates every Slack message of n's approval after n: when
+// n ends it, or is a vote that left it pending (EventVoted); nil otherwise, or when Slack is
+// not configured. keyEvent stands for the event in its key (one update per outcome, one per
+// vote). Updates are idempotent.
+func (r Routing) slackUpdate(n Notice, keyEvent string) *OutboxMessage {
 	switch n.Event {
-	case EventApproved, EventRejected, EventExpired, EventCancelled:
+	case EventApproved, EventRejected, EventExpired, EventCancelled, EventVoted:
 	default:
 		return nil
 	}
@@ -279,7 +281,7 @@ func (r Routing) slackUpdate(n Notice) *OutboxMessage {
 		return nil
 	}
 	return &OutboxMessage{
-		ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, SlackEveryMessage, ChannelSlack, n.Event),
+		ID: NewID("ntf"), NaturalKey: NotificationKey(n.ApprovalID, SlackEveryMessage, ChannelSlack, keyEvent),
 		Kind: OutboxNotification, ApprovalID: n.ApprovalID, Recipient: SlackEveryMessage, Channel: ChannelSlack, Event: n.Event,
 	}
 }
@@ -289,25 +291,13 @@ func (r Routing) slackUpdate(n Notice) *OutboxMessage {
 // votes), which shows the approval as it is when it is sent (notify.Slack keeps an older
 // progress from overwriting a newer one or the outcome).
 func queueSlackProgress(ctx context.Context, tx Tx, r Routing, a *Approval) error {
-	if r.Slack == nil {
-		return nil
-	}
 	n := Notice{Event: EventVoted, ApprovalID: a.ID, OperationKey: a.OperationKey, Action: a.Action, Title: a.Title,
 		Requester: a.Requester, Status: a.Status, ExpiresAt: a.ExpiresAt, At: tx.Now()}
-	payload, err := json.Marshal(n)
-	if err != nil {
-		return Errorf(EINTERNAL, "encode notice: %v", err)
+	m := r.slackUpdate(n, EventVoted+"/"+strconv.Itoa(len(a.Decisions)))
+	if m == nil {
+		return nil
 	}
-	now := tx.Now()
-	m := &OutboxMessage{
-		ID: NewID("ntf"), NaturalKey: NotificationKey(a.ID, SlackEveryMessage, ChannelSlack, EventVoted+"/"+strconv.Itoa(len(a.Decisions))),
-		Kind: OutboxNotification, ApprovalID: a.ID, Recipient: SlackEveryMessage, Channel: ChannelSlack, Event: EventVoted,
-		Payload: payload, Status: OutboxPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
-	}
-	if err := tx.OutboxInsert(ctx, m); err != nil {
-		return err
-	}
-	return tx.Notify(ctx, TopicOutbox)
+	return insertNotices(ctx, tx, n, "", []*OutboxMessage{m})
 }
 
 // NotificationKey is the natural key of a notification.
@@ -383,7 +373,7 @@ func queueNoticesKeyed(ctx context.Context, tx Tx, r Routing, n Notice, keyEvent
 		return err
 	}
 	msgs := r.notices(n, keyEvent, recipients, stored)
-	if m := r.slackUpdate(n); m != nil {
+	if m := r.slackUpdate(n, keyEvent); m != nil {
 		msgs = append(msgs, m)
 	}
 	if callback != "" && !asks(n.Event) && n.Event != EventNeedsReview {
@@ -392,6 +382,12 @@ func queueNoticesKeyed(ctx context.Context, tx Tx, r Routing, n Notice, keyEvent
 			ApprovalID: n.ApprovalID, Recipient: n.Requester, Channel: ChannelCallback, Event: n.Event,
 		})
 	}
+	return insertNotices(ctx, tx, n, callback, msgs)
+}
+
+// insertNotices stores msgs, each with n as its payload (a callback's with the URL callback),
+// due now, and signals the outbox; nothing when msgs is empty.
+func insertNotices(ctx context.Context, tx Tx, n Notice, callback string, msgs []*OutboxMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}

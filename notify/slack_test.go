@@ -16,6 +16,25 @@ import (
 	"github.com/approvald/approval/worker"
 )
 
+// slackToAlice is a harness of kind whose approvals tell alice (U0ALICE) in Slack, its rules,
+// and an outbox that sends through the Slack Web API at api (an httptest server's URL).
+func slackToAlice(t *testing.T, kind, api string) (*harness, *approval.Service, outboxT) {
+	t.Helper()
+	h := newHarness(t, kind, approval.Routing{
+		Channels: map[string][]string{"alice": {approval.ChannelSlack}},
+		Slack:    &approval.SlackRouting{Users: map[string]string{"alice": "U0ALICE"}},
+	})
+	rules := h.service()
+	o := outboxT{&worker.Outbox{
+		Store: h.store, Mailbox: rules, Lease: lease, Now: h.clock.Now, Rand: func() float64 { return 0.5 },
+		Senders: map[string]worker.Sender{approval.ChannelSlack: &notify.Slack{
+			Client: slack.New("xoxb-test", slack.OptionAPIURL(api+"/api/")), Rules: rules,
+			PublicURL: "https://approvals.example.com", Now: h.clock.Now,
+		}},
+	}}
+	return h, rules, o
+}
+
 // A 429 with Retry-After holds chat.postMessage back until then, and only that method: the
 // message is due again at the time Slack named (not after the backoff), a round before it
 // claims nothing, and the round after it posts.
@@ -46,20 +65,7 @@ func TestSlack_RetryAfterPerMethod(t *testing.T) {
 				w.Write([]byte(`{"ok": false, "error": "unknown_method"}`))
 			}
 		}))
-		t.Cleanup(srv.Close)
-
-		h := newHarness(t, kind, approval.Routing{
-			Channels: map[string][]string{"alice": {approval.ChannelSlack}},
-			Slack:    &approval.SlackRouting{Users: map[string]string{"alice": "U0ALICE"}},
-		})
-		rules := h.service()
-		o := outboxT{&worker.Outbox{
-			Store: h.store, Mailbox: rules, Lease: lease, Now: h.clock.Now, Rand: func() float64 { return 0.5 },
-			Senders: map[string]worker.Sender{approval.ChannelSlack: &notify.Slack{
-				Client: slack.New("xoxb-test", slack.OptionAPIURL(srv.URL+"/api/")), Rules: rules,
-				PublicURL: "https://approvals.example.com", Now: h.clock.Now,
-			}},
-		}}
+		h, _, o := slackToAlice(t, kind, srv.URL)
 		h.create(t, "k", 1)
 		if n := o.RunOnceT(t); n != 1 {
 			t.Fatalf("first round: claimed %d, want alice's message", n)
@@ -109,19 +115,7 @@ func TestSlack_UpdateOfDeletedMessage(t *testing.T) {
 				w.Write([]byte(`{"ok": false, "error": "unknown_method"}`))
 			}
 		}))
-		t.Cleanup(srv.Close)
-		h := newHarness(t, kind, approval.Routing{
-			Channels: map[string][]string{"alice": {approval.ChannelSlack}},
-			Slack:    &approval.SlackRouting{Users: map[string]string{"alice": "U0ALICE"}},
-		})
-		rules := h.service()
-		o := outboxT{&worker.Outbox{
-			Store: h.store, Mailbox: rules, Lease: lease, Now: h.clock.Now, Rand: func() float64 { return 0.5 },
-			Senders: map[string]worker.Sender{approval.ChannelSlack: &notify.Slack{
-				Client: slack.New("xoxb-test", slack.OptionAPIURL(srv.URL+"/api/")), Rules: rules,
-				PublicURL: "https://approvals.example.com", Now: h.clock.Now,
-			}},
-		}}
+		h, rules, o := slackToAlice(t, kind, srv.URL)
 		id := h.create(t, "k", 1)
 		if n := o.RunOnceT(t); n != 1 {
 			t.Fatalf("first round: claimed %d, want alice's message", n)

@@ -210,10 +210,17 @@ func (p *InboxProcessor) process(ctx context.Context, limit int) (int, error) {
 func (p *InboxProcessor) action(e *approval.InboxEvent) approval.InboxAction {
 	a := Handle(e, p.Sources[e.Source])
 	if a.Kind == approval.ActionSlack && p.SlackUsers != nil && p.SlackUsers.SlackUserUnknown(a.Slack.User) {
-		in := *a.Slack
-		in.LookedUp = true
-		a.Slack = &in
+		return lookedUp(a)
 	}
+	return a
+}
+
+// lookedUp is the Slack action a marked as looked up: a user still no person's is answered as
+// unknown, not looked up again.
+func lookedUp(a approval.InboxAction) approval.InboxAction {
+	in := *a.Slack
+	in.LookedUp = true
+	a.Slack = &in
 	return a
 }
 
@@ -289,10 +296,7 @@ func (p *InboxProcessor) lookupSlack(ctx context.Context, action approval.InboxA
 			return action, fmt.Errorf("look up Slack user %s: %w", user, err)
 		}
 	}
-	in := *action.Slack
-	in.LookedUp = true
-	action.Slack = &in
-	return action, nil
+	return lookedUp(action), nil
 }
 
 // validate reports a misconfigured processor.

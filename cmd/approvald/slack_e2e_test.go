@@ -270,6 +270,36 @@ func interact(t *testing.T, srv *server, body string) {
 	}
 }
 
+// interactAtOnce posts every body as Slack would, signed, all released at once by a barrier,
+// and fails the test unless each is answered 200.
+func interactAtOnce(t *testing.T, srv *server, bodies []string) {
+	t.Helper()
+	headers := make([]http.Header, len(bodies))
+	for i, b := range bodies {
+		headers[i] = signSlack(slackSecret, b, time.Now())
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, len(bodies))
+	for i := range bodies {
+		wg.Go(func() {
+			<-start
+			r, err := srv.try("POST", "/v1/slack/interactions", "", "", bodies[i], headers[i])
+			if err == nil && r.status != http.StatusOK {
+				err = fmt.Errorf("got %d %s", r.status, r.body)
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("click %d: %v", i, err)
+		}
+	}
+}
+
 // slackEvents returns how many interactions the inbox holds.
 func slackEvents(t *testing.T, srv *server, operator string) int {
 	var list struct {
@@ -478,30 +508,7 @@ func TestSlack_ConcurrentClicks(t *testing.T) {
 			user := []string{"U0ALICE", "U0BOB"}[i%2]
 			bodies = append(bodies, click(fake, user, "approvald_approve", a.ID, fmt.Sprintf("T-%d", i)))
 		}
-		headers := make([]http.Header, len(bodies))
-		for i, b := range bodies {
-			headers[i] = signSlack(slackSecret, b, time.Now())
-		}
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		errs := make([]error, len(bodies))
-		for i := range bodies {
-			wg.Go(func() {
-				<-start
-				r, err := srv.try("POST", "/v1/slack/interactions", "", "", bodies[i], headers[i])
-				if err == nil && r.status != http.StatusOK {
-					err = fmt.Errorf("got %d %s", r.status, r.body)
-				}
-				errs[i] = err
-			})
-		}
-		close(start)
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("click %d: %v", i, err)
-			}
-		}
+		interactAtOnce(t, srv, bodies)
 		a = waitApproval(t, srv, requester, a.ID, func(a approvalView) bool { return a.Status == "approved" })
 		if len(a.Decisions) != 2 {
 			t.Fatalf("decisions: got %+v, want alice's and bob's, once each", a.Decisions)
@@ -908,31 +915,10 @@ func TestSlack_ConcurrentClicksFoundByEmail(t *testing.T) {
 
 		const clicks = 30
 		bodies := make([]string, clicks)
-		headers := make([]http.Header, clicks)
 		for i := range clicks {
 			bodies[i] = click(fake, "U0DAVE", "approvald_approve", a.ID, fmt.Sprintf("T-dave-%d", i))
-			headers[i] = signSlack(slackSecret, bodies[i], time.Now())
 		}
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		errs := make([]error, clicks)
-		for i := range clicks {
-			wg.Go(func() {
-				<-start
-				r, err := srv.try("POST", "/v1/slack/interactions", "", "", bodies[i], headers[i])
-				if err == nil && r.status != http.StatusOK {
-					err = fmt.Errorf("got %d %s", r.status, r.body)
-				}
-				errs[i] = err
-			})
-		}
-		close(start)
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("click %d: %v", i, err)
-			}
-		}
+		interactAtOnce(t, srv, bodies)
 		waitSlackProcessed(t, srv, operator, clicks)
 		a = waitApproval(t, srv, requester, a.ID, func(approvalView) bool { return true })
 		if len(a.Decisions) != 1 || a.Decisions[0].Approver != "dave" || a.Status != "pending" {

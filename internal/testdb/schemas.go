@@ -179,8 +179,9 @@ func keepSchema(tb testing.TB, schema string) {
 	kept.mu.Unlock()
 }
 
-// empty deletes every row of schema but the migrations' own (schema_migrations and
-// heartbeat's one row), restarts its sequences and checks that no other table holds a row.
+// empty deletes every row of schema but the migrations' own (schema_migrations, and
+// heartbeat's one row, set back to the migration's value), restarts its sequences, and checks
+// that heartbeat still holds its one row.
 func empty(ctx context.Context, conn *pgx.Conn, schema string) error {
 	rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = $1`, schema)
 	if err != nil {
