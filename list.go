@@ -60,9 +60,14 @@ func (f ApprovalFilter) Check() (int, error) {
 	}
 	for _, name := range []struct{ field, value string }{
 		{"approver", f.Approver}, {"visible_to", f.VisibleTo}, {"not_voted_by", f.NotVotedBy},
-		{"requester", f.Requester}, {"action", f.Action},
+		{"requester", f.Requester}, {"action", f.Action}, {"asked_of", f.AskedOf},
 	} {
 		if err := CheckText(name.field, name.value); err != nil {
+			return 0, err
+		}
+	}
+	for _, g := range f.AskedGroups {
+		if err := CheckText("asked group", g); err != nil {
 			return 0, err
 		}
 	}

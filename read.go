@@ -9,14 +9,18 @@ import "context"
 // operate.
 
 // Approval returns the approval id for p, or ENOTFOUND when it does not exist or p may not
-// read it (Principal.MayRead). It is Store.Approval's one read, so a TokenCheck ctx carries
-// runs with it.
+// read it (mayReadNow: Principal.MayRead, or a vote of p's on it, or a stage p may vote in
+// now through a group p joined after the create). It is Store.Approval's one read, so a
+// TokenCheck ctx carries runs with it; the groups are read only for an approval p could not
+// read otherwise.
 func (s *Service) Approval(ctx context.Context, p Principal, id string) (*Approval, error) {
 	a, err := s.Store.Approval(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !p.MayRead(a) {
+	if ok, err := s.mayReadNow(ctx, p, a); err != nil {
+		return nil, err
+	} else if !ok {
 		return nil, notFound(id)
 	}
 	return a, nil

@@ -117,8 +117,12 @@ func (s *Service) RemindDue(ctx context.Context, limit int) (int, error) {
 }
 
 // stageStarted tells, in tx, the people of the stage p.Current of a, which a vote at now has
-// just made current, that it waits for them, and starts the stage's reminders.
+// just made current, that it waits for them, starts the stage's reminders and makes a ask
+// the stage's groups and people (Ask).
 func (s *Service) stageStarted(ctx context.Context, tx Tx, a *Approval, p Progress) error {
+	if err := tx.ApprovalAskReplace(ctx, a.ID, a.CreatedAt, stageAsks(a.Resolved.Stages, p.Current)); err != nil {
+		return err
+	}
 	members := membersOrNone(s.Members)
 	now := tx.Now()
 	if a.Resolved.RemindEvery > 0 {

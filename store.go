@@ -24,7 +24,7 @@ type Store interface {
 
 	// InsertApproval writes a new approval under its operation key, all in one transaction:
 	// a (ID, Version 1, Status pending, CreatedAt, ExpiresAt, OperationKey and Fingerprint
-	// filled in by the caller), its approvers, an EventCreated event (seq 1, actor =
+	// filled in by the caller), its approvers, whom it asks (Approval.Asks), an EventCreated event (seq 1, actor =
 	// requester, cause) and the outbox messages (the approvers' notifications; see
 	// Tx.OutboxInsert). A crash leaves all of it or none. The approval row is the key's
 	// record: it keeps the fingerprint, and the create's answer is rendered again from it
@@ -118,6 +118,13 @@ type ApprovalFilter struct {
 	// NotVotedBy, when set, keeps only approvals on which NotVotedBy has cast no vote ("waiting
 	// for me" is Status pending, Approver and NotVotedBy the viewer).
 	NotVotedBy string
+	// AskedOf, when set, keeps only pending approvals that ask AskedOf now (docs/policies.md,
+	// "Waiting for me"): those whose asks (Ask, kept while pending) name AskedOf as a person or
+	// one of AskedGroups as a group, leaving out those under a policy that AskedOf requested.
+	// Each name is read as a range of the asks' index, newest first, from the cursor, no
+	// further than a page. Service.Waiting sets it.
+	AskedOf     string
+	AskedGroups []string
 	// Decided, when true, keeps only approvals that are no longer pending ("decided
 	// recently" on the approver's page).
 	Decided   bool

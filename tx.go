@@ -48,7 +48,8 @@ type Tx interface {
 	// status and decided_at of the approval and adds one to its version, only while it is
 	// pending and (for any status but expired) expires_at > Now, or (for expired)
 	// expires_at <= Now. When the guard fails the transaction fails: the caller holds the
-	// approval's lock, so that is a broken invariant, never a race to report.
+	// approval's lock, so that is a broken invariant, never a race to report. A status other
+	// than pending deletes whom the approval asks (Ask): it asks nobody any more.
 	ApprovalSetStatusIfPending(ctx context.Context, id string, status Status, decidedAt *time.Time) error
 	// ApprovalIDsDueForUpdate returns the ids of up to limit pending approvals whose
 	// expires_at <= Now, oldest expiry first, and locks them until the transaction ends.
@@ -63,6 +64,13 @@ type Tx interface {
 	// ApprovalSetReminder sets the approval's stage_started_at and remind_at (nil: none due).
 	// The caller holds its lock: an approval that does not exist fails the transaction.
 	ApprovalSetReminder(ctx context.Context, id string, stageStartedAt time.Time, remindAt *time.Time) error
+	// ApprovalAskReplace replaces whom the pending approval id, created at createdAt, asks
+	// (Ask) with asks; none removes them all. The caller holds its lock.
+	ApprovalAskReplace(ctx context.Context, id string, createdAt time.Time, asks []Ask) error
+	// ApprovalIDsWithoutAsksForUpdate returns up to limit pending approvals under a policy
+	// that ask nobody (Service.RestoreAsks), and locks them until the transaction ends;
+	// approvals another transaction holds are skipped (PostgreSQL).
+	ApprovalIDsWithoutAsksForUpdate(ctx context.Context, limit int) ([]string, error)
 	// DecisionInsertIfPending writes one vote, as one statement where the store can: it
 	// appends v.Events to the approval's trail (seq max+1 onwards, at Now, in the order
 	// given; the first is the EventVoted that orders the decision), inserts v.Vote (one per
@@ -70,7 +78,8 @@ type Tx interface {
 	// decided_at to v.DecidedAt and adds one to its version, only while it is pending and
 	// expires_at > Now, and inserts v.Execution when set (as ExecutionInsert). The caller
 	// holds the approval's lock and has checked the guard, so a guard that fails fails the
-	// transaction, as in ApprovalSetStatusIfPending.
+	// transaction, as in ApprovalSetStatusIfPending. A v.Status other than pending deletes
+	// whom the approval asks, as there.
 	DecisionInsertIfPending(ctx context.Context, v VoteWrite) error
 	// DecisionInsert records an approver's vote; the approval's events must already hold the
 	// approval.voted event that records it (decisions are ordered by it).

@@ -119,6 +119,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Approval, e
 	q := url.Values{}
 	setQuery(q, "status", o.Status)
 	setQuery(q, "approver", o.Approver)
+	if o.Waiting {
+		q.Set("waiting", "true")
+	}
 	setLimit(q, o.Limit)
 	return pages[*Approval](ctx, c, "/v1/approvals", q, "approvals")
 }

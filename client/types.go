@@ -194,7 +194,11 @@ type InboxEvent struct {
 type ListOptions struct {
 	Status   string
 	Approver string
-	Limit    int
+	// Waiting lists only what waits for the token's subject now: the pending approvals it may
+	// vote on and has not, through a group too (docs/policies.md, "Waiting for me"). Not with
+	// Status or Approver.
+	Waiting bool
+	Limit   int
 }
 
 // ExecutionListOptions filters GET /v1/executions.

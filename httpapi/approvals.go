@@ -269,8 +269,9 @@ type approvalList struct {
 	NextCursor string               `json:"next_cursor"`
 }
 
-// handleListApprovals is GET /v1/approvals?status=&approver=&requester=&action=&q=&limit=&cursor=,
-// newest first. Requesters and approvers see the approvals they requested or are listed on.
+// handleListApprovals is GET /v1/approvals?status=&approver=&requester=&action=&q=&waiting=&limit=&cursor=,
+// newest first. Requesters and approvers see the approvals they requested or are listed on;
+// waiting=true lists what waits for the token's subject (Service.Waiting).
 func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 	// A known token is checked by the page's own statement (authenticateFirstTrip); the
 	// answer, whatever it is, settles the check first.
@@ -298,8 +299,23 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	// The Service keeps the listing to what p may read.
-	list, next, err := s.svc.Approvals(ctx, p, f)
+	list, next := []*approval.Approval(nil), ""
+	switch waiting := q.Get("waiting"); waiting {
+	case "true":
+		// What waits for the token's subject now (docs/policies.md, "Waiting for me"): pending,
+		// and whom it asks; a status or an approver would ask something else.
+		if q.Get("status") != "" || q.Get("approver") != "" {
+			s.writeError(w, r, approval.Errorf(approval.EINVALID, "waiting=true lists the pending approvals waiting for the token's subject; leave out status and approver"))
+			return
+		}
+		list, next, err = s.svc.Waiting(ctx, p, f)
+	case "", "false":
+		// The Service keeps the listing to what p may read.
+		list, next, err = s.svc.Approvals(ctx, p, f)
+	default:
+		s.writeError(w, r, approval.Errorf(approval.EINVALID, "waiting %q is not true or false", waiting))
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -14,7 +14,7 @@ import (
 
 // groupsPolicies: sre is alice and the identity provider's platform-sre; two policies, the
 // second taking its approvers from the request.
-func groupsPolicies(t *testing.T) approval.Policies {
+func groupsPolicies(t *testing.T) (approval.Policies, approval.GroupMembers) {
 	t.Helper()
 	set, err := policy.Compile(map[string]policy.Group{
 		"sre":      {Members: []string{"Alice"}, OIDCGroup: "platform-sre"},
@@ -27,7 +27,20 @@ func groupsPolicies(t *testing.T) approval.Policies {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return set.ForService()
+	return set.ForService(), set.Members()
+}
+
+// setupGroups is setup with the groups and policies of groupsPolicies, and its Service.
+func setupGroups(t *testing.T, kind string) (*fixture, *approval.Service) {
+	t.Helper()
+	var svc *approval.Service
+	f := setup(t, kind, func(c *httpapi.Config) {
+		svc = rules(c.Store.(approval.Store))
+		svc.Policies, svc.Members = groupsPolicies(t)
+		c.Service = svc
+	})
+	svc.Now = f.clock.Now
+	return f, svc
 }
 
 // TestGroupsAndPolicies: GET /v1/groups and GET /v1/policies show operators and admins the
@@ -35,13 +48,7 @@ func groupsPolicies(t *testing.T) approval.Policies {
 // are refused (403), and without policies both lists are empty.
 func TestGroupsAndPolicies(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, kind string) {
-		var svc *approval.Service
-		f := setup(t, kind, func(c *httpapi.Config) {
-			svc = rules(c.Store.(approval.Store))
-			svc.Policies = groupsPolicies(t)
-			c.Service = svc
-		})
-		svc.Now = f.clock.Now
+		f, svc := setupGroups(t, kind)
 		if err := svc.RecordIdentityGroups(t.Context(), "carol", []string{"platform-sre", "staff"}); err != nil {
 			t.Fatal(err)
 		}
@@ -109,4 +116,63 @@ func TestGroupsAndPolicies_none(t *testing.T) {
 			t.Errorf("%s: got %d %q, want 200 %s", path, resp.status, resp.body, want)
 		}
 	}
+}
+
+// TestListWaiting: GET /v1/approvals?waiting=true lists what waits for the token's subject
+// now, through a group joined after the create too, which may then read it; its bad uses are
+// 400 and the plain listing is unchanged.
+func TestListWaiting(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, kind string) {
+		f, svc := setupGroups(t, kind)
+		for _, p := range []string{"carol", "erin"} {
+			if err := svc.RecordIdentityGroups(t.Context(), p, []string{"platform-sre"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := f.mustCreate(f.token("ci-bot", approval.RoleRequester), "deploy-1", `{"action":"deploy","title":"Deploy api","context":{"env":"prod"}}`)
+		// bob signs in with the group after the create.
+		if err := svc.RecordIdentityGroups(t.Context(), "bob", []string{"platform-sre"}); err != nil {
+			t.Fatal(err)
+		}
+		bob := f.token("bob", approval.RoleApprover)
+		ids := func(path, tok string) string {
+			t.Helper()
+			resp := f.do("GET", path, tok, "")
+			if resp.status != http.StatusOK {
+				t.Fatalf("%s: got %d %s", path, resp.status, resp.body)
+			}
+			var list struct {
+				Approvals []approval.Approval `json:"approvals"`
+			}
+			resp.decode(t, &list)
+			var out []string
+			for _, a := range list.Approvals {
+				out = append(out, a.ID)
+			}
+			return strings.Join(out, ",")
+		}
+		if got := ids("/v1/approvals?waiting=true", bob); got != a.ID {
+			t.Errorf("waiting for bob: got %q, want %s", got, a.ID)
+		}
+		if got := ids("/v1/approvals", bob); got != "" {
+			t.Errorf("bob's plain listing: got %q, want none (the approval does not list him)", got)
+		}
+		if resp := f.do("GET", "/v1/approvals/"+a.ID, bob, ""); resp.status != http.StatusOK {
+			t.Errorf("bob reads what waits for him: got %d %s", resp.status, resp.body)
+		}
+		if got := ids("/v1/approvals?waiting=true&requester=someone-else", bob); got != "" {
+			t.Errorf("waiting for bob, another requester: got %q, want none", got)
+		}
+		if got := ids("/v1/approvals?waiting=true", f.token("dave", approval.RoleApprover)); got != a.ID {
+			t.Errorf("waiting for dave, named by security: got %q, want %s", got, a.ID)
+		}
+		if got := ids("/v1/approvals?waiting=true", f.token("ci-bot", approval.RoleRequester)); got != "" {
+			t.Errorf("waiting for the requester: got %q, want none", got)
+		}
+		for _, q := range []string{"waiting=yes", "waiting=true&status=pending", "waiting=true&approver=bob"} {
+			if resp := f.do("GET", "/v1/approvals?"+q, bob, ""); resp.status != http.StatusBadRequest {
+				t.Errorf("?%s: got %d %s, want 400", q, resp.status, resp.body)
+			}
+		}
+	})
 }

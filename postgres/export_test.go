@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/batch"
+	"github.com/approvald/approval/internal/sqldb"
 )
 
 // ExecutionClaimSQL is the execution claim's statement: $1 now, $2 the limit, $3 the lease's
@@ -248,3 +250,39 @@ func (f *Failover) To(schema string) {
 	f.store.pool.Reset()
 	f.store.batchPool.Reset()
 }
+
+// ExplainApprovals plans and runs, on conn, the statement Approvals sends for f, with
+// EXPLAIN (ANALYZE, BUFFERS, COSTS OFF), and returns the plan.
+func ExplainApprovals(ctx context.Context, conn *pgx.Conn, f approval.ApprovalFilter) (string, error) {
+	e := &explainer{conn: conn}
+	r := sqldb.Reads{DB: e, Dialect: dialect, Clock: time.Now, Translate: translate}
+	if _, _, err := r.Approvals(ctx, f); err != nil {
+		return "", err
+	}
+	return e.plan, e.err
+}
+
+// explainer is a sqldb.Querier that explains the statement instead of running it for rows.
+type explainer struct {
+	conn *pgx.Conn
+	plan string
+	err  error
+}
+
+func (e *explainer) Query(ctx context.Context, sql string, args ...any) (sqldb.Rows, error) {
+	rows, err := e.conn.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	e.plan, e.err = strings.Join(lines, "\n"), err
+	return noRows{}, nil
+}
+
+// noRows is an empty result.
+type noRows struct{}
+
+func (noRows) Next() bool        { return false }
+func (noRows) Scan(...any) error { return nil }
+func (noRows) Err() error        { return nil }
+func (noRows) Close()            {}

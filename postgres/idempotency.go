@@ -37,12 +37,13 @@ type inserted struct {
 
 // insertApprovalsSQL writes a batch of creates in ONE statement, atomic without an explicit
 // transaction: for each create whose token check passes (allowed), the approval, its
-// approvers, its approval.created event and the approvers' notifications in the outbox,
-// unless an approval already holds its key (ON CONFLICT DO NOTHING, the approvals in key
-// order: docs/architecture.md, "A create, step by step", and "Creates, intakes and reads in
-// batches"). The creates arrive as parallel arrays ($1 to $15, $26 and $27, one element per create;
-// $16 to $18 the approvers and $19 to $25 the notifications, each naming its approval). It returns,
-// per create in order, whether its token was good and whether its approval was written.
+// approvers, whom it asks (approval.Ask), its approval.created event and the approvers'
+// notifications in the outbox, unless an approval already holds its key (ON CONFLICT DO
+// NOTHING, the approvals in key order: docs/architecture.md, "A create, step by step", and
+// "Creates, intakes and reads in batches"). The creates arrive as parallel arrays ($1 to $15,
+// $26 and $27, one element per create; $16 to $18 the approvers, $19 to $25 the
+// notifications and $28 to $30 the asks, each naming its approval). It returns, per create in
+// order, whether its token was good and whether its approval was written.
 var insertApprovalsSQL = `
 WITH req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -69,6 +70,11 @@ WITH req AS (
 	SELECT app.id, p.position, p.approver, app.created_at
 	FROM unnest($16::text[], $17::integer[], $18::text[]) AS p(approval_id, position, approver)
 	JOIN app ON app.id = p.approval_id
+), asked AS (
+	INSERT INTO approval_asks (approval_id, kind, name, created_at)
+	SELECT app.id, k.kind, k.name, app.created_at
+	FROM unnest($28::text[], $29::text[], $30::text[]) AS k(approval_id, kind, name)
+	JOIN app ON app.id = k.approval_id
 ), created AS (
 	INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
 	SELECT app.id, 1, '` + approval.EventCreated + `', app.created_at, app.requester, req.cause, NULL
@@ -150,6 +156,7 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		pApproval, pApprover                                         []string
 		pPosition                                                    []int
 		mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload []string
+		kApproval, kKind, kName                                      []string
 	)
 	notifies := false
 	for i, c := range calls {
@@ -161,6 +168,13 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 		policies[i], reminds[i] = c.Req.policy, a.FirstReminder()
 		for j, approver := range a.Approvers {
 			pApproval, pPosition, pApprover = append(pApproval, a.ID), append(pPosition, j+1), append(pApprover, approver)
+		}
+		for _, k := range a.Asks() {
+			kind, name := "person", k.Person
+			if k.Group != "" {
+				kind, name = "group", k.Group
+			}
+			kApproval, kKind, kName = append(kApproval, a.ID), append(kKind, kind), append(kName, name)
 		}
 		for _, m := range c.Req.outbox {
 			mApproval, mID, mKey, mRecipient = append(mApproval, a.ID), append(mID, m.ID), append(mKey, m.NaturalKey), append(mRecipient, m.Recipient)
@@ -176,7 +190,8 @@ func (s *Store) insertBatch(ctx context.Context, calls []*batch.Call[insert, ins
 	b := &pgx.Batch{}
 	b.Queue(insertApprovalsSQL, requesters, keys, fingerprints, ids, actions, titles,
 		contexts, required, expires, created, callbacks, causes, hashes, tokenIDs, checkedAt,
-		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload, policies, reminds)
+		pApproval, pPosition, pApprover, mApproval, mID, mKey, mRecipient, mChannel, mEvent, mPayload, policies, reminds,
+		kApproval, kKind, kName)
 	b.Queue(heldApprovalsSQL, requesters, keys, ids)
 	results := make([]inserted, n)
 	err = func() error {

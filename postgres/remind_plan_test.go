@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -21,21 +22,7 @@ import (
 func TestRemindScanReadsItsIndex(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	rows := 100_000
-	if v := os.Getenv("APPROVALD_REMIND_PLAN_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1000 {
-			t.Fatalf("APPROVALD_REMIND_PLAN_ROWS=%q: want a number of at least 1000", v)
-		}
-		rows = n
-	}
-	dsn := testdb.DSN(t, testdb.Postgres)
-	mustMigrated(t, dsn)
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	rows, conn := planDatabase(t, "APPROVALD_REMIND_PLAN_ROWS")
 	// Of every 100 approvals: 80 decided, 15 pending without reminders, 4 pending with a
 	// reminder to come, 1 due (some of the decided ones kept a remind_at, which the partial
 	// index leaves out).
@@ -68,4 +55,27 @@ func TestRemindScanReadsItsIndex(t *testing.T) {
 	if !strings.Contains(plan, "approvals_remind_idx") || strings.Contains(plan, "Seq Scan") {
 		t.Errorf("the reminder scan does not read approvals_remind_idx alone:\n%s", plan)
 	}
+}
+
+// planDatabase returns how many approvals a plan test fills its tables with (100,000, or the
+// number the environment variable env names, at least 1,000) and a connection to a migrated
+// database of its own, closed when the test ends.
+func planDatabase(t *testing.T, env string) (int, *pgx.Conn) {
+	t.Helper()
+	rows := 100_000
+	if v := os.Getenv(env); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1000 {
+			t.Fatalf("%s=%q: want a number of at least 1000", env, v)
+		}
+		rows = n
+	}
+	dsn := testdb.DSN(t, testdb.Postgres)
+	mustMigrated(t, dsn)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return rows, conn
 }

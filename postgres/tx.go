@@ -254,9 +254,9 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 }
 
 // DecisionInsertIfPending is one statement: the events, the decision (ordered by the first
-// event's seq), the guarded status change and the execution, each a part of one WITH. One
-// statement instead of five (two events, the decision, the status, the execution) is what a
-// vote writes on PostgreSQL; a failed guard divides by zero, as in WriteOne.
+// event's seq), the guarded status change, the execution and, when the approval leaves
+// pending, the deletion of whom it asks, each a part of one WITH. One statement instead of
+// six is what a vote writes on PostgreSQL; a failed guard divides by zero, as in WriteOne.
 func (t *ruleTx) DecisionInsertIfPending(ctx context.Context, v approval.VoteWrite) error {
 	if len(v.Events) == 0 {
 		return fmt.Errorf("insert decision: a vote without its %s event", approval.EventVoted)
@@ -287,9 +287,10 @@ func (t *ruleTx) DecisionInsertIfPending(ctx context.Context, v approval.VoteWri
 
 // decisionInsertIfPendingSQL is DecisionInsertIfPending's statement: $1 the approval, $2 and
 // $3 its status and decided_at, $4 now, $5 to $8 the events' types, actors, causes and
-// details, $9 to $11 the vote, $12 to $19 the execution ($12 empty: none). Every part runs
-// on the snapshot of the statement's start, under the approval's lock: the events' seq
-// (max+1 onwards) and the decision's event_seq (the first event's) are exact.
+// details, $9 to $11 the vote, $12 to $19 the execution ($12 empty: none); a $2 other than
+// pending deletes the approval's asks. Every part runs on the snapshot of the statement's
+// start, under the approval's lock: the events' seq (max+1 onwards) and the decision's
+// event_seq (the first event's) are exact.
 const decisionInsertIfPendingSQL = `
 		WITH changed AS (
 			UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
@@ -310,6 +311,8 @@ const decisionInsertIfPendingSQL = `
 				last_error, next_attempt_at, created_at, updated_at, downstream_key)
 			SELECT $12, $1, $13, $14, $15, $16, $17, $18, $4, $4, $19
 			WHERE $12 <> ''
+		), dropped AS (
+			DELETE FROM approval_asks WHERE approval_id = $1 AND $2 <> 'pending'
 		)
 		SELECT 1 / count(*) FROM changed`
 

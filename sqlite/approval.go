@@ -125,7 +125,7 @@ func keyHolder(ctx context.Context, q sqldb.Querier, requester, key string, c *a
 	return &approval.KeyHolder{Fingerprint: list[0].Fingerprint, Approval: list[0]}, nil
 }
 
-// insertApproval writes the approval, its approvers and its created event.
+// insertApproval writes the approval, its approvers, whom it asks and its created event.
 func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, cause approval.Cause) error {
 	policy, err := sqldb.PolicyJSON(a)
 	if err != nil {
@@ -155,7 +155,13 @@ func insertApproval(ctx context.Context, tx *tx, a *approval.Approval, cause app
 			return fmt.Errorf("insert approver: %w", err)
 		}
 	}
-	return newRuleTx(tx).EventInsert(ctx, a.ID, approval.EventCreated, a.Requester, cause, nil)
+	rt := newRuleTx(tx)
+	if asks := a.Asks(); len(asks) > 0 {
+		if err := rt.ApprovalAskReplace(ctx, a.ID, a.CreatedAt, asks); err != nil {
+			return err
+		}
+	}
+	return rt.EventInsert(ctx, a.ID, approval.EventCreated, a.Requester, cause, nil)
 }
 
 // nullText binds JSON as TEXT, or NULL when there is none.

@@ -36,8 +36,10 @@ func TestMigrate_UpgradesFromPhaseOne(t *testing.T) {
 		t.Fatalf("schema_migrations rows after the upgrade: got %d, want %d", got, want)
 	}
 	// 0009 gave the old approver row its approval's created_at: the approver's and the
-	// requester's listings, read from their indexes, find it.
-	for _, f := range []approval.ApprovalFilter{{Approver: "alice"}, {VisibleTo: "alice"}, {VisibleTo: "ci-bot"}, {Requester: "ci-bot"}} {
+	// requester's listings, read from their indexes, find it; 0027 made the pending approval
+	// ask its approver, so it waits for alice.
+	for _, f := range []approval.ApprovalFilter{{Approver: "alice"}, {VisibleTo: "alice"}, {VisibleTo: "ci-bot"}, {Requester: "ci-bot"},
+		{AskedOf: "alice", NotVotedBy: "alice"}} {
 		list, _, err := s.Approvals(ctx, f)
 		if err != nil || len(list) != 1 || list[0].ID != "apr_old" {
 			t.Fatalf("approvals %+v after the upgrade: got %d (%v), want apr_old", f, len(list), err)

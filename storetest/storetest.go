@@ -49,6 +49,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Race", exerciseRace},
 		{"Approvals", exerciseList},
 		{"ApprovalFilters", exerciseListFilters},
+		{"Asks", exerciseAsks},
 		{"Audit", exerciseAudit},
 		{"Tokens", exerciseTokens},
 		{"TokenCheck", exerciseTokenCheck},

@@ -444,6 +444,72 @@ func txCases() []txCase {
 				return tx.ApprovalSetReminder(ctx, "apr_missing", started, nil)
 			})
 		}},
+		{"ApprovalAskReplace", func(t *testing.T, f *fixture) {
+			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now())) // asks alice and bob
+			asking := func(what, person string, groups []string, want ...*approval.Approval) {
+				t.Helper()
+				got, _ := mustList(t, f.store, approval.ApprovalFilter{AskedOf: person, AskedGroups: groups})
+				wantIDs(t, what, got, want)
+			}
+			asking("alice, as created", "alice", nil, a)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.ApprovalAskReplace(ctx, a.ID, a.CreatedAt, []approval.Ask{{Group: "sre"}, {Person: "fiona"}, {Group: "security"}})
+			})
+			asking("alice, replaced", "alice", nil)
+			asking("fiona", "fiona", nil, a)
+			asking("someone in sre", "zed", []string{"sre"}, a)
+			asking("someone in security and sre", "zed", []string{"security", "sre"}, a)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.ApprovalAskReplace(ctx, a.ID, a.CreatedAt, nil)
+			})
+			asking("fiona, none asked", "fiona", nil)
+			asking("someone in sre, none asked", "zed", []string{"sre"})
+			txFails(t, f, "ask for a missing approval", func(ctx context.Context, tx approval.Tx) error {
+				return tx.ApprovalAskReplace(ctx, "apr_missing", a.CreatedAt, []approval.Ask{{Person: "alice"}})
+			})
+			asking("alice, after the refused write", "alice", nil)
+		}},
+		{"ApprovalIDsWithoutAsksForUpdate", func(t *testing.T, f *fixture) {
+			underPolicy := func() *approval.Approval {
+				a := PendingApproval(t, f.clock.Now())
+				a.Resolved = &approval.Resolved{Policy: "p", Version: "v",
+					Stages: []approval.Stage{{Rules: []approval.Rule{{Group: "sre", Approvals: 1}}}}}
+				f.clock.Advance(time.Second)
+				return MustCreate(t, f.store, a)
+			}
+			underPolicy() // asks sre: never found
+			forgotten, later := underPolicy(), underPolicy()
+			named := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			decided := underPolicy()
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				now := tx.Now()
+				if err := tx.ApprovalSetStatusIfPending(ctx, decided.ID, approval.StatusApproved, &now); err != nil {
+					return err
+				}
+				for _, a := range []*approval.Approval{forgotten, later, named} {
+					if err := tx.ApprovalAskReplace(ctx, a.ID, a.CreatedAt, nil); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			without := func(limit int, want ...string) {
+				t.Helper()
+				inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+					got, err := tx.ApprovalIDsWithoutAsksForUpdate(ctx, limit)
+					if err != nil || !slices.Equal(got, want) {
+						t.Fatalf("pending under a policy, asking nobody, up to %d: got %v, %v; want %v", limit, got, err, want)
+					}
+					return nil
+				})
+			}
+			without(10, forgotten.ID, later.ID) // oldest first; not the named one, not the decided one
+			without(1, forgotten.ID)
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				return tx.ApprovalAskReplace(ctx, forgotten.ID, forgotten.CreatedAt, []approval.Ask{{Group: "sre"}})
+			})
+			without(10, later.ID)
+		}},
 		{"DecisionInsert", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			d := approval.Decision{Approver: "alice", Verdict: approval.VerdictApprove, Comment: "ok", At: f.clock.Now()}

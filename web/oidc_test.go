@@ -17,11 +17,22 @@ import (
 	"github.com/approvald/approval"
 	"github.com/approvald/approval/internal/testdb"
 	"github.com/approvald/approval/internal/workerhook"
+	"github.com/approvald/approval/policy"
 	"github.com/approvald/approval/web"
 )
 
 // oidcSetup starts a real OpenID Connect provider on loopback and the pages configured for it.
 func oidcSetup(t *testing.T, kind string, adjust func(*web.OIDCConfig)) (*fixture, *mockoidc.MockOIDC) {
+	t.Helper()
+	return oidcSetupConfig(t, kind, func(cfg *web.Config) {
+		if adjust != nil {
+			adjust(cfg.OIDC)
+		}
+	})
+}
+
+// oidcSetupConfig is oidcSetup with the whole configuration of the pages to adjust.
+func oidcSetupConfig(t *testing.T, kind string, adjust func(*web.Config)) (*fixture, *mockoidc.MockOIDC) {
 	t.Helper()
 	m, err := mockoidc.Run()
 	if err != nil {
@@ -34,9 +45,7 @@ func oidcSetup(t *testing.T, kind string, adjust func(*web.OIDCConfig)) (*fixtur
 			Issuer: pc.Issuer, ClientID: pc.ClientID, ClientSecret: pc.ClientSecret,
 			RedirectURL: base + "/ui/signin/oidc/callback",
 		}
-		if adjust != nil {
-			adjust(cfg.OIDC)
-		}
+		adjust(cfg)
 	})
 	return f, m
 }
@@ -437,5 +446,45 @@ func TestOIDC_GroupsScopeNotAsked(t *testing.T) {
 		if list, err := f.store.IdentityGroupMembers(t.Context(), []string{"platform-sre"}); err != nil || len(list) != 0 {
 			t.Fatalf("groups after a sign-in without the claim: got %v, %v; want none", list, err)
 		}
+	})
+}
+
+// TestOIDC_WaitingThroughGroupJoinedLater: carol's sign-in with the identity provider's group
+// after the create puts the approval in her "waiting for me", and she may open it and vote; a
+// later sign-in without the group takes it away again, page included.
+func TestOIDC_WaitingThroughGroupJoinedLater(t *testing.T) {
+	t.Parallel()
+	testdb.Each(t, func(t *testing.T, kind string) {
+		set, err := policy.Compile(map[string]policy.Group{"sre": {Members: []string{"alice"}, OIDCGroup: "platform-sre"}}, []policy.Policy{
+			{Name: "release", Match: policy.Match{Action: "release"}, Stages: []policy.Stage{{Rules: []policy.Rule{{Group: "sre", Approvals: 1}}}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, m := oidcSetupConfig(t, kind, func(cfg *web.Config) {
+			cfg.OIDC.Scopes = []string{"groups"}
+			cfg.Service = &approval.Service{Store: cfg.Store, Policies: set.ForService(), Members: set.Members()}
+		})
+		a := f.createRelease("Release 2.5.0")
+		signIn := func(groups ...string) *browser {
+			t.Helper()
+			m.QueueUser(&mockoidc.MockUser{Subject: "carol", Email: "carol@example.com", EmailVerified: true, Groups: groups})
+			b := &browser{f: f, client: followingBrowser()}
+			if p := b.get("/ui/signin/oidc"); p.status != http.StatusOK {
+				t.Fatalf("sign-in with groups %v: got %d, want 200", groups, p.status)
+			}
+			return b
+		}
+
+		carol := signIn("platform-sre")
+		home := carol.get("/ui/").body
+		must(t, strings.Contains(home, "Release 2.5.0") && strings.Contains(home, a.ID), "carol's waiting page does not list the release: %q", textOf(home))
+		page := carol.get("/ui/approvals/" + a.ID)
+		must(t, page.status == http.StatusOK && strings.Contains(page.body, `id="approve"`), "carol's page of the release: status %d, no vote offered: %q", page.status, textOf(page.body))
+
+		carol = signIn("staff")
+		home = carol.get("/ui/").body
+		must(t, !strings.Contains(home, a.ID), "carol's waiting page lists the release after she left the group: %q", textOf(home))
+		must(t, carol.get("/ui/approvals/"+a.ID).status == http.StatusNotFound, "carol opens the release after she left the group")
 	})
 }

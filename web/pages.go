@@ -71,8 +71,9 @@ func (s search) filter(f approval.ApprovalFilter) (approval.ApprovalFilter, erro
 	return f, nil
 }
 
-// handleWaiting is GET /ui/: the pending approvals listing the viewer that the viewer has not
-// voted on, newest first, and the decided approvals the viewer may read (all of them for
+// handleWaiting is GET /ui/: the pending approvals that ask the viewer now and that the viewer
+// has not voted on (Service.Waiting: named approver, or in the current stage of a policy,
+// through a group the viewer is in now), newest first, and the decided approvals the viewer may read (all of them for
 // operators and admins; for others, those they requested or are listed on), both narrowed by
 // the search form's fields. Each list pages by 25 with the store's cursor (?w= and ?d=). A
 // search the input policy refuses is a 400 page saying why.
@@ -84,11 +85,8 @@ func (s *Server) handleWaiting(w http.ResponseWriter, r *http.Request, sess *ses
 		AllDecided: p.Role.ReadsAll()}
 	page.Search.Status, page.Search.Approver = "", "" // not fields of this page's form
 
-	f, _ := page.Search.filter(approval.ApprovalFilter{
-		Status: approval.StatusPending, Approver: sess.Subject, NotVotedBy: sess.Subject,
-		Limit: pageSize, Cursor: page.WaitPg.Cursor,
-	})
-	pending, next, err := s.svc.Approvals(r.Context(), p, f)
+	f, _ := page.Search.filter(approval.ApprovalFilter{Limit: pageSize, Cursor: page.WaitPg.Cursor})
+	pending, next, err := s.svc.Waiting(r.Context(), p, f)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -54,6 +54,7 @@ func (c *ApprovalsCommand) ParseFlags(ctx context.Context, args []string) error 
 	case "list":
 		fs.StringVar(&c.list.Status, "status", "", "only approvals in `STATUS` (pending, approved, rejected, expired, cancelled)")
 		fs.StringVar(&c.list.Approver, "approver", "", "only approvals listing `NAME` as an approver")
+		fs.BoolVar(&c.list.Waiting, "waiting", false, "only what waits for the token's subject now, through its groups too (not with --status or --approver)")
 		fs.IntVar(&c.maxItems, "limit", 50, "show at most `N` approvals (0: all)")
 	case "approve", "reject":
 		fs.StringVar(&c.comment, "comment", "", "a `COMMENT` with the vote")
@@ -235,7 +236,8 @@ func unsafeForTerminal(r rune) bool {
 
 const approvalsUsage = `Usage: approvald approvals list|get|approve|reject|cancel [ID] [flags]
 
-	list                      approvals the token may see, newest first
+	list                      approvals the token may see, newest first; --waiting: what
+	                          waits for your vote now
 	get ID                    one approval
 	approve ID [--comment C]  vote approve as the token's subject
 	reject ID [--comment C]   vote reject

@@ -260,6 +260,13 @@ func TestApprovalsCommand(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, id) || !strings.Contains(out, "0/1") {
 		t.Errorf("list: got exit %d, stdout:\n%s\nstderr: %s", code, out, stderr)
 	}
+	out, stderr, code = as("alice", "list", "--waiting", "--json")
+	if code != 0 || !strings.Contains(out, id) {
+		t.Errorf("list --waiting before her vote: got exit %d, stdout:\n%s\nstderr: %s", code, out, stderr)
+	}
+	if _, stderr, code = as("alice", "list", "--waiting", "--status", "pending"); code != exitFailure || !strings.Contains(stderr, "400") {
+		t.Errorf("list --waiting --status: got exit %d, stderr %q, want 1 and the 400", code, stderr)
+	}
 	out, _, code = as("alice", "approve", id, "--comment", "ship it")
 	if code != 0 || !strings.Contains(out, "approved") || !strings.Contains(out, "alice approve") {
 		t.Errorf("approve: got exit %d, stdout:\n%s", code, out)
@@ -272,6 +279,10 @@ func TestApprovalsCommand(t *testing.T) {
 	out, _, code = as("ci-bot", "list", "--json", "--status", "pending")
 	if code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("list --json: got exit %d, stdout %q, want []", code, out)
+	}
+	out, _, code = as("alice", "list", "--json", "--waiting")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("list --waiting after her vote: got exit %d, stdout %q, want []", code, out)
 	}
 	_, stderr, code = as("ci-bot", "cancel", id)
 	if code != exitFailure || !strings.Contains(stderr, "409") {

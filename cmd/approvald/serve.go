@@ -308,6 +308,9 @@ func (svc *service) serve(ctx context.Context, st store, ln net.Listener) error 
 	rules := &approval.Service{Store: st, Retention: svc.config.Retention.Responses,
 		Targeted: svc.targeted, Routing: svc.config.routing()}
 	rules.Policies, rules.Members = servicePolicies(svc.config)
+	if err := restoreAsks(ctx, rules); err != nil {
+		return err
+	}
 	// Leases are judged by the replicas' clocks: measure this one against the database's
 	// before any work is claimed, and keep measuring (docs/operations.md, "Clocks").
 	rules.Clock = &approval.ClockWatch{Store: st, Bound: svc.config.Workers.Lease / clockBoundDivisor,
@@ -565,3 +568,22 @@ gracefully. APPROVALD_FAILPOINTS arms failure points for crash tests (docs/opera
 
 Flags:
 `
+
+// restoreAsksBatch is how many approvals one transaction of restoreAsks gives their asks.
+const restoreAsksBatch = 500
+
+// restoreAsks gives every pending approval under a policy that asks nobody (one created
+// before migration 0027) its current stage's asks, before the service answers, so that
+// "waiting for me" finds it (docs/policies.md, "Waiting for me"). Once done, a start reads
+// one empty range.
+func restoreAsks(ctx context.Context, rules *approval.Service) error {
+	for {
+		n, err := rules.RestoreAsks(ctx, restoreAsksBatch)
+		if err != nil {
+			return fmt.Errorf("restore whom pending approvals ask: %w", err)
+		}
+		if n < restoreAsksBatch {
+			return nil
+		}
+	}
+}

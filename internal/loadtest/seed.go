@@ -124,6 +124,7 @@ type (
 type seedRows struct {
 	approvals  []seedApprovalRow
 	approvers  []seedApproverRow
+	asks       []seedApproverRow // of the pending approvals: a person each, no position
 	decisions  []seedDecisionRow
 	events     []seedEventRow
 	executions []seedExecutionRow
@@ -242,6 +243,10 @@ func (s *Seed) add(r *seedRows, i int) error {
 		expiresAt: expires, createdAt: created, version: a.Version})
 	for p, name := range approvers {
 		r.approvers = append(r.approvers, seedApproverRow{approvalID: id, position: p, approver: name, createdAt: created})
+		if a.Status == approval.StatusPending {
+			// A pending approval asks its approvers (approval.Ask) while it waits.
+			r.asks = append(r.asks, seedApproverRow{approvalID: id, approver: name, createdAt: created})
+		}
 	}
 	r.events = append(r.events, events...)
 	return nil

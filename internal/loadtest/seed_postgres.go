@@ -49,7 +49,7 @@ func SeedPostgres(ctx context.Context, url string, s Seed, progress io.Writer) (
 }
 
 func vacuum(ctx context.Context, pool *pgxpool.Pool) error {
-	for _, table := range []string{"approvals", "approval_approvers", "decisions", "events", "executions", "inbox_events"} {
+	for _, table := range []string{"approvals", "approval_approvers", "approval_asks", "decisions", "events", "executions", "inbox_events"} {
 		if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+table); err != nil {
 			return fmt.Errorf("seed: vacuum %s: %w", table, err)
 		}
@@ -73,6 +73,10 @@ func copyRows(ctx context.Context, tx pgx.Tx, r *seedRows) error {
 		{"approval_approvers", []string{"approval_id", "position", "approver", "created_at"}, len(r.approvers), func(i int) []any {
 			p := r.approvers[i]
 			return []any{p.approvalID, p.position, p.approver, p.createdAt}
+		}},
+		{"approval_asks", []string{"approval_id", "kind", "name", "created_at"}, len(r.asks), func(i int) []any {
+			p := r.asks[i]
+			return []any{p.approvalID, "person", p.approver, p.createdAt}
 		}},
 		{"decisions", []string{"approval_id", "approver", "verdict", "comment", "decided_at", "event_seq"}, len(r.decisions), func(i int) []any {
 			d := r.decisions[i]

@@ -80,6 +80,10 @@ func insertRows(ctx context.Context, tx *sql.Tx, r *seedRows) error {
 			p := r.approvers[i]
 			return []any{p.approvalID, p.position, p.approver, us(p.createdAt)}
 		}},
+		{"approval_asks", []string{"approval_id", "kind", "name", "created_at"}, len(r.asks), func(i int) []any {
+			p := r.asks[i]
+			return []any{p.approvalID, "person", p.approver, us(p.createdAt)}
+		}},
 		{"decisions", []string{"approval_id", "approver", "verdict", "comment", "decided_at"}, len(r.decisions), func(i int) []any {
 			d := r.decisions[i]
 			return []any{d.approvalID, d.approver, d.verdict, d.comment, us(d.at)}

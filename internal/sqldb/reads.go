@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +102,14 @@ func (r Reads) Approvals(ctx context.Context, f approval.ApprovalFilter) ([]*app
 	// page too (docs/query-plans.md, "Listings").
 	pending := f.Status == approval.StatusPending
 	switch {
+	case f.AskedOf != "":
+		// "Waiting for me": one range of approval_asks per name, the person's and each of
+		// their groups', each no longer than a page (docs/query-plans.md, "Waiting for me").
+		ranges := "SELECT id FROM (" + asksRange(&q, "person", f.AskedOf, c, f, limit) + ") k0"
+		for i, g := range f.AskedGroups {
+			ranges += " UNION SELECT id FROM (" + asksRange(&q, "group", g, c, f, limit) + ") k" + strconv.Itoa(i+1)
+		}
+		q.And("a.id IN (" + ranges + ")")
 	case f.Approver != "" && !pending:
 		q.And("a.id IN (" + approverRange(&q, f.Approver, c, f, limit, "approver") + ")")
 	case f.Requester != "" && !pending:
@@ -168,6 +177,20 @@ func approverRange(q *Query, approver string, c *cursorAt, f approval.ApprovalFi
 		s += " AND " + c.before(q, "p.created_at", "p.approval_id")
 	}
 	return s + filter(q, f, driver) + " ORDER BY p.created_at DESC, p.approval_id DESC LIMIT " + q.Arg(limit+1)
+}
+
+// asksRange returns a SELECT of the ids (as id) of the first limit+1 pending approvals that ask
+// name, of kind person or group, after c and pass f's other filters, newest first, read from
+// approval_asks_name (migration 0027). An approval under a policy does not ask its requester,
+// f.AskedOf, even through a group.
+func asksRange(q *Query, kind, name string, c *cursorAt, f approval.ApprovalFilter, limit int) string {
+	s := "SELECT k.approval_id AS id FROM approval_asks k JOIN approvals a ON a.id = k.approval_id" +
+		" WHERE k.kind = " + q.Arg(kind) + " AND k.name = " + q.Arg(name) +
+		" AND (a.policy IS NULL OR a.requester <> " + q.Arg(f.AskedOf) + ")"
+	if c != nil {
+		s += " AND " + c.before(q, "k.created_at", "k.approval_id")
+	}
+	return s + filter(q, f, "asked") + " ORDER BY k.created_at DESC, k.approval_id DESC LIMIT " + q.Arg(limit+1)
 }
 
 // approvalsRange is approverRange over the approvals whose column driver ("requester", the

@@ -136,10 +136,16 @@ func (t Tx) ApprovalSetStatusIfPending(ctx context.Context, id string, status ap
 	if status == approval.StatusExpired {
 		guard = `expires_at <= $4`
 	}
-	return t.writeOne(ctx, "set approval status", `
+	if err := t.writeOne(ctx, "set approval status", `
 		UPDATE approvals SET status = $2, decided_at = $3, version = version + 1
 		WHERE id = $1 AND status = 'pending' AND `+guard,
-		id, string(status), t.Dialect.NullTime(decidedAt), t.Dialect.Time(t.At))
+		id, string(status), t.Dialect.NullTime(decidedAt), t.Dialect.Time(t.At)); err != nil {
+		return err
+	}
+	if status == approval.StatusPending {
+		return nil
+	}
+	return t.dropAsks(ctx, id)
 }
 
 // ApprovalIDsDueForUpdate returns up to limit pending approvals that are due to expire,
