@@ -21,7 +21,8 @@ var _ approval.Tx = (*ruleTx)(nil)
 // connection, at the instant read once it is held. It costs no round trip of its own: BEGIN
 // travels with the first read, and a pending approval.TokenCheck in ctx is queued first, so
 // that it rides with them and a token no longer good aborts the transaction inside the
-// database (docs/architecture.md, "The pipelining transaction").
+// database (docs/architecture.md, "The pipelining transaction"); so is each check of the
+// votes sharing the transaction (approval.PendingTokenChecks).
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
@@ -29,7 +30,7 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	}
 	t := &ruleTx{conn: conn, log: s.logger}
 	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
-	if c := approval.PendingTokenCheck(ctx); c != nil {
+	for _, c := range approval.PendingTokenChecks(ctx) {
 		t.queue = append(t.queue, queued{op: "check token", sql: tokenGuardSQL,
 			args: sqldb.TokenCheckArgs(dialect, c), check: c})
 	}

@@ -291,6 +291,30 @@ func txCases() []txCase {
 				return nil
 			})
 		}},
+		{"ApprovalGetForUpdateMany", func(t *testing.T, f *fixture) {
+			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			b := PendingApproval(t, f.clock.Now())
+			b.Approvers, b.RequiredApprovals = []string{"alice", "bob"}, 2
+			b = MustCreate(t, f.store, b)
+			vote := approval.DecideRequest{ApprovalID: b.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
+			if _, err := f.service().Decide(t.Context(), asAdmin("alice"), vote); err != nil {
+				t.Fatal(err)
+			}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				got, err := tx.ApprovalGetForUpdateMany(ctx, []string{b.ID, "apr_missing", a.ID})
+				if err != nil || len(got) != 2 {
+					t.Fatalf("approvals: got %d, %v; want 2", len(got), err)
+				}
+				byID := map[string]*approval.Approval{got[0].ID: got[0], got[1].ID: got[1]}
+				if ga := byID[a.ID]; ga == nil || ga.Status != approval.StatusPending || !slices.Equal(ga.Approvers, a.Approvers) || len(ga.Decisions) != 0 {
+					t.Fatalf("approval %s: got %+v; want it pending with %v and no vote", a.ID, ga, a.Approvers)
+				}
+				if gb := byID[b.ID]; gb == nil || len(gb.Decisions) != 1 || gb.Decisions[0].Approver != "alice" {
+					t.Fatalf("approval %s: got %+v; want alice's vote", b.ID, gb)
+				}
+				return nil
+			})
+		}},
 		{"ApprovalGetByIDMany", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
