@@ -33,8 +33,9 @@ type VoteResult struct {
 	CommentIgnored bool
 }
 
-// Vote records p's vote (docs/invariants.md, invariant 1), in one store transaction; the
-// approver is p's subject, whatever d.Approver says. In order:
+// Vote records p's vote (docs/invariants.md, invariant 1), in one store transaction, which
+// votes on other approvals arriving at the same moment may share (castVote); the approver is
+// p's subject, whatever d.Approver says. In order:
 //   - EFORBIDDEN if p's role may not vote (Principal.MayDecide);
 //   - EINVALID if the verdict is unknown or the request breaks the input policy
 //     (DecideRequest.Validate);
@@ -69,17 +70,8 @@ func (s *Service) Vote(ctx context.Context, p Principal, d DecideRequest) (VoteR
 	if err := d.Validate(); err != nil {
 		return VoteResult{}, err // before any store work; decide checks again for the inbox
 	}
-	tx, err := s.Store.Begin(ctx)
+	res, err := s.castVote(ctx, d)
 	if err != nil {
-		return VoteResult{}, err
-	}
-	defer tx.Rollback(ctx)
-
-	res, err := s.decide(ctx, tx, d)
-	if err != nil {
-		return VoteResult{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return VoteResult{}, err
 	}
 	v := VoteResult{Approval: res.approval, AlreadyVoted: res.repeat, CommentIgnored: res.commentIgnored}

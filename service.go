@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"sync"
 	"time"
+
+	"github.com/approvald/approval/internal/batch"
 )
 
 // Service holds the rules that sit above the store: what a create means for an
@@ -66,6 +68,11 @@ type Service struct {
 	// lately, and the newest answers, so that a retry is answered from memory or from a read
 	// (see recentKeys).
 	recent recentKeys
+
+	// voteBatcher casts the votes that arrive together in one transaction (see castVote),
+	// made on first use under votesOnce.
+	votesOnce   sync.Once
+	voteBatcher *batch.Batcher[voteCall, decided]
 }
 
 // Defaults of the Service.

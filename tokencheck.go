@@ -52,6 +52,38 @@ func PendingTokenCheck(ctx context.Context) *TokenCheck {
 	return c
 }
 
+type tokenChecksKey struct{}
+
+// withTokenChecks returns ctx carrying checks for Store.Begin to run, each with the first
+// statement it sends: the checks of the votes that share one transaction (see voteBatch).
+func withTokenChecks(ctx context.Context, checks []*TokenCheck) context.Context {
+	return context.WithValue(ctx, tokenChecksKey{}, checks)
+}
+
+// PendingTokenChecks returns every check ctx carries that nobody has run yet: the one of
+// PendingTokenCheck, and those of the requests whose votes share a transaction. Store.Begin
+// runs them all; the first one refused refuses the whole transaction (its Refuse's error),
+// and the Service then runs each other request alone.
+func PendingTokenChecks(ctx context.Context) []*TokenCheck {
+	var checks []*TokenCheck
+	if c := PendingTokenCheck(ctx); c != nil {
+		checks = append(checks, c)
+	}
+	list, _ := ctx.Value(tokenChecksKey{}).([]*TokenCheck)
+	for _, c := range list {
+		if c != nil && c.state.Load() == checkPending {
+			checks = append(checks, c)
+		}
+	}
+	return checks
+}
+
+// again makes a check that passed in a transaction that then failed pending again, so that
+// the transaction its request is retried in checks the token again.
+func (c *TokenCheck) again() {
+	c.state.CompareAndSwap(checkPassed, checkPending)
+}
+
 // Pass records that the store found the token still good.
 func (c *TokenCheck) Pass() {
 	if c.state.CompareAndSwap(checkPending, checkPassed) && c.passed != nil {

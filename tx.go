@@ -37,6 +37,11 @@ type Tx interface {
 	// ends: the lock orders votes, cancels and expiries of one approval, and makes the
 	// events' seq (max+1) safe. ENOTFOUND if there is none.
 	ApprovalGetForUpdate(ctx context.Context, id string) (*Approval, error)
+	// ApprovalGetForUpdateMany is ApprovalGetForUpdate for several distinct approvals at
+	// once: it returns those of ids that exist, in no particular order, each with its
+	// approvers, decisions and execution, locked in the order of their ids, so that
+	// transactions locking overlapping sets wait for each other and never deadlock.
+	ApprovalGetForUpdateMany(ctx context.Context, ids []string) ([]*Approval, error)
 	// ApprovalGetByIDMany returns the approvals with the given ids, each with its approvers,
 	// decisions (oldest first) and execution, in no particular order; an id with no approval
 	// is left out.

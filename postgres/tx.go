@@ -21,7 +21,8 @@ var _ approval.Tx = (*ruleTx)(nil)
 // connection, at the instant read once it is held. It costs no round trip of its own: BEGIN
 // travels with the first read, and a pending approval.TokenCheck in ctx is queued first, so
 // that it rides with them and a token no longer good aborts the transaction inside the
-// database (docs/architecture.md, "The pipelining transaction").
+// database (docs/architecture.md, "The pipelining transaction"); so is each check of the
+// votes sharing the transaction (approval.PendingTokenChecks).
 func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	conn, now, err := s.acquire(ctx, s.pool)
 	if err != nil {
@@ -29,7 +30,7 @@ func (s *Store) Begin(ctx context.Context) (approval.Tx, error) {
 	}
 	t := &ruleTx{conn: conn, log: s.logger}
 	t.Tx = sqldb.Tx{Run: t, Dialect: dialect, At: now, Translate: translate}
-	if c := approval.PendingTokenCheck(ctx); c != nil {
+	for _, c := range approval.PendingTokenChecks(ctx) {
 		t.queue = append(t.queue, queued{op: "check token", sql: tokenGuardSQL,
 			args: sqldb.TokenCheckArgs(dialect, c), check: c})
 	}
@@ -68,6 +69,17 @@ type queued struct {
 	args []any
 	// check, when set, is the token check this statement guards (see Begin).
 	check *approval.TokenCheck
+	// votes, when set, are the votes this statement writes, its SQL and arguments made when
+	// it is sent (see DecisionInsertIfPending).
+	votes *voteWrites
+}
+
+// statement returns q's SQL and arguments.
+func (q queued) statement() (string, []any) {
+	if q.votes != nil {
+		return q.votes.statement()
+	}
+	return q.sql, q.args
 }
 
 // enqueue adds a write or a lock to the next batch.
@@ -103,13 +115,15 @@ func (t *ruleTx) send(ctx context.Context, sql string, args []any, after ...queu
 		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	}
 	for _, q := range t.queue {
-		b.Queue(q.sql, q.args...)
+		qsql, qargs := q.statement()
+		b.Queue(qsql, qargs...)
 	}
 	if sql != "" {
 		b.Queue(sql, args...)
 	}
 	for _, q := range after {
-		b.Queue(q.sql, q.args...)
+		qsql, qargs := q.statement()
+		b.Queue(qsql, qargs...)
 	}
 	br := t.conn.SendBatch(ctx, b)
 	if !t.begun {
@@ -257,32 +271,90 @@ func (t *ruleTx) DecisionInsert(ctx context.Context, approvalID string, d approv
 // event's seq), the guarded status change, the execution and, when the approval leaves
 // pending, the deletion of whom it asks, each a part of one WITH. One statement instead of
 // six is what a vote writes on PostgreSQL; a failed guard divides by zero, as in WriteOne.
+// The votes on distinct approvals that a transaction writes one after the other (the
+// Service's votes in a batch, docs/architecture.md, "Votes in batches") are one statement
+// too, over arrays (decisionInsertIfPendingManySQL): the write joins the one queued just
+// before it when that is a vote's on another approval.
 func (t *ruleTx) DecisionInsertIfPending(ctx context.Context, v approval.VoteWrite) error {
 	if len(v.Events) == 0 {
 		return fmt.Errorf("insert decision: a vote without its %s event", approval.EventVoted)
 	}
-	n := len(v.Events)
-	types, actors, causes, details := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	causes, details := make([]string, len(v.Events)), make([]*string, len(v.Events))
 	for i, e := range v.Events {
 		causeJSON, detailJSON, err := sqldb.EventJSON(e.Cause, e.Detail)
 		if err != nil {
 			return err
 		}
-		types[i], actors[i], causes[i] = e.Type, e.Actor, string(causeJSON)
+		causes[i] = string(causeJSON)
 		if detailJSON != nil {
 			d := string(detailJSON)
 			details[i] = &d
 		}
 	}
+	if n := len(t.queue); n > 0 && t.queue[n-1].votes != nil && t.queue[n-1].votes.add(v, causes, details) {
+		return nil
+	}
+	w := &voteWrites{at: t.At}
+	w.add(v, causes, details)
+	t.queue = append(t.queue, queued{op: "record vote", votes: w})
+	return nil
+}
+
+// voteWrites are the votes on distinct approvals that one statement writes, at the instant
+// at: the columns of decisionInsertIfPendingManySQL, one element per vote (per event for the
+// events), ids the approvals.
+type voteWrites struct {
+	at  time.Time
+	ids map[string]bool
+
+	approvals, statuses, approvers, verdicts, comments []string
+	decidedAt                                          []*time.Time
+	xIDs, xKeys, xActions, xStatuses, xErrors, xDown   []string
+	xTargeted                                          []bool
+	xNext                                              []*time.Time
+	eApprovals, eTypes, eActors, eCauses               []string
+	eDetails                                           []*string
+}
+
+// add adds v, its events' causes and details as JSON, to the statement unless it writes a
+// vote on v's approval already (the events' seq would be counted from the same snapshot),
+// and reports whether it did.
+func (w *voteWrites) add(v approval.VoteWrite, causes []string, details []*string) bool {
+	if w.ids[v.ApprovalID] {
+		return false
+	}
+	if w.ids == nil {
+		w.ids = make(map[string]bool)
+	}
+	w.ids[v.ApprovalID] = true
 	x := v.Execution
 	if x == nil {
 		x = &approval.ExecutionRecord{}
 	}
-	return t.Write(ctx, "record vote", decisionInsertIfPendingSQL,
-		v.ApprovalID, string(v.Status), v.DecidedAt, t.At,
-		types, actors, causes, details,
-		v.Vote.Approver, string(v.Vote.Verdict), v.Vote.Comment,
-		x.ID, x.OperationKey, x.Action, x.Targeted, string(x.Status), x.LastError, x.NextAttemptAt, x.DownstreamKey)
+	for _, e := range v.Events {
+		w.eApprovals, w.eTypes, w.eActors = append(w.eApprovals, v.ApprovalID), append(w.eTypes, e.Type), append(w.eActors, e.Actor)
+	}
+	w.eCauses, w.eDetails = append(w.eCauses, causes...), append(w.eDetails, details...)
+	w.approvals, w.statuses, w.decidedAt = append(w.approvals, v.ApprovalID), append(w.statuses, string(v.Status)), append(w.decidedAt, v.DecidedAt)
+	w.approvers, w.verdicts, w.comments = append(w.approvers, v.Vote.Approver), append(w.verdicts, string(v.Vote.Verdict)), append(w.comments, v.Vote.Comment)
+	w.xIDs, w.xKeys, w.xActions, w.xTargeted = append(w.xIDs, x.ID), append(w.xKeys, x.OperationKey), append(w.xActions, x.Action), append(w.xTargeted, x.Targeted)
+	w.xStatuses, w.xErrors, w.xNext, w.xDown = append(w.xStatuses, string(x.Status)), append(w.xErrors, x.LastError), append(w.xNext, x.NextAttemptAt), append(w.xDown, x.DownstreamKey)
+	return true
+}
+
+// statement returns the SQL and the arguments that write the votes: the statement of one
+// vote for one, the statement over arrays for several.
+func (w *voteWrites) statement() (string, []any) {
+	if len(w.approvals) == 1 {
+		n := len(w.eTypes)
+		types, actors, causes, details := w.eTypes[:n:n], w.eActors[:n:n], w.eCauses[:n:n], w.eDetails[:n:n]
+		return decisionInsertIfPendingSQL, []any{w.approvals[0], w.statuses[0], w.decidedAt[0], w.at,
+			types, actors, causes, details, w.approvers[0], w.verdicts[0], w.comments[0],
+			w.xIDs[0], w.xKeys[0], w.xActions[0], w.xTargeted[0], w.xStatuses[0], w.xErrors[0], w.xNext[0], w.xDown[0]}
+	}
+	return decisionInsertIfPendingManySQL, []any{w.approvals, w.statuses, w.decidedAt, w.approvers, w.verdicts, w.comments,
+		w.xIDs, w.xKeys, w.xActions, w.xTargeted, w.xStatuses, w.xErrors, w.xNext, w.xDown, w.at,
+		w.eApprovals, w.eTypes, w.eActors, w.eCauses, w.eDetails, len(w.approvals)}
 }
 
 // decisionInsertIfPendingSQL is DecisionInsertIfPending's statement: $1 the approval, $2 and
@@ -315,6 +387,52 @@ const decisionInsertIfPendingSQL = `
 			DELETE FROM approval_asks WHERE approval_id = $1 AND $2 <> 'pending'
 		)
 		SELECT 1 / count(*) FROM changed`
+
+// decisionInsertIfPendingManySQL is decisionInsertIfPendingSQL for the votes of one
+// transaction on distinct approvals, each approval locked by it: $1 to $14 one element per
+// vote (the approval, its status and decided_at, the vote, the execution, its id empty for
+// none), $15 now, $16 to $20 one element per event (its approval, type, actor, cause,
+// detail, each approval's in order), $21 the number of votes. Each approval's events are
+// numbered from its max(seq)+1 in their order; the approvals that leave pending lose their
+// asks; a guard that fails for any vote divides by zero, failing them all.
+const decisionInsertIfPendingManySQL = `
+		WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[],
+				$6::text[], $7::text[], $8::text[], $9::text[], $10::bool[], $11::text[], $12::text[],
+				$13::timestamptz[], $14::text[])
+				AS v(approval_id, status, decided_at, approver, verdict, comment, x_id,
+					x_operation_key, x_action, x_targeted, x_status, x_last_error, x_next_attempt_at,
+					x_downstream_key)
+		), changed AS (
+			UPDATE approvals a SET status = v.status, decided_at = v.decided_at, version = a.version + 1
+			FROM v
+			WHERE a.id = v.approval_id AND a.status = 'pending' AND a.expires_at > $15
+			RETURNING 1
+		), appended AS (
+			INSERT INTO events (approval_id, seq, type, at, actor, cause, detail)
+			SELECT e.approval_id,
+				COALESCE((SELECT max(seq) FROM events x WHERE x.approval_id = e.approval_id), 0)
+					+ row_number() OVER (PARTITION BY e.approval_id ORDER BY e.ord),
+				e.type, $15::timestamptz, e.actor, e.cause::jsonb, e.detail::jsonb
+			FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[])
+				WITH ORDINALITY AS e(approval_id, type, actor, cause, detail, ord)
+			RETURNING approval_id, seq
+		), voted AS (
+			INSERT INTO decisions (approval_id, approver, verdict, comment, decided_at, event_seq)
+			SELECT v.approval_id, v.approver, v.verdict, v.comment, $15,
+				(SELECT min(p.seq) FROM appended p WHERE p.approval_id = v.approval_id)
+			FROM v
+		), queued AS (
+			INSERT INTO executions (id, approval_id, operation_key, action, targeted, status,
+				last_error, next_attempt_at, created_at, updated_at, downstream_key)
+			SELECT v.x_id, v.approval_id, v.x_operation_key, v.x_action, v.x_targeted, v.x_status,
+				v.x_last_error, v.x_next_attempt_at, $15, $15, v.x_downstream_key
+			FROM v WHERE v.x_id <> ''
+		), dropped AS (
+			DELETE FROM approval_asks k USING v
+			WHERE k.approval_id = v.approval_id AND v.status <> 'pending'
+		)
+		SELECT 1 / (count(*) = $21)::int FROM changed`
 
 // EventInsertMany appends every event in one statement: each approval's next seq is its
 // max+1, plus the event's place among that approval's events in the batch.

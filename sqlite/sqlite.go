@@ -356,16 +356,17 @@ func (s *Store) beginWrite(ctx context.Context) (*tx, error) {
 	return &tx{write: wr, now: s.instant(), hub: s.hub}, nil
 }
 
-// checkToken runs the pending approval.TokenCheck of ctx, if any, as the first statement of a
+// checkToken runs the pending approval.TokenChecks of ctx, if any, as the first statements of a
 // transaction composed over approval.Tx (Begin): under the write lock, so no revocation
 // commits between it and the writes. A batch of creates checks each create's token in its
 // own savepoint instead (insertOne).
 func (t *tx) checkToken(ctx context.Context) error {
-	c := approval.PendingTokenCheck(ctx)
-	if c == nil {
-		return nil
+	for _, c := range approval.PendingTokenChecks(ctx) {
+		if err := sqldb.CheckToken(ctx, querier{t}, dialect, c); err != nil {
+			return fail("check token", err)
+		}
 	}
-	return fail("check token", sqldb.CheckToken(ctx, querier{t}, dialect, c))
+	return nil
 }
 
 // commit commits tx, classifying a failure, then signals the topics of its changes: a

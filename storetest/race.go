@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -268,6 +270,110 @@ func exerciseRace(t *testing.T, s suite) {
 				wantState(t, mustApproval(t, f.store, a.ID), approval.StatusExpired, 2)
 				wantEventTypes(t, f.store, a.ID, approval.EventCreated, approval.EventExpired)
 			}
+		}
+	})
+}
+
+// exerciseVotesAtOnce sends many votes at once through one Service, whose votes on distinct
+// approvals share transactions (Service.Vote): every approval ends with exactly the votes
+// that count, the votes on one approval are ordered by its lock as when each had its own
+// transaction, and a vote refused (its token revoked, its approval missing, its voter not
+// listed) refuses only itself, whichever votes shared its transaction.
+func exerciseVotesAtOnce(t *testing.T, s suite) {
+	s.run(t, "ManyVotesAtOnce", func(t *testing.T, f *fixture) {
+		ctx := t.Context()
+		svc, other := f.service(), f.service() // two replicas: svc remembers bob's tokens
+		const distinct = 16
+		for round := range 10 {
+			approvals := make([]*approval.Approval, distinct)
+			for i := range approvals {
+				approvals[i] = MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			}
+			// A token of bob's revoked on the other replica but still in svc's memory: its
+			// check rides with his vote.
+			secret, tok, err := other.CreateToken(ctx, tokenIssuer, approval.TokenSpec{Subject: "bob", Role: approval.RoleApprover})
+			if err != nil {
+				t.Fatalf("create token: %v", err)
+			}
+			if _, _, err := svc.AuthenticateFirstTrip(ctx, secret); err != nil {
+				t.Fatalf("authenticate: %v", err)
+			}
+			if _, err := other.RevokeToken(ctx, tokenIssuer, tok.ID); err != nil {
+				t.Fatalf("revoke: %v", err)
+			}
+			revoked, _, err := svc.AuthenticateFirstTrip(ctx, secret)
+			if err != nil || approval.PendingTokenCheck(revoked) == nil {
+				t.Fatalf("authenticate a remembered token: %v, want a pending check", err)
+			}
+			type vote struct {
+				ctx      context.Context
+				approver string
+				id       string
+				verdict  approval.Verdict
+			}
+			var votes []vote
+			for _, a := range approvals {
+				votes = append(votes, vote{ctx, "alice", a.ID, approval.VerdictApprove})
+			}
+			shared := approvals[0].ID // alice three times more, bob against her
+			votes = append(votes, vote{ctx, "alice", shared, approval.VerdictApprove}, vote{ctx, "alice", shared, approval.VerdictApprove},
+				vote{ctx, "bob", shared, approval.VerdictReject},
+				vote{revoked, "bob", approvals[1].ID, approval.VerdictApprove},
+				vote{ctx, "alice", fmt.Sprintf("apr_missing_%d", round), approval.VerdictApprove},
+				vote{ctx, "mallory", approvals[2].ID, approval.VerdictApprove})
+			results := make([]approval.VoteResult, len(votes))
+			errs := make([]error, len(votes))
+			race(len(votes), func(i int) {
+				v := votes[i]
+				results[i], errs[i] = svc.Vote(v.ctx, asAdmin(v.approver), approval.DecideRequest{
+					ApprovalID: v.id, Verdict: v.verdict, Cause: voteCause(v.approver)})
+			})
+			n := len(votes)
+			for i, want := range map[int]string{n - 3: approval.EUNAUTHORIZED, n - 2: approval.ENOTFOUND, n - 1: approval.EFORBIDDEN} {
+				if got := approval.ErrorCode(errs[i]); got != want {
+					t.Fatalf("round %d, vote %d (%s on %s): got %v, want %s", round, i, votes[i].approver, votes[i].id, errs[i], want)
+				}
+			}
+			for i := 1; i < distinct; i++ {
+				if errs[i] != nil || results[i].AlreadyVoted {
+					t.Fatalf("round %d, alice's vote on %s: got %+v, %v", round, approvals[i].ID, results[i], errs[i])
+				}
+				got, err := f.store.Approval(ctx, approvals[i].ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantState(t, got, approval.StatusApproved, 2)
+				if len(got.Decisions) != 1 || got.Decisions[0].Approver != "alice" || got.Execution == nil {
+					t.Fatalf("round %d, approval %s: got votes %+v, execution %+v; want alice's alone and an execution", round, got.ID, got.Decisions, got.Execution)
+				}
+			}
+			// The shared approval: whichever of alice and bob took its lock first decided it.
+			got, err := f.store.Approval(ctx, shared)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Decisions) != 1 || !got.Status.Terminal() {
+				t.Fatalf("round %d, approval %s: got %s with votes %+v, want one vote deciding it", round, shared, got.Status, got.Decisions)
+			}
+			first := got.Decisions[0].Approver
+			for _, i := range []int{0, distinct, distinct + 1, distinct + 2} {
+				switch {
+				case votes[i].approver != first:
+					if approval.ErrorCode(errs[i]) != approval.ECONFLICT {
+						t.Fatalf("round %d, %s's vote after %s's: got %v, want a conflict", round, votes[i].approver, first, errs[i])
+					}
+				case errs[i] != nil:
+					t.Fatalf("round %d, %s's vote: %v", round, first, errs[i])
+				}
+			}
+			for _, e := range mustEvents(t, f.store, shared) {
+				if e.Type == approval.EventVoted && e.Actor != first {
+					t.Fatalf("round %d: %s's vote on %s recorded after %s decided it", round, e.Actor, shared, first)
+				}
+			}
+		}
+		if batches, calls := svc.VoteBatchStats(); calls <= batches {
+			t.Fatalf("%d votes in %d batches: no batch held more than one", calls, batches)
 		}
 	})
 }

@@ -47,6 +47,7 @@ func Exercise(t *testing.T, open func(t *testing.T, o Options) approval.Store) {
 		{"Idempotency", exerciseIdempotency},
 		{"Decide", exerciseDecide},
 		{"Race", exerciseRace},
+		{"VotesAtOnce", exerciseVotesAtOnce},
 		{"Approvals", exerciseList},
 		{"ApprovalFilters", exerciseListFilters},
 		{"Asks", exerciseAsks},

@@ -291,6 +291,30 @@ func txCases() []txCase {
 				return nil
 			})
 		}},
+		{"ApprovalGetForUpdateMany", func(t *testing.T, f *fixture) {
+			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			b := PendingApproval(t, f.clock.Now())
+			b.Approvers, b.RequiredApprovals = []string{"alice", "bob"}, 2
+			b = MustCreate(t, f.store, b)
+			vote := approval.DecideRequest{ApprovalID: b.ID, Approver: "alice", Verdict: approval.VerdictApprove, Cause: voteCause("alice")}
+			if _, err := f.service().Decide(t.Context(), asAdmin("alice"), vote); err != nil {
+				t.Fatal(err)
+			}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				got, err := tx.ApprovalGetForUpdateMany(ctx, []string{b.ID, "apr_missing", a.ID})
+				if err != nil || len(got) != 2 {
+					t.Fatalf("approvals: got %d, %v; want 2", len(got), err)
+				}
+				byID := map[string]*approval.Approval{got[0].ID: got[0], got[1].ID: got[1]}
+				if ga := byID[a.ID]; ga == nil || ga.Status != approval.StatusPending || !slices.Equal(ga.Approvers, a.Approvers) || len(ga.Decisions) != 0 {
+					t.Fatalf("approval %s: got %+v; want it pending with %v and no vote", a.ID, ga, a.Approvers)
+				}
+				if gb := byID[b.ID]; gb == nil || len(gb.Decisions) != 1 || gb.Decisions[0].Approver != "alice" {
+					t.Fatalf("approval %s: got %+v; want alice's vote", b.ID, gb)
+				}
+				return nil
+			})
+		}},
 		{"ApprovalGetByIDMany", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
 			b := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
@@ -602,6 +626,77 @@ func txCases() []txCase {
 			wantEventTypes(t, f.store, b.ID, approval.EventCreated, approval.EventVoted)
 			wantEventTypes(t, f.store, x.ApprovalID, approval.EventCreated, approval.EventVoted, approval.EventVoted,
 				approval.EventApproved, approval.EventExecutionQueued)
+
+			// Votes on several approvals in one transaction, one after the other, as the
+			// Service's votes in a batch write them (PostgreSQL: one statement for those on
+			// distinct approvals), and a second vote on one of them after the others.
+			now = f.clock.Now().UTC().Truncate(approval.Precision)
+			c := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			d := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			e := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			xd := &approval.ExecutionRecord{ID: approval.NewID("exe"), ApprovalID: d.ID, OperationKey: d.OperationKey,
+				DownstreamKey: approval.DownstreamKey(d.Requester, d.OperationKey), Action: d.Action,
+				Status: approval.ExecutionNotConfigured}
+			inTx(t, f, func(ctx context.Context, tx approval.Tx) error {
+				for _, v := range []struct {
+					on     *approval.Approval
+					by     string
+					status approval.Status
+					x      *approval.ExecutionRecord
+					types  []string
+				}{
+					{c, "alice", approval.StatusPending, nil, []string{approval.EventVoted}},
+					{d, "alice", approval.StatusApproved, xd, []string{approval.EventVoted, approval.EventApproved}},
+					{e, "bob", approval.StatusRejected, nil, []string{approval.EventVoted, approval.EventRejected}},
+					{c, "bob", approval.StatusPending, nil, []string{approval.EventVoted}},
+				} {
+					a = v.on
+					if err := tx.DecisionInsertIfPending(ctx, vote(v.by, v.status, v.x, v.types...)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			got = mustApproval(t, f.store, c.ID)
+			if got.Status != approval.StatusPending || got.Version != c.Version+2 || len(got.Decisions) != 2 || got.Decisions[0].Approver != "alice" || got.Decisions[1].Approver != "bob" {
+				t.Fatalf("%s: got %s v%d, decisions %+v; want pending v%d, alice's vote then bob's", c.ID, got.Status, got.Version, got.Decisions, c.Version+2)
+			}
+			wantEventTypes(t, f.store, c.ID, approval.EventCreated, approval.EventVoted, approval.EventVoted)
+			got = mustApproval(t, f.store, d.ID)
+			if got.Status != approval.StatusApproved || got.DecidedAt == nil || !got.DecidedAt.Equal(now) || len(got.Decisions) != 1 || got.Execution == nil || got.Execution.ID != xd.ID {
+				t.Fatalf("%s: got %s decided %v, decisions %+v, execution %+v; want approved at %v by alice, %s", d.ID, got.Status, got.DecidedAt, got.Decisions, got.Execution, now, xd.ID)
+			}
+			wantEventTypes(t, f.store, d.ID, approval.EventCreated, approval.EventVoted, approval.EventApproved)
+			got = mustApproval(t, f.store, e.ID)
+			if got.Status != approval.StatusRejected || got.Execution != nil || len(got.Decisions) != 1 || got.Decisions[0].Approver != "bob" {
+				t.Fatalf("%s: got %s, decisions %+v, execution %+v; want rejected by bob, no execution", e.ID, got.Status, got.Decisions, got.Execution)
+			}
+			wantEventTypes(t, f.store, e.ID, approval.EventCreated, approval.EventVoted, approval.EventRejected)
+			// The approvals the votes ended ask nobody any more; the pending one still asks.
+			asked, _ := mustList(t, f.store, approval.ApprovalFilter{AskedOf: "alice", Limit: approval.MaxPageSize})
+			for _, ap := range asked {
+				if ap.ID == d.ID || ap.ID == e.ID {
+					t.Errorf("%s, %s by the votes, still asks alice", ap.ID, ap.Status)
+				}
+			}
+			if !slices.ContainsFunc(asked, func(ap *approval.Approval) bool { return ap.ID == c.ID }) {
+				t.Errorf("%s, still pending, no longer asks alice", c.ID)
+			}
+			// One vote's guard fails (its approval is decided already): the transaction fails,
+			// and the other vote's writes with it.
+			g := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))
+			txFails(t, f, "votes, one on a decided approval", func(ctx context.Context, tx approval.Tx) error {
+				a = g
+				if err := tx.DecisionInsertIfPending(ctx, vote("alice", approval.StatusPending, nil, approval.EventVoted)); err != nil {
+					return err
+				}
+				a = d
+				return tx.DecisionInsertIfPending(ctx, vote("bob", approval.StatusPending, nil, approval.EventVoted))
+			})
+			if got := mustApproval(t, f.store, g.ID); got.Version != g.Version || len(got.Decisions) != 0 {
+				t.Fatalf("%s after the failed transaction: got v%d, decisions %+v; want nothing written", g.ID, got.Version, got.Decisions)
+			}
+			wantEventTypes(t, f.store, g.ID, approval.EventCreated)
 		}},
 		{"EventInsert", func(t *testing.T, f *fixture) {
 			a := MustCreate(t, f.store, PendingApproval(t, f.clock.Now()))

@@ -119,6 +119,17 @@ func (t Tx) ApprovalGetForUpdate(ctx context.Context, id string) (*approval.Appr
 	return a, t.Translate("read approval", err)
 }
 
+// ApprovalGetForUpdateMany locks the approvals' rows in the order of their ids, then reads
+// them: two statements (one round trip on PostgreSQL), as ApprovalGetForUpdate.
+func (t Tx) ApprovalGetForUpdateMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
+	d, list := t.Dialect, t.Dialect.List(ids)
+	if err := t.lock(ctx, "lock approvals", `SELECT 1 FROM approvals WHERE `+d.AnyOf("id", "$1")+`
+		ORDER BY id`+d.ForUpdate, list); err != nil {
+		return nil, err
+	}
+	return t.ApprovalGetByIDMany(ctx, ids)
+}
+
 // ApprovalGetByIDMany reads the approvals and their details in one statement.
 func (t Tx) ApprovalGetByIDMany(ctx context.Context, ids []string) ([]*approval.Approval, error) {
 	list, err := query(ctx, t, t.Dialect.ApprovalDetail+` WHERE `+t.Dialect.AnyOf("a.id", "$1"), ScanApprovalDetail, t.Dialect.List(ids))
