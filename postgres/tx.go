@@ -314,6 +314,7 @@ type voteWrites struct {
 	xNext                                              []*time.Time
 	eApprovals, eTypes, eActors, eCauses               []string
 	eDetails                                           []*string
+	ended                                              []string // the approvals leaving pending
 }
 
 // add adds v, its events' causes and details as JSON, to the statement unless it writes a
@@ -339,6 +340,9 @@ func (w *voteWrites) add(v approval.VoteWrite, causes []string, details []*strin
 	w.approvers, w.verdicts, w.comments = append(w.approvers, v.Vote.Approver), append(w.verdicts, string(v.Vote.Verdict)), append(w.comments, v.Vote.Comment)
 	w.xIDs, w.xKeys, w.xActions, w.xTargeted = append(w.xIDs, x.ID), append(w.xKeys, x.OperationKey), append(w.xActions, x.Action), append(w.xTargeted, x.Targeted)
 	w.xStatuses, w.xErrors, w.xNext, w.xDown = append(w.xStatuses, string(x.Status)), append(w.xErrors, x.LastError), append(w.xNext, x.NextAttemptAt), append(w.xDown, x.DownstreamKey)
+	if v.Status != approval.StatusPending {
+		w.ended = append(w.ended, v.ApprovalID)
+	}
 	return true
 }
 
@@ -354,7 +358,7 @@ func (w *voteWrites) statement() (string, []any) {
 	}
 	return decisionInsertIfPendingManySQL, []any{w.approvals, w.statuses, w.decidedAt, w.approvers, w.verdicts, w.comments,
 		w.xIDs, w.xKeys, w.xActions, w.xTargeted, w.xStatuses, w.xErrors, w.xNext, w.xDown, w.at,
-		w.eApprovals, w.eTypes, w.eActors, w.eCauses, w.eDetails, len(w.approvals)}
+		w.eApprovals, w.eTypes, w.eActors, w.eCauses, w.eDetails, len(w.approvals), w.ended}
 }
 
 // decisionInsertIfPendingSQL is DecisionInsertIfPending's statement: $1 the approval, $2 and
@@ -393,8 +397,10 @@ const decisionInsertIfPendingSQL = `
 // vote (the approval, its status and decided_at, the vote, the execution, its id empty for
 // none), $15 now, $16 to $20 one element per event (its approval, type, actor, cause,
 // detail, each approval's in order), $21 the number of votes. Each approval's events are
-// numbered from its max(seq)+1 in their order; the approvals that leave pending lose their
-// asks; a guard that fails for any vote divides by zero, failing them all.
+// numbered from its max(seq)+1 in their order; the approvals of $22, those the votes end,
+// lose their asks (by = ANY, which reads the primary key: joined to the votes, the planner,
+// whose statistics the table's growth outruns, read approval_asks whole); a guard that fails
+// for any vote divides by zero, failing them all.
 const decisionInsertIfPendingManySQL = `
 		WITH v AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[],
@@ -429,8 +435,7 @@ const decisionInsertIfPendingManySQL = `
 				v.x_last_error, v.x_next_attempt_at, $15, $15, v.x_downstream_key
 			FROM v WHERE v.x_id <> ''
 		), dropped AS (
-			DELETE FROM approval_asks k USING v
-			WHERE k.approval_id = v.approval_id AND v.status <> 'pending'
+			DELETE FROM approval_asks WHERE approval_id = ANY($22::text[])
 		)
 		SELECT 1 / (count(*) = $21)::int FROM changed`
 
