@@ -276,13 +276,5 @@ func (e *explainer) Query(ctx context.Context, sql string, args ...any) (sqldb.R
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	e.plan, e.err = strings.Join(lines, "\n"), err
-	return noRows{}, nil
+	return sqldb.EmptyRows{}, nil
 }
-
-// noRows is an empty result.
-type noRows struct{}
-
-func (noRows) Next() bool        { return false }
-func (noRows) Scan(...any) error { return nil }
-func (noRows) Err() error        { return nil }
-func (noRows) Close()            {}

@@ -78,13 +78,5 @@ func (e *explainer) Query(ctx context.Context, query string, args ...any) (sqldb
 		e.err = rows.Err()
 	}
 	e.plan = strings.Join(lines, "\n")
-	return noRows{}, nil
+	return sqldb.EmptyRows{}, nil
 }
-
-// noRows is an empty result.
-type noRows struct{}
-
-func (noRows) Next() bool        { return false }
-func (noRows) Scan(...any) error { return nil }
-func (noRows) Err() error        { return nil }
-func (noRows) Close()            {}

@@ -81,6 +81,14 @@ type Rows interface {
 	Close()
 }
 
+// EmptyRows is a result without rows: what a Querier that only explains a statement answers.
+type EmptyRows struct{}
+
+func (EmptyRows) Next() bool        { return false }
+func (EmptyRows) Scan(...any) error { return nil }
+func (EmptyRows) Err() error        { return nil }
+func (EmptyRows) Close()            {}
+
 // Row is one row to scan.
 type Row interface {
 	Scan(dest ...any) error
